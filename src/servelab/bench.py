@@ -1,0 +1,321 @@
+"""``servelab bench``: closed-loop load at each concurrency level against one endpoint.
+
+Order of work: check every request fits the context (before anything is sent) → measure the chat
+template's overhead with one calibration request → for each level: warm-up requests (recorded,
+not counted), then the measured requests → summary per level. Records are appended as they
+complete; ``run.json`` is rewritten after each level and says ``partial`` until the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import secrets
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+import aiohttp
+
+from servelab.endpoint import Endpoint
+from servelab.errors import ServelabError
+from servelab.load.client import StreamClient, chat_body
+from servelab.load.scheduler import Phase, ServerGone, closed_loop
+from servelab.metrics.summary import LevelSummary, summarize
+from servelab.records import RequestRecord
+from servelab.results import LoadSpec, PromptCheck, RunResult, RunWriter
+from servelab.tokenizer import LocalTokenizer, ServerTokenizer, Tokenizer
+from servelab.workloads.corpus import Prompt, PromptBuilder
+
+CALIBRATION_TOKENS = 32
+BUILD_PARALLELISM = 8
+KNOWN_ENGINES = ("vllm", "sglang", "llama.cpp")
+
+
+@dataclass
+class BenchOptions:
+    """What the user asked for (CLI options of ``servelab bench``)."""
+
+    concurrency: list[int]
+    requests: int | None = None
+    duration_s: float | None = None
+    warmup: int | None = None
+    input_tokens: int = 256
+    output_tokens: int = 128
+    prefix_cache: Literal["cold", "warm"] = "cold"
+    ignore_eos: bool | None = None
+    chat_template_kwargs: dict | None = None
+    seed: int = 0
+    request_timeout_s: float = 600.0
+    tokenizer_path: str | None = None
+
+    def requests_at(self, concurrency: int) -> int | None:
+        """Measured requests at a level: ``--requests``, or by default 4 per slot and at least 8."""
+        if self.duration_s is not None:
+            return None
+        return self.requests if self.requests is not None else max(8, 4 * concurrency)
+
+
+class BenchHooks(Protocol):
+    """Progress callbacks (the CLI draws Rich progress bars with them)."""
+
+    def phase_started(self, concurrency: int, phase: str, total: int | None, duration_s: float | None) -> None: ...
+    def record_done(self, record: RequestRecord) -> None: ...
+    def level_done(self, summary: LevelSummary) -> None: ...
+
+
+def check_fits(endpoint: Endpoint, input_tokens: int, output_tokens: int) -> None:
+    """Refuse, before anything is sent, a request that cannot fit the server's context.
+
+    Raises:
+        ServelabError: ``input_tokens + output_tokens`` exceeds the context per request.
+    """
+    limit = endpoint.info.max_model_len
+    if limit is not None and input_tokens + output_tokens > limit:
+        where = "per slot (llama.cpp -c / --parallel)" if endpoint.info.engine == "llama.cpp" else "(max_model_len)"
+        raise ServelabError(
+            f"a request needs {input_tokens} prompt + {output_tokens} output = {input_tokens + output_tokens} tokens, "
+            f"but {endpoint.info.model} at {endpoint.root} allows {limit} tokens {where}; "
+            "lower --input-tokens/--output-tokens or raise the server's context length"
+        )
+
+
+def choose_tokenizer(endpoint: Endpoint, session: aiohttp.ClientSession, path: str | None) -> Tokenizer:
+    """``--tokenizer PATH`` if given, else the server's ``/tokenize``.
+
+    Raises:
+        ServelabError: neither is available.
+    """
+    if path:
+        return LocalTokenizer(path)
+    if endpoint.tokenize_path:
+        return ServerTokenizer(endpoint, session)
+    raise ServelabError(
+        f"{endpoint.root} has no /tokenize endpoint; pass --tokenizer PATH (a local Hugging Face tokenizer.json or its directory)"
+    )
+
+
+class Bench:
+    """One ``servelab bench`` run against a discovered endpoint.
+
+    Args:
+        endpoint: the server.
+        options: the load to run.
+        run_dir: where the run is written.
+        hooks: progress callbacks.
+        alive: asked after connection failures; False ends the run as partial.
+    """
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        options: BenchOptions,
+        run_dir: Path,
+        hooks: BenchHooks,
+        alive: Callable[[], Awaitable[bool]],
+    ) -> None:
+        self.endpoint = endpoint
+        self.opts = options
+        self.run_dir = run_dir
+        self.hooks = hooks
+        self.alive = alive
+        engine = endpoint.info.engine
+        self.ignore_eos = options.ignore_eos if options.ignore_eos is not None else engine in KNOWN_ENGINES
+        self.tag = secrets.token_hex(4)  # unique per run: repeated runs never share a prefix
+        self.writer: RunWriter | None = None
+        self._index = 0
+
+    def _load_spec(self) -> LoadSpec:
+        o = self.opts
+        return LoadSpec(
+            concurrency=o.concurrency,
+            requests=o.requests if o.duration_s is None else None,
+            duration_s=o.duration_s,
+            warmup=o.warmup,
+            input_tokens=o.input_tokens,
+            output_tokens=o.output_tokens,
+            prefix_cache=o.prefix_cache,
+            ignore_eos=self.ignore_eos,
+            chat_template_kwargs=o.chat_template_kwargs,
+            seed=o.seed,
+            request_timeout_s=o.request_timeout_s,
+        )
+
+    async def run(self) -> RunResult:
+        """Run the benchmark and return the finished (or partial) run document.
+
+        Raises:
+            ServelabError: a request cannot fit, no tokenizer, or calibration failed (nothing
+                measured yet), or the server went away mid-run (the partial run is saved first).
+            asyncio.CancelledError / KeyboardInterrupt: after saving the run as partial.
+        """
+        o = self.opts
+        check_fits(self.endpoint, o.input_tokens, o.output_tokens)
+        timeout = aiohttp.ClientTimeout(total=60)
+        async with aiohttp.ClientSession(timeout=timeout) as tok_session:
+            tokenizer = choose_tokenizer(self.endpoint, tok_session, o.tokenizer_path)
+            self.endpoint.info.tokenizer = tokenizer.name
+            builder = PromptBuilder(tokenizer, seed=o.seed)
+            await builder.prepare()
+            run = RunResult(endpoint=self.endpoint.info, load=self._load_spec())
+            self.writer = RunWriter(self.run_dir, run)
+            origin = time.perf_counter()
+            connections = max(o.concurrency)
+            try:
+                async with StreamClient(
+                    self.endpoint,
+                    origin=origin,
+                    connections=connections,
+                    request_timeout_s=o.request_timeout_s,
+                    tokenizer=tokenizer,
+                ) as client:
+                    run.prompt_check = await self._calibrate(client, builder)
+                    warm_prompt = await builder.build(o.input_tokens, f"[{self.tag}]") if o.prefix_cache == "warm" else None
+                    for level in o.concurrency:
+                        await self._level(client, builder, level, warm_prompt)
+            except ServerGone as exc:
+                self.writer.finish(complete=False, reason=str(exc))
+                raise ServelabError(f"{exc}; the partial run is in {self.run_dir}") from None
+            except (asyncio.CancelledError, KeyboardInterrupt):
+                self.writer.finish(complete=False, reason="interrupted by the user (Ctrl-C)")
+                raise
+            except BaseException as exc:
+                self.writer.finish(complete=False, reason=f"servelab stopped on an error: {exc}")
+                raise
+        self.writer.finish(complete=True)
+        return run
+
+    def _record(self, concurrency: int, phase: str, prompt: Prompt, max_tokens: int) -> RequestRecord:
+        rec = RequestRecord(
+            index=self._index,
+            concurrency=concurrency,
+            phase=phase,
+            expected_prompt_tokens=prompt.tokens,
+            max_tokens=max_tokens,
+            queued=0.0,
+        )
+        self._index += 1
+        return rec
+
+    def _on_record(self, record: RequestRecord) -> None:
+        assert self.writer is not None
+        self.writer.append(record)
+        self.hooks.record_done(record)
+
+    async def _calibrate(self, client: StreamClient, builder: PromptBuilder) -> PromptCheck:
+        """Measure the tokens the chat template adds, then switch the builder to templated counts.
+
+        One request with a 32-token text and ``max_tokens = 1``: the template's overhead is the
+        server's ``usage.prompt_tokens`` minus the text's own tokens. If the server can count a
+        templated message itself (llama.cpp, vLLM) and agrees with that usage, prompts are built
+        to its exact templated count; otherwise to text + overhead.
+
+        Raises:
+            ServelabError: the calibration request failed, or the template leaves no room for text.
+        """
+        o = self.opts
+        prompt = await builder.build(CALIBRATION_TOKENS, f"[{self.tag}-calibration]")
+        rec = self._record(0, "calibration", prompt, 1)
+        rec.queued = time.perf_counter() - client.origin
+        body = chat_body(self.endpoint, prompt.text, max_tokens=1, ignore_eos=False, cold=True,
+                         chat_template_kwargs=o.chat_template_kwargs)  # fmt: skip
+        await client.send(rec, body)
+        self._on_record(rec)
+        if rec.status != "ok":
+            raise ServelabError(f"the first request to {self.endpoint.root} failed ({rec.error_kind}): {rec.error}")
+        if rec.prompt_tokens_source != "usage":
+            builder.use_template(0, templated=False)
+            return PromptCheck(template_overhead_tokens=0, overhead_source="unknown: the server reports no usage")
+        overhead = rec.prompt_tokens - prompt.tokens
+        if overhead + CALIBRATION_TOKENS >= o.input_tokens:
+            raise ServelabError(f"--input-tokens {o.input_tokens} is too small: the chat template alone adds {overhead} tokens")
+        templated = await builder.tokenizer.chat_count(prompt.text, o.chat_template_kwargs) == rec.prompt_tokens
+        builder.use_template(overhead, templated=templated, chat_template_kwargs=o.chat_template_kwargs)
+        source = "server chat-template tokenization, checked by a calibration request" if templated else "usage of a calibration request"
+        return PromptCheck(template_overhead_tokens=overhead, overhead_source=source)
+
+    async def _prompts(self, builder: PromptBuilder, n: int, warm: Prompt | None) -> list[Prompt]:
+        """``n`` prompts: each with its own nonce (cold), or the one shared prompt (warm)."""
+        if warm is not None:
+            return [warm] * n
+        sem = asyncio.Semaphore(BUILD_PARALLELISM)
+
+        async def one(i: int) -> Prompt:
+            async with sem:
+                return await builder.build(self.opts.input_tokens, f"[{self.tag}-{self._index + i}]")
+
+        return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+    async def _phase(
+        self,
+        client: StreamClient,
+        builder: PromptBuilder,
+        level: int,
+        phase: str,
+        warm: Prompt | None,
+        count: int | None,
+        duration_s: float | None,
+        pool: int,
+    ) -> Phase:
+        o = self.opts
+        prompts = await self._prompts(builder, pool, warm)
+
+        def make(i: int) -> tuple[RequestRecord, bytes]:
+            prompt = prompts[i % len(prompts)]
+            if i >= len(prompts) and warm is None:
+                # Duration runs that outlive the prompt pool: a fresh nonce keeps every prompt unique;
+                # its token count may then differ by a token or two, which the prompt check reports.
+                prompt = Prompt(prompt.text.replace(f"[{self.tag}-", f"[{self.tag}-r{i}-", 1), prompt.tokens)
+            rec = self._record(level, phase, prompt, o.output_tokens)
+            rec.queued = time.perf_counter() - client.origin
+            body = chat_body(self.endpoint, prompt.text, max_tokens=o.output_tokens, ignore_eos=self.ignore_eos,
+                             cold=o.prefix_cache == "cold", chat_template_kwargs=o.chat_template_kwargs)  # fmt: skip
+            return rec, body
+
+        self.hooks.phase_started(level, phase, count, duration_s)
+        return await closed_loop(
+            client, make, concurrency=level, count=count, duration_s=duration_s, on_record=self._on_record, alive=self.alive
+        )
+
+    async def _level(self, client: StreamClient, builder: PromptBuilder, level: int, warm: Prompt | None) -> None:
+        o = self.opts
+        assert self.writer is not None
+        n_warm = o.warmup if o.warmup is not None else level
+        e2e_s = None
+        if n_warm:
+            warm_phase = await self._phase(client, builder, level, "warmup", warm, n_warm, None, n_warm)
+            done = [r.end - r.start for r in warm_phase.records if r.status == "ok" and r.start is not None]
+            e2e_s = statistics.median(done) if done else None
+        count = o.requests_at(level)
+        if count is not None:
+            pool = count
+        else:
+            # Enough unique prompts for the whole duration at the warm-up's pace, with 50% to spare.
+            per_slot = o.duration_s / e2e_s if e2e_s else 16
+            pool = max(2 * level, math.ceil(1.5 * level * per_slot) + level)
+        measured = await self._phase(client, builder, level, "measured", warm, count, o.duration_s, pool)
+        summary = summarize(level, measured.records, measured.window)
+        self.writer.run.levels.append(summary)
+        self._update_prompt_check(measured.records)
+        self.writer.save()
+        self.hooks.level_done(summary)
+
+    def _update_prompt_check(self, records: list[RequestRecord]) -> None:
+        """Compare built prompt lengths with the server's ``usage.prompt_tokens`` (docs/metrics.md)."""
+        assert self.writer is not None
+        check = self.writer.run.prompt_check
+        devs = [
+            r.prompt_tokens - r.expected_prompt_tokens
+            for r in records
+            if r.status == "ok" and r.prompt_tokens_source == "usage" and r.expected_prompt_tokens is not None
+        ]
+        if check is None or not devs:
+            return
+        n_before = check.checked_requests
+        check.checked_requests += len(devs)
+        check.mismatched_requests += sum(1 for d in devs if d)
+        check.max_abs_deviation_tokens = max(check.max_abs_deviation_tokens, *(abs(d) for d in devs))
+        check.mean_deviation_tokens = (check.mean_deviation_tokens * n_before + sum(devs)) / check.checked_requests

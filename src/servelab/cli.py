@@ -1,0 +1,252 @@
+"""The ``servelab`` command line (Typer + Rich). Thin: parses options and calls the modules.
+
+Exit codes: 0 success; 1 the run finished but requests failed or the run is partial; 2 bad input
+or an unusable server (one clear line, no traceback); 130 interrupted with Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import tempfile
+from contextlib import ExitStack
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, Literal, NoReturn
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from servelab import __version__
+from servelab.bench import Bench, BenchOptions
+from servelab.endpoint import Endpoint, discover
+from servelab.errors import ServelabError
+from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LocalServer
+from servelab.metrics.summary import LevelSummary
+from servelab.records import RequestRecord
+from servelab.report.table import bench_table
+
+app = typer.Typer(help="Measure OpenAI-compatible LLM inference servers correctly.", no_args_is_help=True, add_completion=False)
+# Tables are wide; when output is not a terminal (a file, CI) do not squeeze them to 80 columns.
+console = Console(width=None if Console().is_terminal else 200)
+err_console = Console(stderr=True, width=None if Console(stderr=True).is_terminal else 200)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print one clear error line and exit."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def parse_int_list(value: str, option: str) -> list[int]:
+    """``"1,2,4"`` → ``[1, 2, 4]``; every item a positive integer.
+
+    Raises:
+        ServelabError: naming ``option`` and the bad item.
+    """
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items or not all(v.isdigit() and int(v) > 0 for v in items):
+        raise ServelabError(f"{option} {value!r}: give positive integers separated by commas, e.g. 1,2,4")
+    return [int(v) for v in items]
+
+
+def parse_duration(value: str) -> float:
+    """``"90"``, ``"90s"``, ``"2m"``, ``"1h"`` → seconds.
+
+    Raises:
+        ServelabError: not a positive duration.
+    """
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", value)
+    if not m or float(m.group(1)) <= 0:
+        raise ServelabError(f"--duration {value!r}: give a positive duration such as 90s, 2m or 1h")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def parse_json_object(value: str | None, option: str) -> dict | None:
+    """Parse a JSON object option (``--chat-template-kwargs``).
+
+    Raises:
+        ServelabError: not a JSON object.
+    """
+    if value is None:
+        return None
+    try:
+        obj = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ServelabError(f"{option}: not valid JSON ({exc.msg}); e.g. '{{\"enable_thinking\": false}}'") from None
+    if not isinstance(obj, dict):
+        raise ServelabError(f"{option}: give a JSON object, e.g. '{{\"enable_thinking\": false}}'")
+    return obj
+
+
+def _runner() -> asyncio.Runner:
+    """An asyncio runner on uvloop where available (lower per-chunk cost, see benchmarks/)."""
+    try:
+        import uvloop
+
+        return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:
+        return asyncio.Runner()
+
+
+class _ProgressHooks:
+    """Draws a Rich progress bar per phase and prints each level's row as it finishes."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.task: int | None = None
+
+    def phase_started(self, concurrency: int, phase: str, total: int | None, duration_s: float | None) -> None:
+        if self.task is not None:
+            self.progress.remove_task(self.task)
+        what = f"{duration_s:.0f} s" if duration_s else f"{total} requests"
+        self.task = self.progress.add_task(f"c={concurrency} {phase} ({what})", total=total)
+
+    def record_done(self, record: RequestRecord) -> None:
+        if self.task is not None:
+            self.progress.advance(self.task)
+
+    def level_done(self, summary: LevelSummary) -> None:
+        ok, bad = summary.ok, summary.failed_requests + summary.incomplete
+        tput = summary.output_throughput_tok_s or 0.0
+        self.progress.console.print(f"c={summary.concurrency}: {ok} ok, {bad} failed/incomplete, {tput:,.1f} output tok/s")
+
+
+def _default_run_dir(label: str) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-")[:40] or "run"
+    return Path("servelab-runs") / f"{stamp}-{slug}"
+
+
+async def _bench(
+    url: str | None,
+    model: str | None,
+    api_key: str | None,
+    options: BenchOptions,
+    output: Path | None,
+    server: LocalServer | None,
+) -> tuple[Bench, Path]:
+    endpoint: Endpoint = await discover(url, model, api_key, embedded=server is not None)
+    run_dir = output or _default_run_dir(endpoint.info.model.rsplit("/", 1)[-1])
+
+    async def alive() -> bool:
+        if server is not None:
+            return server.alive()
+        try:
+            await discover(endpoint.root, endpoint.info.model, api_key)
+            return True
+        except ServelabError:
+            return False
+
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=True,
+    ) as progress:  # fmt: skip
+        bench = Bench(endpoint, options, run_dir, _ProgressHooks(progress), alive)
+        await bench.run()
+    return bench, run_dir
+
+
+@app.command()
+def bench(
+    url: Annotated[str | None, typer.Option(help="Server root or API base (http://host:8000 or …/v1). Default: start the embedded llama.cpp + Gemma 3 270M.")] = None,
+    model: Annotated[str | None, typer.Option(help="Served model name; default the first /v1/models lists.")] = None,
+    api_key_env: Annotated[str, typer.Option(help="Environment variable that holds the API key (never written anywhere).")] = "SERVELAB_API_KEY",
+    tokenizer: Annotated[str | None, typer.Option(help="Local Hugging Face tokenizer (tokenizer.json or its directory); default the server's /tokenize.")] = None,
+    concurrency: Annotated[str, typer.Option(help="Concurrency levels: requests kept in flight, e.g. 1,2,4,8.")] = "1,2,4",
+    requests: Annotated[int | None, typer.Option(min=1, help="Measured requests per level (default 4 per slot, at least 8).")] = None,
+    duration: Annotated[str | None, typer.Option(help="Measure each level for a duration instead (90s, 2m); in-flight requests at the end count as incomplete.")] = None,
+    warmup: Annotated[int | None, typer.Option(min=0, help="Warm-up requests per level, not counted (default one per slot).")] = None,
+    input_tokens: Annotated[int, typer.Option(min=1, help="Prompt tokens per request, chat template included (token-exact).")] = 256,
+    output_tokens: Annotated[int, typer.Option(min=1, help="max_tokens per request.")] = 128,
+    prefix_cache: Annotated[Literal["cold", "warm"], typer.Option(help="cold: a unique nonce opens every prompt; warm: one prompt repeated.")] = "cold",
+    ignore_eos: Annotated[bool | None, typer.Option("--ignore-eos/--no-ignore-eos", help="Force exactly max_tokens outputs (default on for vLLM, SGLang, llama.cpp).")] = None,
+    chat_template_kwargs: Annotated[str | None, typer.Option(help='JSON passed to the chat template, e.g. \'{"enable_thinking": false}\'.')] = None,
+    output: Annotated[Path | None, typer.Option(help="Run directory (default servelab-runs/<time>-<model>).")] = None,
+    request_timeout: Annotated[float, typer.Option(min=1, help="Seconds before a request fails with 'timeout'.")] = 600.0,
+    seed: Annotated[int, typer.Option(help="Seed for prompt slicing.")] = 0,
+    parallel: Annotated[int, typer.Option(min=1, help="Embedded server only: llama-server slots.")] = DEFAULT_PARALLEL,
+    ctx_size: Annotated[int, typer.Option(min=256, help="Embedded server only: total context, shared by the slots.")] = DEFAULT_CTX_SIZE,
+) -> None:
+    """Closed-loop benchmark at each concurrency level; prints a table and writes a run directory."""
+    try:
+        if requests is not None and duration is not None:
+            raise ServelabError("give either --requests or --duration, not both")
+        options = BenchOptions(
+            concurrency=parse_int_list(concurrency, "--concurrency"),
+            requests=requests,
+            duration_s=parse_duration(duration) if duration else None,
+            warmup=warmup,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            prefix_cache=prefix_cache,
+            ignore_eos=ignore_eos,
+            chat_template_kwargs=parse_json_object(chat_template_kwargs, "--chat-template-kwargs"),
+            seed=seed,
+            request_timeout_s=request_timeout,
+            tokenizer_path=tokenizer,
+        )
+        api_key = os.environ.get(api_key_env) or None
+        run_dir = output
+        with ExitStack() as stack, _runner() as runner:
+            server = None
+            if url is None:
+                run_dir = run_dir or _default_run_dir("gemma-3-270m-local")
+                server = LocalServer(run_dir / "server.log", parallel=parallel, ctx_size=ctx_size)
+                with console.status("starting the embedded llama-server (Gemma 3 270M)…"):
+                    stack.enter_context(server)
+                url = server.url
+            bench_obj, run_dir = runner.run(_bench(url, model, api_key, options, run_dir, server))
+    except ServelabError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        fail(f"interrupted; the partial run is in {run_dir}" if run_dir else "interrupted", 130)
+    run = bench_obj.writer.run
+    console.print(bench_table(run))
+    check = run.prompt_check
+    if check and check.checked_requests:
+        console.print(
+            f"prompt tokens vs server usage: {check.mismatched_requests}/{check.checked_requests} requests differ, "
+            f"max |Δ| {check.max_abs_deviation_tokens}, mean Δ {check.mean_deviation_tokens:+.2f} "
+            f"(chat template adds {check.template_overhead_tokens} tokens)"
+        )
+    console.print(f"run saved in {run_dir}")
+    if run.failed:
+        failed = sum(lv.failed_requests + lv.incomplete for lv in run.levels)
+        fail(f"{failed} measured requests failed or were incomplete; see {run_dir / run.records_file}", 1)
+
+
+@app.command("serve-local")
+def serve_local(
+    port: Annotated[int | None, typer.Option(help="Port on 127.0.0.1 (default a free one).")] = None,
+    parallel: Annotated[int, typer.Option(min=1, help="llama-server slots.")] = DEFAULT_PARALLEL,
+    ctx_size: Annotated[int, typer.Option(min=256, help="Total context, shared by the slots.")] = DEFAULT_CTX_SIZE,
+    log: Annotated[Path | None, typer.Option(help="Server log file (default a temporary file).")] = None,
+) -> None:
+    """Start the embedded llama-server with Gemma 3 270M and print its URL until Ctrl-C."""
+    log_path = log or Path(tempfile.mkdtemp(prefix="servelab-")) / "server.log"
+    try:
+        with console.status("starting the embedded llama-server (Gemma 3 270M)…"):
+            server = LocalServer(log_path, parallel=parallel, ctx_size=ctx_size, port=port).start()
+    except ServelabError as exc:
+        fail(str(exc))
+    try:
+        console.print(f"serving at [bold]{server.url}[/] (log: {log_path})", soft_wrap=True)
+        console.print(f"try: servelab bench --url {server.url}", soft_wrap=True)
+        console.print("press Ctrl-C to stop")
+        server.process.wait()
+        fail(f"llama-server exited with code {server.process.returncode}; see {log_path}", 1)
+    except KeyboardInterrupt:
+        console.print("stopping")
+    finally:
+        server.stop()
+
+
+@app.command()
+def version() -> None:
+    """Print the servelab version."""
+    console.print(__version__)
+

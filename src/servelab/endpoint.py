@@ -1,0 +1,175 @@
+"""Endpoint discovery: what an OpenAI-compatible server offers, asked of the server itself.
+
+For a base URL this finds the served model (``/v1/models``), the engine kind and version, the
+context length per request, a tokenize endpoint and the metrics URL. Engines differ; each is
+handled explicitly (facts from ../shared/reference/server-facts.md):
+
+- vLLM: ``/v1/models`` cards carry ``owned_by: "vllm"`` and ``max_model_len``; ``GET /version``;
+  ``POST /tokenize`` ``{"prompt", "add_special_tokens"}`` → ``{"tokens", "count"}``.
+- SGLang: ``owned_by: "sglang"``, ``max_model_len``; version in ``GET /server_info``;
+  ``POST /tokenize`` as vLLM.
+- llama.cpp ``llama-server``: ``owned_by: "llamacpp"``; the per-slot context is
+  ``/props`` → ``default_generation_settings.n_ctx`` (``-fit`` and ``--parallel`` change it, so it is
+  read, never assumed); version in ``/props`` → ``build_info``; ``POST /tokenize``
+  ``{"content", "add_special"}``.
+- anything else: ``generic``; no tokenize endpoint unless one answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from servelab.errors import ServelabError
+from servelab.results import EndpointInfo
+
+DISCOVERY_TIMEOUT_S = 4.0
+
+_OWNER_TO_ENGINE = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp"}
+
+
+def split_url(url: str) -> str:
+    """The server root for a user-given URL: trailing ``/`` and ``/v1`` removed.
+
+    Raises:
+        ServelabError: the URL is not http(s).
+    """
+    root = url.strip().rstrip("/")
+    if not root.startswith(("http://", "https://")):
+        raise ServelabError(f"--url {url!r} is not an http(s) URL; give e.g. http://127.0.0.1:8000")
+    if root.endswith("/v1"):
+        root = root[: -len("/v1")]
+    return root
+
+
+@dataclass
+class Endpoint:
+    """A discovered server. ``api_key`` stays in memory only: it is not part of ``info``."""
+
+    root: str
+    info: EndpointInfo
+    api_key: str | None = field(default=None, repr=False)
+    tokenize_path: str | None = None
+
+    @property
+    def api_base(self) -> str:
+        """The OpenAI API base, ``<root>/v1``."""
+        return self.root + "/v1"
+
+    def headers(self) -> dict[str, str]:
+        """Request headers, with the bearer token when an API key was given."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+async def _get_json(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> object | None:
+    """GET ``url`` and return its JSON body, or None on any non-200 answer or non-JSON body."""
+    try:
+        async with session.get(url, headers=headers) as resp:
+            if resp.status != 200:
+                return None
+            return await resp.json(content_type=None)
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        return None
+
+
+async def _probe_tokenize(session: aiohttp.ClientSession, root: str, engine: str, headers: dict[str, str]) -> str | None:
+    """Return ``/tokenize`` if the server tokenizes a probe text there, else None."""
+    body = {"content": "hello", "add_special": False} if engine == "llama.cpp" else {"prompt": "hello", "add_special_tokens": False}
+    try:
+        async with session.post(root + "/tokenize", json=body, headers=headers) as resp:
+            if resp.status == 200 and isinstance((await resp.json(content_type=None)).get("tokens"), list):
+                return "/tokenize"
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError):
+        pass
+    return None
+
+
+async def _probe_metrics(session: aiohttp.ClientSession, root: str, headers: dict[str, str]) -> str | None:
+    """Return the metrics URL if ``/metrics`` answers with Prometheus text, else None."""
+    try:
+        async with session.get(root + "/metrics", headers=headers) as resp:
+            if resp.status == 200 and "# TYPE" in await resp.text():
+                return root + "/metrics"
+    except (aiohttp.ClientError, asyncio.TimeoutError, UnicodeDecodeError):
+        pass
+    return None
+
+
+async def discover(url: str, model: str | None = None, api_key: str | None = None, *, embedded: bool = False) -> Endpoint:
+    """Ask the server at ``url`` what it offers.
+
+    Args:
+        url: server root or API base (``http://host:8000`` or ``http://host:8000/v1``).
+        model: served model to use; default the first one ``/v1/models`` lists.
+        api_key: bearer token, kept in memory only.
+        embedded: True when servelab started this server.
+
+    Returns:
+        An :class:`Endpoint`.
+
+    Raises:
+        ServelabError: the server cannot be reached within ``DISCOVERY_TIMEOUT_S`` per call, refuses
+            the key, has no ``/v1/models``, or does not serve ``model``.
+    """
+    root = split_url(url)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    timeout = aiohttp.ClientTimeout(total=DISCOVERY_TIMEOUT_S)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        try:
+            async with session.get(root + "/v1/models", headers=headers) as resp:
+                status = resp.status
+                models = await resp.json(content_type=None) if status == 200 else None
+        except asyncio.TimeoutError:
+            raise ServelabError(
+                f"no answer from {root} within {DISCOVERY_TIMEOUT_S:.0f} s; check --url and that the server is up"
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise ServelabError(f"cannot reach {root}: {exc}; check --url and that the server is running") from None
+        except ValueError:
+            raise ServelabError(f"{root}/v1/models did not return JSON; is this an OpenAI-compatible server?") from None
+        if status in (401, 403):
+            raise ServelabError(
+                f"{root} refused the request (HTTP {status}); put the API key in SERVELAB_API_KEY or name its variable with --api-key-env"
+            )
+        if status == 503:
+            raise ServelabError(f"{root} is still loading (HTTP 503); wait until it is ready and try again")
+        if not isinstance(models, dict) or not isinstance(models.get("data"), list) or not models["data"]:
+            raise ServelabError(f"{root}/v1/models answered HTTP {status} with no model list; is this an OpenAI-compatible server?")
+        cards = {card.get("id"): card for card in models["data"] if isinstance(card, dict)}
+        if model is None:
+            model = next(iter(cards))
+        elif model not in cards:
+            raise ServelabError(f"--model {model!r} is not served at {root}; it serves: {', '.join(map(str, cards))}")
+        card = cards[model]
+        engine = _OWNER_TO_ENGINE.get(str(card.get("owned_by", "")).lower(), "generic")
+        max_model_len = card.get("max_model_len")
+        version = None
+        if engine == "generic" and isinstance(await _get_json(session, root + "/props", headers), dict):
+            engine = "llama.cpp"
+        if engine == "vllm":
+            body = await _get_json(session, root + "/version", headers)
+            version = body.get("version") if isinstance(body, dict) else None
+        elif engine == "sglang":
+            body = await _get_json(session, root + "/server_info", headers)
+            version = body.get("version") if isinstance(body, dict) else None
+        elif engine == "llama.cpp":
+            props = await _get_json(session, root + "/props", headers)
+            if isinstance(props, dict):
+                version = props.get("build_info")
+                n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx")
+                max_model_len = n_ctx or max_model_len
+        tokenize_path = await _probe_tokenize(session, root, engine, headers)
+        metrics_url = await _probe_metrics(session, root, headers)
+    info = EndpointInfo(
+        url=root,
+        engine=engine,
+        engine_version=str(version) if version else None,
+        model=str(model),
+        max_model_len=int(max_model_len) if max_model_len else None,
+        tokenizer=f"server {tokenize_path}" if tokenize_path else None,
+        metrics_url=metrics_url,
+        embedded=embedded,
+    )
+    return Endpoint(root=root, info=info, api_key=api_key, tokenize_path=tokenize_path)

@@ -1,0 +1,273 @@
+"""Streaming OpenAI chat client: one request in, one :class:`RequestRecord` out.
+
+Timing rules (docs/metrics.md):
+
+- ``start`` is taken when aiohttp hands the request body to the connection (its
+  ``on_request_chunk_sent`` trace), not when the request was queued, so client-side waiting for
+  a connection or a busy event loop never counts as server latency.
+- Every chunk is timestamped when its bytes are read from the socket; chunks read together share
+  a timestamp (they did arrive together).
+- A chunk counts as a token chunk when its delta carries ``content`` or reasoning text
+  (``reasoning_content`` — llama.cpp, SGLang, vLLM < 0.11.1 — or ``reasoning`` — vLLM ≥ 0.11.1);
+  the role-only first chunk vLLM sends does not.
+
+SSE framing: aiohttp has no Server-Sent-Events reader, so events are split here on blank lines
+and only ``data:`` fields are read, which is all OpenAI-compatible servers send (WHATWG HTML
+§9.2 "Server-sent events"). Chunk JSON is parsed with orjson: per-chunk cost is the client's
+bottleneck at high stream counts (see benchmarks/client_overhead.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+
+import aiohttp
+import orjson
+
+from servelab.endpoint import Endpoint
+from servelab.records import RequestRecord
+from servelab.tokenizer import Tokenizer
+
+ERROR_TEXT_LIMIT = 500
+
+
+async def _on_body_sent(session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object) -> None:
+    """aiohttp trace hook: the request body reached the connection; that is the request's start."""
+    holder = ctx.trace_request_ctx
+    if holder is not None:
+        holder.sent = time.perf_counter()
+
+
+def _error_message(body: bytes) -> str:
+    """The ``error.message`` of an OpenAI-style error body, else the body text, shortened."""
+    try:
+        obj = orjson.loads(body)
+        err = obj.get("error", obj) if isinstance(obj, dict) else obj
+        msg = err.get("message", err) if isinstance(err, dict) else err
+        text = msg if isinstance(msg, str) else orjson.dumps(msg).decode()
+    except (orjson.JSONDecodeError, AttributeError):
+        text = body.decode("utf-8", "replace")
+    return " ".join(text.split())[:ERROR_TEXT_LIMIT]
+
+
+def chat_body(
+    endpoint: Endpoint,
+    text: str,
+    *,
+    max_tokens: int,
+    ignore_eos: bool,
+    cold: bool,
+    chat_template_kwargs: dict | None = None,
+) -> bytes:
+    """The JSON body of one streaming chat request, with each engine's extra fields.
+
+    - every engine: greedy (``temperature: 0``), ``stream_options.include_usage`` so the server
+      reports exact token counts in a final chunk;
+    - ``ignore_eos`` (exact output length): vLLM, SGLang and llama.cpp accept it; vLLM and SGLang
+      also get ``min_tokens = max_tokens``; llama.cpp has no ``min_tokens``;
+    - cold prefix cache on llama.cpp: ``cache_prompt: false``, because llama.cpp reuses any common
+      token prefix of a slot (the chat template's first tokens), not only whole blocks;
+    - ``chat_template_kwargs`` passed through (e.g. ``{"enable_thinking": false}``).
+
+    Sources: ../shared/reference/server-facts.md §3 (vLLM), §4 (SGLang), §5 (llama.cpp).
+    """
+    engine = endpoint.info.engine
+    body: dict = {
+        "model": endpoint.info.model,
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if ignore_eos:
+        body["ignore_eos"] = True
+        if engine in ("vllm", "sglang"):
+            body["min_tokens"] = max_tokens
+    if cold and engine == "llama.cpp":
+        body["cache_prompt"] = False
+    if chat_template_kwargs:
+        body["chat_template_kwargs"] = chat_template_kwargs
+    return orjson.dumps(body)
+
+
+class StreamClient:
+    """Sends chat requests with ``stream: true`` and records what came back.
+
+    Args:
+        endpoint: the discovered server.
+        origin: ``time.perf_counter()`` value that is time 0 of the run.
+        connections: connection-pool size; at least the highest concurrency.
+        request_timeout_s: a request still streaming after this long fails with ``timeout``.
+        tokenizer: counts output tokens when the server sends no ``usage``.
+
+    Use as ``async with StreamClient(...) as client``.
+    """
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        origin: float,
+        connections: int,
+        request_timeout_s: float,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.origin = origin
+        self.url = endpoint.api_base + "/chat/completions"
+        self.tokenizer = tokenizer
+        self._connections = connections
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout_s, connect=min(10.0, request_timeout_s))
+        self._headers = {"Content-Type": "application/json", **endpoint.headers()}
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> StreamClient:
+        trace = aiohttp.TraceConfig()
+        trace.on_request_chunk_sent.append(_on_body_sent)
+        # One connection per request: servers close idle keep-alive connections on their own schedule
+        # (llama-server: "Keep-Alive: timeout=5"), and a pooled connection closed under us fails the
+        # next POST ("Can not write request body"). Connecting is not timed: `start` is body-sent.
+        connector = aiohttp.TCPConnector(limit=self._connections + 4, force_close=True)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, trace_configs=[trace])
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def send(self, record: RequestRecord, body: bytes) -> RequestRecord:
+        """Send one request and fill ``record`` in place with its timings, counts and status.
+
+        Never raises for server or network errors: they become ``status="failed"`` with an
+        ``error_kind`` (``http_<status>``, ``connect``, ``disconnected``, ``timeout``,
+        ``stream_error``, ``truncated``, ``client_error``). Cancellation marks the record
+        ``incomplete`` and is re-raised.
+        """
+        assert self._session is not None, "use StreamClient as an async context manager"
+        origin = self.origin
+        clock = time.perf_counter
+        sent = SimpleNamespace(sent=None)
+        parts: list[str] = []
+        reasoning_parts: list[str] = []
+        chunk_times = record.chunk_times
+        reasoning_chunks = 0
+        done = False
+        try:
+            async with self._session.post(self.url, data=body, headers=self._headers, trace_request_ctx=sent) as resp:
+                t = clock()
+                start = sent.sent if sent.sent is not None else t
+                record.start = start - origin
+                record.first_byte = t - origin
+                record.http_status = resp.status
+                if resp.status != 200:
+                    record.end = clock() - origin
+                    return self._fail(record, f"http_{resp.status}", _error_message(await resp.read()))
+                buf = b""
+                async for data in resp.content.iter_any():
+                    t = clock()
+                    buf += data
+                    if b"\r" in buf:
+                        buf = buf.replace(b"\r\n", b"\n")
+                    while True:
+                        cut = buf.find(b"\n\n")
+                        if cut < 0:
+                            break
+                        event, buf = buf[:cut], buf[cut + 2 :]
+                        for line in event.split(b"\n"):
+                            if not line.startswith(b"data:"):
+                                continue  # comments (": ping"), event:, id:, retry:
+                            payload = line[5:].strip()
+                            if payload == b"[DONE]":
+                                done = True
+                                continue
+                            obj = orjson.loads(payload)
+                            if "error" in obj:
+                                record.end = t - origin
+                                return self._fail(record, "stream_error", _error_message(payload))
+                            for choice in obj.get("choices") or ():
+                                delta = choice.get("delta") or {}
+                                content = delta.get("content")
+                                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                                if content or reasoning:
+                                    chunk_times.append(round(t - start, 7))
+                                    if record.first_token is None:
+                                        record.first_token = t - origin
+                                    if content:
+                                        parts.append(content)
+                                        if record.first_content is None:
+                                            record.first_content = t - origin
+                                    if reasoning:
+                                        reasoning_parts.append(reasoning)
+                                        reasoning_chunks += 1
+                                if choice.get("finish_reason"):
+                                    record.finish_reason = choice["finish_reason"]
+                            usage = obj.get("usage")
+                            if usage:
+                                self._read_usage(record, usage)
+                record.end = clock() - origin
+        except asyncio.CancelledError:
+            record.end = clock() - origin
+            record.status = "incomplete"
+            record.error_kind = "cancelled"
+            record.output_tokens, record.output_tokens_source = len(chunk_times), "chunks"
+            raise
+        except asyncio.TimeoutError:
+            record.end = clock() - origin
+            return self._fail(record, "timeout", "no complete response within the request timeout")
+        except aiohttp.ClientConnectorError as exc:
+            record.end = clock() - origin
+            return self._fail(record, "connect", str(exc))
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as exc:
+            record.end = clock() - origin
+            return self._fail(record, "disconnected", str(exc) or type(exc).__name__)
+        except aiohttp.ClientError as exc:
+            record.end = clock() - origin
+            return self._fail(record, "client_error", f"{type(exc).__name__}: {exc}")
+        except orjson.JSONDecodeError as exc:
+            record.end = clock() - origin
+            return self._fail(record, "bad_chunk", f"a stream chunk was not JSON: {exc}")
+        if not done and record.finish_reason is None:
+            return self._fail(record, "truncated", "the stream ended without finish_reason or [DONE]")
+        await self._count_tokens(record, "".join(parts), "".join(reasoning_parts), reasoning_chunks)
+        return record
+
+    @staticmethod
+    def _read_usage(record: RequestRecord, usage: dict) -> None:
+        """Copy server-reported counts from an OpenAI ``usage`` object."""
+        if usage.get("prompt_tokens") is not None:
+            record.prompt_tokens, record.prompt_tokens_source = usage["prompt_tokens"], "usage"
+        if usage.get("completion_tokens") is not None:
+            record.output_tokens, record.output_tokens_source = usage["completion_tokens"], "usage"
+        details = usage.get("completion_tokens_details") or {}
+        if details.get("reasoning_tokens") is not None:
+            record.reasoning_tokens, record.reasoning_tokens_source = details["reasoning_tokens"], "usage"
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        if cached is not None:
+            record.cached_prompt_tokens = cached
+
+    async def _count_tokens(self, record: RequestRecord, content: str, reasoning: str, reasoning_chunks: int) -> None:
+        """Fill counts the server did not send: tokenizer on the text, else one token per chunk."""
+        if record.prompt_tokens is None and record.expected_prompt_tokens is not None:
+            record.prompt_tokens, record.prompt_tokens_source = record.expected_prompt_tokens, "tokenizer"
+        if record.reasoning_tokens is None and reasoning:
+            if self.tokenizer is not None:
+                record.reasoning_tokens = len(await self.tokenizer.encode(reasoning))
+                record.reasoning_tokens_source = "tokenizer"
+            else:
+                record.reasoning_tokens, record.reasoning_tokens_source = reasoning_chunks, "chunks"
+        if record.output_tokens is None:
+            if self.tokenizer is not None:
+                record.output_tokens = len(await self.tokenizer.encode(reasoning + content))
+                record.output_tokens_source = "tokenizer"
+            else:
+                record.output_tokens, record.output_tokens_source = len(record.chunk_times), "chunks"
+
+    @staticmethod
+    def _fail(record: RequestRecord, kind: str, message: str) -> RequestRecord:
+        record.status = "failed"
+        record.error_kind = kind
+        record.error = message[:ERROR_TEXT_LIMIT]
+        return record

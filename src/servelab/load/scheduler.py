@@ -1,0 +1,99 @@
+"""Closed-loop load: keep N requests in flight until a request count or a duration is reached.
+
+Each of the N workers sends a request, waits for it to finish, and sends the next; so exactly N
+requests are in flight except while the last ones drain. With a duration, requests still in
+flight at the deadline are cancelled and kept as ``incomplete`` (never dropped), and the
+throughput window is exactly the duration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from servelab.load.client import StreamClient
+from servelab.records import RequestRecord
+
+# Failures after which the scheduler asks whether the server is still there.
+CONNECTION_ERRORS = frozenset({"connect", "disconnected"})
+
+
+class ServerGone(Exception):
+    """The server stopped answering during a run (its process died or its port closed)."""
+
+
+@dataclass
+class Phase:
+    """What one closed-loop phase ran: its records (in completion order) and its window (run seconds)."""
+
+    records: list[RequestRecord] = field(default_factory=list)
+    window: tuple[float, float] | None = None
+
+
+async def closed_loop(
+    client: StreamClient,
+    make: Callable[[int], tuple[RequestRecord, bytes]],
+    *,
+    concurrency: int,
+    count: int | None = None,
+    duration_s: float | None = None,
+    on_record: Callable[[RequestRecord], None],
+    alive: Callable[[], Awaitable[bool]],
+) -> Phase:
+    """Run one phase of closed-loop load.
+
+    Args:
+        client: an open :class:`StreamClient`.
+        make: builds request ``i`` (its record and body); called just before it is sent.
+        concurrency: requests kept in flight.
+        count: stop after this many requests (exactly one of ``count`` and ``duration_s``).
+        duration_s: stop launching and cancel what is in flight after this many seconds.
+        on_record: called once per request as it completes, fails or is cancelled.
+        alive: asked after a connection-level failure; False ends the phase with ServerGone.
+
+    Returns:
+        The phase's records and, with a duration, its fixed window.
+
+    Raises:
+        ServerGone: the server stopped answering (records so far were passed to ``on_record``).
+        asyncio.CancelledError: the caller was cancelled (Ctrl-C); in-flight records are
+            marked ``incomplete`` and passed to ``on_record`` first.
+    """
+    if (count is None) == (duration_s is None):
+        raise ValueError("give exactly one of count and duration_s")
+    phase = Phase()
+    indices = itertools.count()
+    t_begin = time.perf_counter() - client.origin
+    deadline = None if duration_s is None else t_begin + duration_s
+
+    async def worker() -> None:
+        while True:
+            i = next(indices)
+            if count is not None and i >= count:
+                return
+            record, body = make(i)
+            try:
+                await client.send(record, body)
+            finally:
+                phase.records.append(record)
+                on_record(record)
+            if record.error_kind in CONNECTION_ERRORS and not await alive():
+                raise ServerGone(f"the server stopped answering ({record.error_kind}: {record.error})")
+
+    tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
+    try:
+        if deadline is None:
+            await asyncio.gather(*tasks)
+        else:
+            done, pending = await asyncio.wait(tasks, timeout=duration_s, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()  # re-raise ServerGone
+            phase.window = (t_begin, t_begin + duration_s)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return phase

@@ -1,0 +1,149 @@
+"""RequestRecords → per-level summary. Every metric here is defined once, in ``docs/metrics.md``.
+
+Latency statistics use only requests that succeeded (``status == "ok"``); failed and incomplete
+requests are counted in every summary (``failed``, ``incomplete``, ``error_kinds``) and make the
+level's ``failed`` flag true, so an overloaded server cannot look better by dropping requests.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from pydantic import BaseModel, Field
+
+from servelab.records import RequestRecord
+
+PERCENTILES = (50, 90, 95, 99)
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0–100) of already sorted values, linearly interpolated.
+
+    Same convention as ``numpy.percentile(..., method="linear")`` and vLLM's benchmark
+    (docs/metrics.md, "Percentiles").
+
+    Raises:
+        ValueError: ``sorted_values`` is empty.
+    """
+    if not sorted_values:
+        raise ValueError("percentile of no values")
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+class Distribution(BaseModel):
+    """Mean, percentiles and range of one metric over a set of values (unit in the field name that holds it)."""
+
+    n: int = 0
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    min: float | None = None
+    max: float | None = None
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> Distribution:
+        """Summarise ``values``; an empty input gives ``n=0`` and ``None`` everywhere."""
+        data = sorted(values)
+        if not data:
+            return cls()
+        pct = {f"p{q}": percentile(data, q) for q in PERCENTILES}
+        return cls(n=len(data), mean=statistics.fmean(data), min=data[0], max=data[-1], **pct)
+
+
+class LevelSummary(BaseModel):
+    """Summary of the measured requests at one concurrency level (docs/metrics.md)."""
+
+    concurrency: int
+    ok: int = Field(description="Requests that finished successfully.")
+    failed_requests: int = Field(description="Requests that got an HTTP, connection, timeout or stream error.")
+    incomplete: int = Field(description="Requests cut off by the end of the run or an interruption.")
+    error_kinds: dict[str, int] = Field(default_factory=dict)
+    window_s: float | None = Field(None, description="Measured window: first start to last end (s).")
+    prompt_tokens: int = 0
+    output_tokens: int = Field(0, description="Output tokens delivered in the window, all requests.")
+    output_throughput_tok_s: float | None = None
+    request_throughput_rps: float | None = None
+    ttft_ms: Distribution = Field(default_factory=Distribution)
+    ttfc_ms: Distribution = Field(default_factory=Distribution)
+    e2e_ms: Distribution = Field(default_factory=Distribution)
+    tpot_ms: Distribution = Field(default_factory=Distribution)
+    itl_ms: Distribution = Field(default_factory=Distribution)
+    decode_tok_s: Distribution = Field(default_factory=Distribution)
+    prefill_tok_s: Distribution = Field(default_factory=Distribution)
+
+    @property
+    def failed(self) -> bool:
+        """True when any request at this level failed or was cut off."""
+        return self.failed_requests > 0 or self.incomplete > 0
+
+
+def _decode_span(r: RequestRecord) -> float | None:
+    """Seconds from the first to the last token-bearing chunk, or None with fewer than 2 tokens."""
+    if not r.output_tokens or r.output_tokens < 2 or len(r.chunk_times) < 2:
+        return None
+    span = r.chunk_times[-1] - r.chunk_times[0]
+    return span if span > 0 else None
+
+
+def summarize(
+    concurrency: int, records: Sequence[RequestRecord], window: tuple[float, float] | None = None
+) -> LevelSummary:
+    """Summarise the measured ``records`` of one concurrency level.
+
+    Args:
+        concurrency: the level (requests kept in flight).
+        records: the level's measured records (warm-up and calibration records are ignored).
+        window: (start, end) in run seconds for throughput; default first ``start`` (or ``queued``)
+            to last ``end`` of the records. Duration-bounded runs pass their fixed window.
+
+    Returns:
+        A :class:`LevelSummary`; latency distributions cover successful requests only.
+    """
+    measured = [r for r in records if r.phase == "measured"]
+    ok = [r for r in measured if r.status == "ok"]
+    failed = [r for r in measured if r.status == "failed"]
+    incomplete = [r for r in measured if r.status == "incomplete"]
+    if window is None and measured:
+        starts = [r.start if r.start is not None else r.queued for r in measured]
+        ends = [r.end for r in measured if r.end is not None]
+        window = (min(starts), max(ends)) if ends else None
+    window_s = (window[1] - window[0]) if window else None
+    # Incomplete requests never got a usage chunk: what they delivered is their chunk count.
+    out_tokens = sum(r.output_tokens or 0 for r in ok) + sum(len(r.chunk_times) for r in incomplete)
+    spans = {id(r): _decode_span(r) for r in ok}
+    with_ttft = [r for r in ok if r.first_token is not None and r.start is not None]
+    summary = LevelSummary(
+        concurrency=concurrency,
+        ok=len(ok),
+        failed_requests=len(failed),
+        incomplete=len(incomplete),
+        error_kinds=dict(Counter(r.error_kind or "unknown" for r in failed + incomplete)),
+        window_s=window_s,
+        prompt_tokens=sum(r.prompt_tokens or 0 for r in ok),
+        output_tokens=out_tokens,
+        output_throughput_tok_s=out_tokens / window_s if window_s else None,
+        request_throughput_rps=len(ok) / window_s if window_s else None,
+        ttft_ms=Distribution.of((r.first_token - r.start) * 1e3 for r in with_ttft),
+        ttfc_ms=Distribution.of(
+            (r.first_content - r.start) * 1e3 for r in ok if r.first_content is not None and r.start is not None
+        ),
+        e2e_ms=Distribution.of((r.end - r.start) * 1e3 for r in ok if r.end is not None and r.start is not None),
+        tpot_ms=Distribution.of(
+            spans[id(r)] * 1e3 / (r.output_tokens - 1) for r in ok if spans[id(r)] is not None
+        ),
+        itl_ms=Distribution.of(
+            (b - a) * 1e3 for r in ok for a, b in zip(r.chunk_times, r.chunk_times[1:], strict=False)
+        ),
+        decode_tok_s=Distribution.of((r.output_tokens - 1) / spans[id(r)] for r in ok if spans[id(r)] is not None),
+        prefill_tok_s=Distribution.of(
+            r.prompt_tokens / (r.first_token - r.start) for r in with_ttft if r.prompt_tokens and r.first_token > r.start
+        ),
+    )
+    return summary

@@ -1,0 +1,168 @@
+"""What a run leaves on disk: the per-request record, the run document, and the writer that keeps both safe.
+
+A run directory holds:
+
+- ``run.json``: a :class:`RunResult` (versioned schema), rewritten atomically (temp file +
+  ``os.replace``) at the start, after each concurrency level and at the end. It says ``"partial"``
+  until the run finishes, so a crash, a Ctrl-C or a dead server leaves a valid, clearly marked run.
+- ``records.jsonl``: one :class:`RequestRecord` per line, appended and flushed as each request
+  completes, so nothing measured is lost.
+- ``server.log``: the embedded server's log, when servelab started the server.
+
+Times in a record are seconds on the client's monotonic clock (``time.perf_counter``) relative to
+the run's origin, whose wall-clock time is ``RunResult.started_at``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from servelab import __version__
+from servelab.metrics.summary import LevelSummary
+from servelab.records import RequestRecord
+
+SCHEMA_VERSION = 1
+
+class Environment(BaseModel):
+    """Where the client ran."""
+
+    servelab_version: str
+    host: str
+    platform: str
+    python: str
+    cpu_count: int | None
+
+    @classmethod
+    def current(cls) -> Environment:
+        """The environment of this process."""
+        return cls(
+            servelab_version=__version__,
+            host=socket.gethostname(),
+            platform=platform.platform(),
+            python=platform.python_version(),
+            cpu_count=os.cpu_count(),
+        )
+
+
+class EndpointInfo(BaseModel):
+    """What was measured. Never holds an API key."""
+
+    url: str = Field(description="Server root URL (no /v1).")
+    engine: str = Field(description="vllm, sglang, llama.cpp or generic.")
+    engine_version: str | None = None
+    model: str
+    max_model_len: int | None = Field(None, description="Context length per request, tokens.")
+    tokenizer: str | None = Field(None, description="Where token counts came from: server /tokenize or a local path.")
+    metrics_url: str | None = None
+    embedded: bool = Field(False, description="True when servelab started the server itself.")
+
+
+class LoadSpec(BaseModel):
+    """The load that was asked for."""
+
+    concurrency: list[int]
+    requests: int | None = Field(None, description="Measured requests per level (None with a duration).")
+    duration_s: float | None = Field(None, description="Measured duration per level (None with a request count).")
+    warmup: int | None = Field(description="Warm-up requests per level, not counted; None = one per slot (the concurrency).")
+    input_tokens: int = Field(description="Prompt tokens per request, chat template included.")
+    output_tokens: int = Field(description="max_tokens per request.")
+    prefix_cache: Literal["cold", "warm"]
+    ignore_eos: bool
+    chat_template_kwargs: dict | None = None
+    seed: int
+    request_timeout_s: float
+
+
+class PromptCheck(BaseModel):
+    """How exact the prompts were: built length versus what the server reported."""
+
+    template_overhead_tokens: int = Field(description="Tokens the chat template adds around the user text.")
+    overhead_source: str = Field(description="How the overhead was measured.")
+    checked_requests: int = 0
+    mismatched_requests: int = 0
+    max_abs_deviation_tokens: int = 0
+    mean_deviation_tokens: float = 0.0
+
+
+class RunResult(BaseModel):
+    """The run document (``run.json``)."""
+
+    schema_version: int = SCHEMA_VERSION
+    kind: Literal["bench"] = "bench"
+    status: Literal["partial", "complete"] = "partial"
+    partial_reason: str | None = "the run did not finish (still running, interrupted, or crashed)"
+    started_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
+    ended_at: str | None = None
+    environment: Environment = Field(default_factory=Environment.current)
+    endpoint: EndpointInfo
+    load: LoadSpec
+    prompt_check: PromptCheck | None = None
+    levels: list[LevelSummary] = Field(default_factory=list)
+    records_file: str = "records.jsonl"
+
+    @property
+    def failed(self) -> bool:
+        """True when any measured request failed or the run is partial."""
+        return self.status != "complete" or any(lv.failed for lv in self.levels)
+
+
+class RunWriter:
+    """Owns a run directory: appends records as they complete and rewrites ``run.json`` atomically.
+
+    Raises:
+        ServelabError: via the caller, when the directory cannot be created (OSError is wrapped there).
+    """
+
+    def __init__(self, directory: Path, run: RunResult) -> None:
+        self.directory = directory
+        self.run = run
+        directory.mkdir(parents=True, exist_ok=True)
+        self._records = open(directory / run.records_file, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        self.save()
+
+    def append(self, record: RequestRecord) -> None:
+        """Append one record and flush it to the OS, so a crash cannot lose it."""
+        self._records.write(record.model_dump_json(exclude_none=True) + "\n")
+        self._records.flush()
+
+    def save(self) -> None:
+        """Write ``run.json`` atomically (a reader never sees a half-written file)."""
+        tmp = self.directory / "run.json.tmp"
+        tmp.write_text(self.run.model_dump_json(indent=2), encoding="utf-8")
+        os.replace(tmp, self.directory / "run.json")
+
+    def finish(self, *, complete: bool, reason: str | None = None) -> None:
+        """Mark the run complete or partial (with its reason), save, and close the records file."""
+        self.run.status = "complete" if complete else "partial"
+        self.run.partial_reason = None if complete else reason
+        self.run.ended_at = datetime.now(timezone.utc).isoformat()
+        self.save()
+        self._records.close()
+
+
+def load_run(directory: Path) -> tuple[RunResult, list[RequestRecord]]:
+    """Read a run directory back: the run document and every record in it.
+
+    A truncated last line (the process died mid-write) is skipped.
+
+    Raises:
+        FileNotFoundError: no ``run.json`` in ``directory``.
+    """
+    run = RunResult.model_validate_json((directory / "run.json").read_text(encoding="utf-8"))
+    records = []
+    path = directory / run.records_file
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                records.append(RequestRecord.model_validate(json.loads(line)))
+            except ValueError:
+                continue
+    return run, records

@@ -1,0 +1,103 @@
+"""Token counting: the server's own tokenizer (``/tokenize``) or a local Hugging Face tokenizer.
+
+Both give plain-text token ids without special tokens; the chat template's extra tokens are
+measured separately (see ``workloads/corpus.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+from tokenizers import Tokenizer as HFTokenizer
+
+from servelab.endpoint import Endpoint
+from servelab.errors import ServelabError
+
+
+class ServerTokenizer:
+    """Tokenizes with the server's ``/tokenize`` and ``/detokenize`` (vLLM, SGLang, llama.cpp).
+
+    Request and response shapes per engine: ../shared/reference/server-facts.md §3–5.
+    """
+
+    def __init__(self, endpoint: Endpoint, session: aiohttp.ClientSession) -> None:
+        self.endpoint = endpoint
+        self.session = session
+        self.name = f"server {endpoint.tokenize_path}"
+        self._llama = endpoint.info.engine == "llama.cpp"
+
+    async def _post(self, path: str, body: dict) -> dict:
+        url = self.endpoint.root + path
+        try:
+            async with self.session.post(url, json=body, headers=self.endpoint.headers()) as resp:
+                if resp.status != 200:
+                    raise ServelabError(f"{url} answered HTTP {resp.status}: {(await resp.text())[:200]}")
+                return await resp.json(content_type=None)
+        except aiohttp.ClientError as exc:
+            raise ServelabError(f"tokenizing at {url} failed: {exc}") from None
+
+    async def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``, no special tokens added."""
+        body = {"content": text, "add_special": False} if self._llama else {"prompt": text, "add_special_tokens": False}
+        tokens = (await self._post("/tokenize", body))["tokens"]
+        return [t["id"] if isinstance(t, dict) else t for t in tokens]
+
+    async def decode(self, ids: list[int]) -> str:
+        """Text of token ids."""
+        out = await self._post("/detokenize", {"tokens": ids})
+        return out.get("content", out.get("prompt", out.get("text", "")))
+
+    async def chat_count(self, text: str, chat_template_kwargs: dict | None = None) -> int | None:
+        """Tokens of ``text`` sent as one user message, chat template included, as the server counts them.
+
+        llama.cpp: ``POST /apply-template`` then ``/tokenize`` with special tokens (BOS) parsed and
+        added; vLLM: ``POST /tokenize`` in its chat form (``messages``, ``add_generation_prompt``).
+        None for engines without such an endpoint (SGLang, generic).
+        """
+        messages = [{"role": "user", "content": text}]
+        extra = {"chat_template_kwargs": chat_template_kwargs} if chat_template_kwargs else {}
+        if self._llama:
+            prompt = (await self._post("/apply-template", {"messages": messages, **extra}))["prompt"]
+            body = {"content": prompt, "add_special": True, "parse_special": True}
+            return len((await self._post("/tokenize", body))["tokens"])
+        if self.endpoint.info.engine == "vllm":
+            body = {"model": self.endpoint.info.model, "messages": messages, "add_generation_prompt": True, **extra}
+            out = await self._post("/tokenize", body)
+            return out.get("count", len(out["tokens"]))
+        return None
+
+
+class LocalTokenizer:
+    """A local Hugging Face tokenizer: a ``tokenizer.json`` file or a directory holding one.
+
+    Raises:
+        ServelabError: the path does not exist or is not a tokenizer.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        p = Path(path)
+        if p.is_dir():
+            p = p / "tokenizer.json"
+        if not p.is_file():
+            raise ServelabError(f"--tokenizer {path}: no tokenizer.json there; give a Hugging Face tokenizer directory or file")
+        try:
+            self._tok = HFTokenizer.from_file(str(p))
+        except Exception as exc:  # the Rust library raises plain Exception on bad files
+            raise ServelabError(f"--tokenizer {path}: cannot load it ({exc})") from None
+        self.name = f"local {p}"
+
+    async def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``, no special tokens added."""
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    async def decode(self, ids: list[int]) -> str:
+        """Text of token ids."""
+        return self._tok.decode(ids, skip_special_tokens=False)
+
+    async def chat_count(self, text: str, chat_template_kwargs: dict | None = None) -> int | None:
+        """A bare tokenizer file knows no chat template: always None (the measured overhead is used)."""
+        return None
+
+
+Tokenizer = ServerTokenizer | LocalTokenizer
