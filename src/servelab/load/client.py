@@ -192,7 +192,7 @@ class StreamClient:
                                 content = delta.get("content")
                                 reasoning = delta.get("reasoning_content") or delta.get("reasoning")
                                 if content or reasoning:
-                                    chunk_times.append(round(t - start, 7))
+                                    chunk_times.append(t - start)
                                     if record.first_token is None:
                                         record.first_token = t - origin
                                     if content:
@@ -208,6 +208,10 @@ class StreamClient:
                             if usage:
                                 self._read_usage(record, usage)
                 record.end = clock() - origin
+                # Let every other stream whose bytes arrived with ours take its timestamps before
+                # this one does its end-of-request work (closing, counting, the next request):
+                # under fixed-length load many streams end in the same instant.
+                await asyncio.sleep(0)
         except asyncio.CancelledError:
             record.end = clock() - origin
             record.status = "incomplete"

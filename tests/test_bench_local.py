@@ -1,0 +1,221 @@
+"""servelab bench end to end against the embedded llama.cpp server (real Gemma 3 270M, loopback)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import read_jsonl, run, scrape
+from servelab.bench import Bench, BenchOptions
+from servelab.cli import app
+from servelab.endpoint import discover
+from servelab.errors import ServelabError
+from servelab.local import LocalServer
+from servelab.results import load_run
+
+cli = CliRunner()
+
+
+class Hooks:
+    """Collects what the bench reports; optionally acts after the n-th measured record."""
+
+    def __init__(self, after: int | None = None, action=None):
+        self.records, self.levels, self.after, self.action = [], [], after, action
+
+    def phase_started(self, *args):
+        pass
+
+    def record_done(self, record):
+        self.records.append(record)
+        measured = [r for r in self.records if r.phase == "measured"]
+        if self.action and record.phase == "measured" and len(measured) == self.after:
+            self.action()
+
+    def level_done(self, summary):
+        self.levels.append(summary)
+
+
+async def _bench(url, opts, run_dir, hooks, server=None):
+    endpoint = await discover(url, embedded=server is not None)
+
+    async def alive():
+        return server.alive() if server else True
+
+    return await Bench(endpoint, opts, run_dir, hooks, alive).run()
+
+
+def test_client_and_server_token_counts_agree(llama, tmp_path):
+    before = scrape(llama.url)
+    opts = BenchOptions(concurrency=[1, 3], requests=4, input_tokens=200, output_tokens=24)
+    hooks = Hooks()
+    result = run(_bench(llama.url, opts, tmp_path / "run", hooks))
+    after = scrape(llama.url)
+
+    assert result.status == "complete" and not result.failed
+    records = read_jsonl(tmp_path / "run" / "records.jsonl")
+    assert len(records) == 1 + (1 + 4) + (3 + 4)  # calibration + warm-up and measured per level
+    measured = [r for r in records if r["phase"] == "measured"]
+    for r in measured:
+        assert r["status"] == "ok"
+        assert r["output_tokens_source"] == "usage" and r["prompt_tokens_source"] == "usage"
+        assert r["output_tokens"] == 24  # ignore_eos: exactly max_tokens
+        assert len(r["chunk_times"]) == r["output_tokens"]  # llama.cpp streams one token per chunk
+        assert r["prompt_tokens"] == r["expected_prompt_tokens"] == 200  # token-exact, template included
+        assert r.get("cached_prompt_tokens", 0) == 0  # cold: cache_prompt false
+        assert 0 < r["first_token"] - r["start"] < r["end"] - r["start"]
+    # The server's own counters saw exactly what the client counted (every request of the run).
+    assert after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"] == sum(
+        r["output_tokens"] for r in records
+    )
+    assert after["llamacpp:prompt_tokens_total"] - before["llamacpp:prompt_tokens_total"] == sum(
+        r["prompt_tokens"] for r in records
+    )
+    assert result.prompt_check.checked_requests == 8 and result.prompt_check.mismatched_requests == 0
+    for level in result.levels:
+        assert level.ok == 4 and level.failed_requests == 0
+        assert 0 < level.ttft_ms.p50 < level.e2e_ms.p50
+        assert level.output_tokens == 4 * 24
+        assert level.output_throughput_tok_s == pytest.approx(level.output_tokens / level.window_s)
+
+
+def test_warm_prefix_cache_is_hit_and_cold_is_not(llama, tmp_path):
+    opts = BenchOptions(concurrency=[1], requests=3, warmup=1, input_tokens=300, output_tokens=4, prefix_cache="warm")
+    run(_bench(llama.url, opts, tmp_path / "warm", Hooks()))
+    warm = [r for r in read_jsonl(tmp_path / "warm" / "records.jsonl") if r["phase"] == "measured"]
+    assert all(r["cached_prompt_tokens"] > 250 for r in warm)
+
+
+def test_overlong_request_fails_fast_with_the_numbers(llama):
+    before = scrape(llama.url)
+    t0 = time.monotonic()
+    res = cli.invoke(app, ["bench", "--url", llama.url, "--input-tokens", "5000", "--output-tokens", "100"])
+    assert res.exit_code == 2
+    assert time.monotonic() - t0 < 5
+    msg = " ".join(res.output.split())
+    assert "5000 prompt + 100 output = 5100 tokens" in msg and "allows 4096 tokens" in msg
+    assert "Traceback" not in res.output
+    after = scrape(llama.url)
+    assert after["llamacpp:prompt_tokens_total"] == before["llamacpp:prompt_tokens_total"]  # nothing was sent
+
+
+def test_unreachable_url_gives_clear_error_within_5s(free_port):
+    t0 = time.monotonic()
+    res = cli.invoke(app, ["bench", "--url", f"http://127.0.0.1:{free_port}"])
+    assert res.exit_code == 2 and time.monotonic() - t0 < 5
+    assert "cannot reach" in res.output and "Traceback" not in res.output
+
+
+def test_silent_server_gives_clear_error_within_5s():
+    with socket.socket() as listener:  # accepts connections (kernel backlog) but never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        t0 = time.monotonic()
+        res = cli.invoke(app, ["bench", "--url", f"http://127.0.0.1:{port}/v1"])
+    assert res.exit_code == 2 and time.monotonic() - t0 < 5
+    assert "no answer" in res.output
+
+
+def test_killed_server_leaves_partial_run_with_completed_requests(tmp_path):
+    server = LocalServer(tmp_path / "server.log").start()
+    try:
+        kill = lambda: os.killpg(server.process.pid, signal.SIGKILL)  # noqa: E731
+        opts = BenchOptions(concurrency=[1], requests=50, warmup=0, input_tokens=64, output_tokens=8)
+        with pytest.raises(ServelabError, match="stopped answering"):
+            run(_bench(server.url, opts, tmp_path / "run", Hooks(after=2, action=kill), server))
+    finally:
+        server.stop()
+    result, records = load_run(tmp_path / "run")
+    assert result.status == "partial" and "stopped answering" in result.partial_reason
+    ok = [r for r in records if r.phase == "measured" and r.status == "ok"]
+    assert len(ok) == 2
+    assert any(r.status == "failed" for r in records)
+
+
+def test_ctrl_c_leaves_partial_run(llama, tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "servelab", "bench", "--url", llama.url, "--concurrency", "1", "--requests", "200",
+         "--output-tokens", "8", "--input-tokens", "64", "--output", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    records = out / "records.jsonl"
+    deadline = time.monotonic() + 120
+    while not (records.exists() and len(records.read_text().splitlines()) >= 4):  # wait for a condition
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else "timeout"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    assert "partial run" in output
+    result, recs = load_run(out)
+    assert result.status == "partial" and "interrupted" in result.partial_reason
+    assert len(recs) >= 4
+
+
+def test_api_key_is_never_written(llama, tmp_path, monkeypatch):
+    secret = "sk-servelab-test-" + os.urandom(8).hex()
+    monkeypatch.setenv("MY_KEY", secret)
+    out = tmp_path / "run"
+    res = cli.invoke(app, ["bench", "--url", llama.url, "--api-key-env", "MY_KEY", "--concurrency", "1",
+                           "--requests", "2", "--output-tokens", "4", "--input-tokens", "64", "--output", str(out)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert secret not in res.output
+    for path in out.rglob("*"):
+        assert secret not in path.read_text(errors="replace"), path
+
+
+def test_embedded_default_runs_and_stops(tmp_path):
+    out = tmp_path / "run"
+    res = cli.invoke(app, ["bench", "--concurrency", "1,2", "--requests", "2", "--output-tokens", "8",
+                           "--input-tokens", "64", "--output", str(out)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "gemma-3-270m" in res.output and "output tok/s" in " ".join(res.output.split())
+    result, _ = load_run(out)
+    assert result.status == "complete" and result.endpoint.embedded and result.endpoint.engine == "llama.cpp"
+    assert [lv.concurrency for lv in result.levels] == [1, 2]
+    log = (out / "server.log").read_text()
+    assert "listening" in log or "server is listening" in log
+    port = int(result.endpoint.url.rsplit(":", 1)[1])
+    with socket.socket() as s:  # the server was stopped: nothing listens there any more
+        assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_embedded_start_failure_shows_server_log(tmp_path):
+    server = LocalServer(tmp_path / "server.log", extra_args=["--no-such-flag"])
+    with pytest.raises(ServelabError, match="exited with code") as err:
+        server.start()
+    assert "no-such-flag" in str(err.value)
+
+
+def test_run_on_event_loop_cancel_marks_partial(llama, tmp_path):
+    """Cancellation (what Ctrl-C does to the main task) saves the run as partial first."""
+
+    async def go():
+        opts = BenchOptions(concurrency=[2], requests=100, warmup=0, input_tokens=64, output_tokens=16)
+        task = asyncio.ensure_future(_bench(llama.url, opts, tmp_path / "run", Hooks(after=3, action=lambda: task.cancel())))
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run(go())
+    result, records = load_run(tmp_path / "run")
+    assert result.status == "partial"
+    assert sum(r.status == "incomplete" for r in records) >= 1
+    assert sum(r.status == "ok" and r.phase == "measured" for r in records) >= 3
+
+
+def test_records_survive_as_jsonl_lines(tmp_path, llama):
+    opts = BenchOptions(concurrency=[1], requests=2, warmup=0, input_tokens=64, output_tokens=4)
+    run(_bench(llama.url, opts, tmp_path / "r", Hooks()))
+    lines = (tmp_path / "r" / "records.jsonl").read_text().splitlines()
+    assert len(lines) == 3
+    assert Path(tmp_path / "r" / "run.json").exists()
