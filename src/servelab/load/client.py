@@ -5,8 +5,10 @@ Timing rules (docs/metrics.md):
 - ``start`` is taken when aiohttp hands the request body to the connection (its
   ``on_request_chunk_sent`` trace), not when the request was queued, so client-side waiting for
   a connection or a busy event loop never counts as server latency.
-- Every chunk is timestamped when its bytes are read from the socket; chunks read together share
-  a timestamp (they did arrive together).
+- Every chunk is timestamped, and parsed, in the connection's ``data_received`` — the moment its
+  bytes were read from the socket — not when the request's coroutine would next be scheduled
+  (see :class:`TimedResponseHandler`). So hundreds of streams do not queue behind each other's
+  coroutines, and a chunk costs no task switch. Chunks read together share a time.
 - A chunk counts as a token chunk when its delta carries ``content`` or reasoning text
   (``reasoning_content`` — llama.cpp, SGLang, vLLM < 0.11.1 — or ``reasoning`` — vLLM ≥ 0.11.1);
   the role-only first chunk vLLM sends does not.
@@ -20,11 +22,13 @@ bottleneck at high stream counts (see benchmarks/client_overhead.py).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from types import SimpleNamespace
 
 import aiohttp
 import orjson
+from aiohttp.client_proto import ResponseHandler
 
 from servelab.endpoint import Endpoint
 from servelab.records import RequestRecord
@@ -50,6 +54,144 @@ def _error_message(body: bytes) -> str:
     except (orjson.JSONDecodeError, AttributeError):
         text = body.decode("utf-8", "replace")
     return " ".join(text.split())[:ERROR_TEXT_LIMIT]
+
+
+class StreamParser:
+    """Parses an OpenAI chat-completion SSE stream into a record, as its bytes arrive.
+
+    ``feed(data, t)`` takes body bytes read at ``t`` (``perf_counter`` seconds); events may be
+    split across calls. Fills ``record``'s token-chunk times (seconds since ``start``),
+    ``first_token``, ``first_content``, ``finish_reason`` and server-reported usage; the text is
+    kept for token counting when the server sends no usage. The first error event or unparsable
+    chunk sets ``error`` (kind, message) and stops parsing.
+    """
+
+    def __init__(self, record: RequestRecord, start: float, origin: float) -> None:
+        self.record = record
+        self.start = start
+        self.origin = origin
+        self.buf = b""
+        self.parts: list[str] = []
+        self.reasoning_parts: list[str] = []
+        self.reasoning_chunks = 0
+        self.done = False
+        self.error: tuple[str, str] | None = None
+
+    def feed(self, data: bytes, t: float) -> None:
+        """Consume body bytes that arrived at time ``t``."""
+        if self.error is not None:
+            return
+        buf = self.buf + data
+        record = self.record
+        while True:
+            cut, sep = buf.find(b"\n\n"), 2
+            if cut < 0 and b"\r" in buf:
+                cut, sep = buf.find(b"\r\n\r\n"), 4
+            if cut < 0:
+                break
+            event, buf = buf[:cut], buf[cut + sep :]
+            for line in event.splitlines():
+                if not line.startswith(b"data:"):
+                    continue  # comments (": ping"), event:, id:, retry:
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    self.done = True
+                    continue
+                try:
+                    obj = orjson.loads(payload)
+                except orjson.JSONDecodeError as exc:
+                    self.error = ("bad_chunk", f"a stream chunk was not JSON: {exc}")
+                    return
+                if "error" in obj:
+                    self.error = ("stream_error", _error_message(payload))
+                    return
+                for choice in obj.get("choices") or ():
+                    delta = choice.get("delta") or {}
+                    content = delta.get("content")
+                    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                    if content or reasoning:
+                        record.chunk_times.append(t - self.start)
+                        if record.first_token is None:
+                            record.first_token = t - self.origin
+                        if content:
+                            self.parts.append(content)
+                            if record.first_content is None:
+                                record.first_content = t - self.origin
+                        if reasoning:
+                            self.reasoning_parts.append(reasoning)
+                            self.reasoning_chunks += 1
+                    if choice.get("finish_reason"):
+                        record.finish_reason = choice["finish_reason"]
+                usage = obj.get("usage")
+                if usage:
+                    _read_usage(record, usage)
+        self.buf = buf
+
+
+def _read_usage(record: RequestRecord, usage: dict) -> None:
+    """Copy server-reported counts from an OpenAI ``usage`` object."""
+    if usage.get("prompt_tokens") is not None:
+        record.prompt_tokens, record.prompt_tokens_source = usage["prompt_tokens"], "usage"
+    if usage.get("completion_tokens") is not None:
+        record.output_tokens, record.output_tokens_source = usage["completion_tokens"], "usage"
+    details = usage.get("completion_tokens_details") or {}
+    if details.get("reasoning_tokens") is not None:
+        record.reasoning_tokens, record.reasoning_tokens_source = details["reasoning_tokens"], "usage"
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    if cached is not None:
+        record.cached_prompt_tokens = cached
+
+
+class TimedResponseHandler(ResponseHandler):
+    """aiohttp's connection protocol that timestamps every socket read and feeds a :class:`StreamParser`.
+
+    After aiohttp has parsed a read (HTTP framing, chunked encoding), the body bytes it produced
+    are taken from the response's ``StreamReader`` (``read_nowait``, public API) and parsed at
+    once with that read's time. ``response_t`` is when the response headers were read,
+    ``last_t`` the latest read. (aiohttp has no public hook for the protocol; it is installed by
+    :class:`TimedConnector`, and tests/test_client.py fails if aiohttp stops honouring it.)
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.parser: StreamParser | None = None
+        self.parsed_payload: object = None
+        self.seen_payload: object = None
+        self.response_t = 0.0
+        self.last_t = 0.0
+
+    def data_received(self, data: bytes) -> None:
+        if not data:  # aiohttp calls this with b"" to resume parsing after each read; not a read
+            super().data_received(data)
+            return
+        t = self.last_t = time.perf_counter()
+        super().data_received(data)
+        payload = self._payload
+        if payload is not self.seen_payload:  # a new response (connections may be kept alive)
+            self.seen_payload, self.response_t = payload, t
+        if self.parser is not None:  # (the response may have ended and been released in this read)
+            body = self.parsed_payload.read_nowait(-1)
+            if body:
+                self.parser.feed(body, t)
+
+    def attach(self, parser: StreamParser, payload: aiohttp.StreamReader) -> None:
+        """Parse ``payload`` with ``parser`` from now on; body bytes already buffered are parsed now."""
+        self.parser, self.parsed_payload = parser, payload
+        body = payload.read_nowait(-1)
+        if body:
+            parser.feed(body, self.last_t)
+
+    def detach(self) -> None:
+        """Stop parsing (the response ended or the request was abandoned)."""
+        self.parser = self.parsed_payload = None
+
+
+class TimedConnector(aiohttp.TCPConnector):
+    """A TCP connector whose connections are :class:`TimedResponseHandler` protocols."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self._factory = functools.partial(TimedResponseHandler, loop=self._loop)
 
 
 def chat_body(
@@ -120,6 +262,7 @@ class StreamClient:
         self.url = endpoint.api_base + "/chat/completions"
         self.tokenizer = tokenizer
         self._connections = connections
+        self._timeout_s = request_timeout_s
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s, connect=min(10.0, request_timeout_s))
         self._headers = {"Content-Type": "application/json", **endpoint.headers()}
         self._session: aiohttp.ClientSession | None = None
@@ -127,10 +270,15 @@ class StreamClient:
     async def __aenter__(self) -> StreamClient:
         trace = aiohttp.TraceConfig()
         trace.on_request_chunk_sent.append(_on_body_sent)
-        # One connection per request: servers close idle keep-alive connections on their own schedule
-        # (llama-server: "Keep-Alive: timeout=5"), and a pooled connection closed under us fails the
-        # next POST ("Can not write request body"). Connecting is not timed: `start` is body-sent.
-        connector = aiohttp.TCPConnector(limit=self._connections + 4, force_close=True)
+        # llama-server closes the connection after every streamed response although it answers
+        # "Keep-Alive: timeout=5", so a pooled connection fails the next POST ("Can not write
+        # request body"): one connection per request there. Elsewhere connections are kept
+        # (opening one costs the client ~0.5 ms of CPU) but dropped after 2 s idle, before
+        # servers drop theirs (uvicorn, under vLLM and SGLang: 5 s), so a stale one is never used.
+        keep_alive = self.endpoint.info.engine != "llama.cpp"
+        connector = TimedConnector(
+            limit=self._connections + 4, force_close=not keep_alive, keepalive_timeout=2.0 if keep_alive else None
+        )
         self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, trace_configs=[trace])
         return self
 
@@ -143,80 +291,43 @@ class StreamClient:
 
         Never raises for server or network errors: they become ``status="failed"`` with an
         ``error_kind`` (``http_<status>``, ``connect``, ``disconnected``, ``timeout``,
-        ``stream_error``, ``truncated``, ``client_error``). Cancellation marks the record
-        ``incomplete`` and is re-raised.
+        ``stream_error``, ``truncated``, ``bad_chunk``, ``client_error``). Cancellation marks the
+        record ``incomplete`` and is re-raised.
         """
         assert self._session is not None, "use StreamClient as an async context manager"
         origin = self.origin
         clock = time.perf_counter
+        deadline = asyncio.get_running_loop().time() + self._timeout_s
         sent = SimpleNamespace(sent=None)
-        parts: list[str] = []
-        reasoning_parts: list[str] = []
-        chunk_times = record.chunk_times
-        reasoning_chunks = 0
-        done = False
+        parser: StreamParser | None = None
+        proto = None
         try:
             async with self._session.post(self.url, data=body, headers=self._headers, trace_request_ctx=sent) as resp:
-                t = clock()
-                start = sent.sent if sent.sent is not None else t
+                now = clock()
+                proto = resp.connection.protocol if resp.connection is not None else None
+                timed = isinstance(proto, TimedResponseHandler)
+                start = sent.sent if sent.sent is not None else now
                 record.start = start - origin
-                record.first_byte = t - origin
+                record.first_byte = (proto.response_t if timed else now) - origin
                 record.http_status = resp.status
                 if resp.status != 200:
                     record.end = clock() - origin
                     return self._fail(record, f"http_{resp.status}", _error_message(await resp.read()))
-                buf = b""
-                async for data in resp.content.iter_any():
-                    t = clock()
-                    buf += data
-                    if b"\r" in buf:
-                        buf = buf.replace(b"\r\n", b"\n")
-                    while True:
-                        cut = buf.find(b"\n\n")
-                        if cut < 0:
-                            break
-                        event, buf = buf[:cut], buf[cut + 2 :]
-                        for line in event.split(b"\n"):
-                            if not line.startswith(b"data:"):
-                                continue  # comments (": ping"), event:, id:, retry:
-                            payload = line[5:].strip()
-                            if payload == b"[DONE]":
-                                done = True
-                                continue
-                            obj = orjson.loads(payload)
-                            if "error" in obj:
-                                record.end = t - origin
-                                return self._fail(record, "stream_error", _error_message(payload))
-                            for choice in obj.get("choices") or ():
-                                delta = choice.get("delta") or {}
-                                content = delta.get("content")
-                                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-                                if content or reasoning:
-                                    chunk_times.append(t - start)
-                                    if record.first_token is None:
-                                        record.first_token = t - origin
-                                    if content:
-                                        parts.append(content)
-                                        if record.first_content is None:
-                                            record.first_content = t - origin
-                                    if reasoning:
-                                        reasoning_parts.append(reasoning)
-                                        reasoning_chunks += 1
-                                if choice.get("finish_reason"):
-                                    record.finish_reason = choice["finish_reason"]
-                            usage = obj.get("usage")
-                            if usage:
-                                self._read_usage(record, usage)
-                record.end = clock() - origin
-                # Let every other stream whose bytes arrived with ours take its timestamps before
-                # this one does its end-of-request work (closing, counting, the next request):
-                # under fixed-length load many streams end in the same instant.
-                await asyncio.sleep(0)
+                parser = StreamParser(record, start, origin)
+                if timed:
+                    proto.attach(parser, resp.content)
+                    async with asyncio.timeout_at(deadline):
+                        await resp.content.wait_eof()
+                    record.end = proto.last_t - origin
+                else:  # a connector without timed protocols: parse as the coroutine reads
+                    while data := await resp.content.readany():
+                        parser.feed(data, clock())
+                    record.end = clock() - origin
         except asyncio.CancelledError:
             record.end = clock() - origin
             record.status = "incomplete"
             record.error_kind = "cancelled"
-            record.output_tokens, record.output_tokens_source = len(chunk_times), "chunks"
+            record.output_tokens, record.output_tokens_source = len(record.chunk_times), "chunks"
             raise
         except asyncio.TimeoutError:
             record.end = clock() - origin
@@ -230,27 +341,15 @@ class StreamClient:
         except aiohttp.ClientError as exc:
             record.end = clock() - origin
             return self._fail(record, "client_error", f"{type(exc).__name__}: {exc}")
-        except orjson.JSONDecodeError as exc:
-            record.end = clock() - origin
-            return self._fail(record, "bad_chunk", f"a stream chunk was not JSON: {exc}")
-        if not done and record.finish_reason is None:
+        finally:
+            if isinstance(proto, TimedResponseHandler):
+                proto.detach()
+        if parser.error is not None:
+            return self._fail(record, *parser.error)
+        if not parser.done and record.finish_reason is None:
             return self._fail(record, "truncated", "the stream ended without finish_reason or [DONE]")
-        await self._count_tokens(record, "".join(parts), "".join(reasoning_parts), reasoning_chunks)
+        await self._count_tokens(record, "".join(parser.parts), "".join(parser.reasoning_parts), parser.reasoning_chunks)
         return record
-
-    @staticmethod
-    def _read_usage(record: RequestRecord, usage: dict) -> None:
-        """Copy server-reported counts from an OpenAI ``usage`` object."""
-        if usage.get("prompt_tokens") is not None:
-            record.prompt_tokens, record.prompt_tokens_source = usage["prompt_tokens"], "usage"
-        if usage.get("completion_tokens") is not None:
-            record.output_tokens, record.output_tokens_source = usage["completion_tokens"], "usage"
-        details = usage.get("completion_tokens_details") or {}
-        if details.get("reasoning_tokens") is not None:
-            record.reasoning_tokens, record.reasoning_tokens_source = details["reasoning_tokens"], "usage"
-        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-        if cached is not None:
-            record.cached_prompt_tokens = cached
 
     async def _count_tokens(self, record: RequestRecord, content: str, reasoning: str, reasoning_chunks: int) -> None:
         """Fill counts the server did not send: tokenizer on the text, else one token per chunk."""

@@ -42,6 +42,7 @@ async def closed_loop(
     duration_s: float | None = None,
     on_record: Callable[[RequestRecord], None],
     alive: Callable[[], Awaitable[bool]],
+    ramp_s: float = 0.0,
 ) -> Phase:
     """Run one phase of closed-loop load.
 
@@ -53,6 +54,8 @@ async def closed_loop(
         duration_s: stop launching and cancel what is in flight after this many seconds.
         on_record: called once per request as it completes, fails or is cancelled.
         alive: asked after a connection-level failure; False ends the phase with ServerGone.
+        ramp_s: start the workers evenly over this many seconds instead of all at once
+            (worker k waits k·ramp_s/concurrency before its first request).
 
     Returns:
         The phase's records and, with a duration, its fixed window.
@@ -69,7 +72,9 @@ async def closed_loop(
     t_begin = time.perf_counter() - client.origin
     deadline = None if duration_s is None else t_begin + duration_s
 
-    async def worker() -> None:
+    async def worker(k: int) -> None:
+        if ramp_s:
+            await asyncio.sleep(k * ramp_s / concurrency)
         while True:
             i = next(indices)
             if count is not None and i >= count:
@@ -83,7 +88,7 @@ async def closed_loop(
             if record.error_kind in CONNECTION_ERRORS and not await alive():
                 raise ServerGone(f"the server stopped answering ({record.error_kind}: {record.error})")
 
-    tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
+    tasks = [asyncio.create_task(worker(k)) for k in range(concurrency)]
     try:
         if deadline is None:
             await asyncio.gather(*tasks)
