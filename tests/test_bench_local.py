@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -219,3 +220,22 @@ def test_records_survive_as_jsonl_lines(tmp_path, llama):
     lines = (tmp_path / "r" / "records.jsonl").read_text().splitlines()
     assert len(lines) == 3
     assert Path(tmp_path / "r" / "run.json").exists()
+
+
+def test_serve_local_prints_url_and_sigterm_stops_the_server(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "servelab", "serve-local", "--log", str(tmp_path / "server.log")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    url = None
+    for line in proc.stdout:  # blocks until the server is up and the URL printed
+        if "serving at" in line:
+            url = line.split("serving at", 1)[1].split()[0]
+            break
+    assert url and url.startswith("http://127.0.0.1:")
+    assert "llamacpp:" in urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
+    proc.terminate()  # SIGTERM
+    proc.communicate(timeout=30)
+    port = int(url.rsplit(":", 1)[1])
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0  # llama-server went with it

@@ -261,6 +261,7 @@ class Bench:
         pool: int,
     ) -> Phase:
         o = self.opts
+        self.hooks.phase_started(level, phase, count, duration_s)
         prompts = await self._prompts(builder, pool, warm)
 
         def make(i: int) -> tuple[RequestRecord, bytes]:
@@ -275,7 +276,6 @@ class Bench:
                              cold=o.prefix_cache == "cold", chat_template_kwargs=o.chat_template_kwargs)  # fmt: skip
             return rec, body
 
-        self.hooks.phase_started(level, phase, count, duration_s)
         return await closed_loop(
             client, make, concurrency=level, count=count, duration_s=duration_s, on_record=self._on_record, alive=self.alive
         )

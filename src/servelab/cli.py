@@ -10,7 +10,9 @@ import asyncio
 import json
 import os
 import re
+import signal
 import tempfile
+import threading
 from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
@@ -80,6 +82,12 @@ def parse_json_object(value: str | None, option: str) -> dict | None:
     if not isinstance(obj, dict):
         raise ServelabError(f"{option}: give a JSON object, e.g. '{{\"enable_thinking\": false}}'")
     return obj
+
+
+def _sigterm_as_sigint() -> None:
+    """Treat SIGTERM like Ctrl-C, so a killed servelab still stops its server and saves the partial run."""
+    if threading.current_thread() is threading.main_thread():  # (signals can only be set there)
+        signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
 
 
 def _runner() -> asyncio.Runner:
@@ -174,6 +182,8 @@ def bench(
     ctx_size: Annotated[int, typer.Option(min=256, help="Embedded server only: total context, shared by the slots.")] = DEFAULT_CTX_SIZE,
 ) -> None:
     """Closed-loop benchmark at each concurrency level; prints a table and writes a run directory."""
+    _sigterm_as_sigint()
+    run_dir = output
     try:
         if requests is not None and duration is not None:
             raise ServelabError("give either --requests or --duration, not both")
@@ -192,7 +202,6 @@ def bench(
             tokenizer_path=tokenizer,
         )
         api_key = os.environ.get(api_key_env) or None
-        run_dir = output
         with ExitStack() as stack, _runner() as runner:
             server = None
             if url is None:
@@ -229,6 +238,7 @@ def serve_local(
     log: Annotated[Path | None, typer.Option(help="Server log file (default a temporary file).")] = None,
 ) -> None:
     """Start the embedded llama-server with Gemma 3 270M and print its URL until Ctrl-C."""
+    _sigterm_as_sigint()
     log_path = log or Path(tempfile.mkdtemp(prefix="servelab-")) / "server.log"
     try:
         with console.status("starting the embedded llama-server (Gemma 3 270M)…"):
