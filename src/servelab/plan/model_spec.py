@@ -1,0 +1,296 @@
+"""Model architecture from a Hugging Face ``config.json``: parameters by kind and each layer's kind.
+
+Parameter counts use the exact per-module shapes of each architecture (formulas in
+../shared/reference/models-notes.md, "Derived quantities"), reproduced here per ``model_type``:
+
+- GQA attention: ``H·nh·hd·(2 if output-gated) + 2·H·nkv·hd + nh·hd·H`` (+ q/k norms; gpt-oss biases and sinks)
+- MLA (DeepSeek-V3): ``H·q_lora + q_lora·nh·(nope+rope) + H·(kv_lora+rope) + kv_lora·nh·(nope+v) + nh·v·H``
+- Gated DeltaNet (Qwen3-Next / 3.5 / 3.6): ``H·(2Kd+2Vd) + 2H·nv + conv_dim·kernel + 2nv + dv + Vd·H``
+- Mamba-2 (Nemotron-H): ``H·(2I+2gS+nh) + (I+2gS)·(k+1) + 3nh + I + I·H``, ``I = heads·head_dim``
+- SwiGLU MLP ``3·H·I`` (relu2: ``2·H·I``); MoE: experts + router ``H·E`` + shared experts (+ Qwen's gate ``H``)
+
+Layer kinds: ``full`` (full attention), ``sliding`` (sliding-window attention), ``mla``,
+``linear`` (Gated DeltaNet), ``mamba``, or ``none`` (an FFN-only block, as in Nemotron-H); each
+layer's FFN is ``dense``, ``moe`` or ``none``.
+The bundled catalog (``servelab/data/models/*.json``) holds the configs of the field's common
+models, converted from ../shared/reference/models.yaml.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
+from typing import Literal
+
+from servelab.errors import ServelabError
+
+LayerKind = Literal["full", "sliding", "mla", "linear", "mamba", "none"]
+FFNKind = Literal["dense", "moe", "none"]
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One decoder layer: its token mixer and its FFN."""
+
+    kind: LayerKind
+    ffn: FFNKind
+
+
+@dataclass
+class ModelSpec:
+    """Architecture facts needed for memory and roofline planning.
+
+    Parameter counts are raw integers; ``params`` splits them by kind (``embed``, ``lm_head``,
+    ``attn``, ``recurrent``, ``mlp``, ``experts``, ``shared``, ``router``, ``norms``, ``mtp``).
+    """
+
+    name: str
+    model_type: str
+    hidden_size: int
+    vocab_size: int
+    layers: list[Layer]
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    tied_embeddings: bool
+    max_position_embeddings: int | None
+    sliding_window: int | None = None
+    num_experts: int = 0
+    experts_per_token: int = 0
+    expert_params: int = 0  # one routed expert of one layer
+    mla_latent: int = 0  # kv_lora_rank + qk_rope_head_dim
+    linear_state_bytes: int = 0  # per linear-attention layer per sequence (fp32 state + bf16 conv)
+    mamba_state_bytes: int = 0  # per Mamba layer per sequence
+    mtp_layers: int = 0
+    params: dict[str, int] = field(default_factory=dict)
+    reference: dict = field(default_factory=dict)
+    published_sizes: dict = field(default_factory=dict)
+
+    @property
+    def total_params(self) -> int:
+        """All parameters, MTP modules excluded."""
+        return sum(v for k, v in self.params.items() if k != "mtp")
+
+    @property
+    def moe_layers(self) -> int:
+        return sum(1 for layer in self.layers if layer.ffn == "moe")
+
+    @property
+    def active_params(self) -> int:
+        """Parameters touched per token, input embedding excluded (lm_head or the tied embedding included)."""
+        routed = self.moe_layers * self.experts_per_token * self.expert_params
+        dense = self.total_params - self.params.get("experts", 0) - self.params["embed"]
+        lm_head = self.params["embed"] if self.tied_embeddings else 0
+        return dense + routed + lm_head
+
+    def count(self, kind: LayerKind) -> int:
+        """Number of layers of a kind."""
+        return sum(1 for layer in self.layers if layer.kind == kind)
+
+    def kv_bytes_per_token(self, dtype_bytes: float) -> float:
+        """KV-cache bytes each token of context adds in the layers whose cache grows with context.
+
+        Full attention: ``2 · nkv · head_dim · dtype`` per layer; MLA: ``(kv_lora + rope) · dtype``
+        per layer (the vLLM/SGLang latent cache). Sliding-window layers are capped per sequence and
+        counted in :meth:`seq_bytes`, not here (same convention as models.yaml
+        ``kv_cache_bytes_per_token_bf16``).
+        """
+        per_gqa = 2 * self.num_kv_heads * self.head_dim * dtype_bytes
+        return self.count("full") * per_gqa + self.count("mla") * self.mla_latent * dtype_bytes
+
+    def state_bytes_per_seq(self) -> int:
+        """Constant recurrent state per sequence: Gated DeltaNet and Mamba layers (fp32 state + bf16 conv)."""
+        return self.count("linear") * self.linear_state_bytes + self.count("mamba") * self.mamba_state_bytes
+
+    def seq_bytes(self, context: int, dtype_bytes: float) -> float:
+        """Cache bytes of one sequence of ``context`` tokens: growing KV, windowed KV, recurrent state."""
+        window = min(context, self.sliding_window or context)
+        sliding = window * self.count("sliding") * 2 * self.num_kv_heads * self.head_dim * dtype_bytes
+        return context * self.kv_bytes_per_token(dtype_bytes) + sliding + self.state_bytes_per_seq()
+
+
+def _get(cfg: dict, *keys: str, default=None):
+    for key in keys:
+        if cfg.get(key) is not None:
+            return cfg[key]
+    return default
+
+
+def parse_config(cfg: dict, name: str = "model") -> ModelSpec:
+    """Build a :class:`ModelSpec` from a config.json dict (a ``text_config`` is used when present).
+
+    Raises:
+        ServelabError: unsupported ``model_type`` or missing required fields.
+    """
+    meta = cfg.get("_servelab", {})
+    if isinstance(cfg.get("text_config"), dict):
+        cfg = {**cfg["text_config"], "tie_word_embeddings": cfg.get("tie_word_embeddings", cfg["text_config"].get("tie_word_embeddings"))}
+    mt = str(cfg.get("model_type", ""))
+    try:
+        H, L, V = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
+        nh = cfg["num_attention_heads"]
+    except KeyError as exc:
+        raise ServelabError(f"config of {name} lacks {exc.args[0]!r}; give a Hugging Face config.json") from None
+    nkv = _get(cfg, "num_key_value_heads", default=nh)
+    hd = _get(cfg, "head_dim", default=H // nh)
+    tied = bool(cfg.get("tie_word_embeddings", False))
+    spec = ModelSpec(
+        name=meta.get("id", name), model_type=mt, hidden_size=H, vocab_size=V, layers=[], num_heads=nh, num_kv_heads=nkv,
+        head_dim=hd, tied_embeddings=tied, max_position_embeddings=cfg.get("max_position_embeddings"),
+        reference=meta.get("reference", {}), published_sizes=meta.get("published_checkpoint_sizes", {}),
+    )  # fmt: skip
+    p = {"embed": V * H, "lm_head": 0 if tied else V * H, "attn": 0, "recurrent": 0, "mlp": 0, "experts": 0, "shared": 0, "router": 0, "norms": H, "mtp": 0}
+    gqa = H * nh * hd + 2 * H * nkv * hd + nh * hd * H
+    I = cfg.get("intermediate_size") or 0  # noqa: E741 (the paper's name)
+    if mt in ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe"):
+        qk_norm = 2 * hd if mt.startswith("qwen3") else 0
+        moe = mt == "qwen3_moe"
+        sparse_step = cfg.get("decoder_sparse_step", 1)
+        mlp_only = set(cfg.get("mlp_only_layers") or [])
+        for i in range(L):
+            is_moe = moe and i not in mlp_only and (i + 1) % sparse_step == 0
+            spec.layers.append(Layer("full", "moe" if is_moe else "dense"))
+            p["attn"] += gqa + qk_norm
+            p["norms"] += 2 * H
+            if is_moe:
+                _moe(spec, p, cfg, H, gated=True)
+            else:
+                p["mlp"] += 3 * H * I
+    elif mt == "gpt_oss":
+        spec.sliding_window = cfg.get("sliding_window")
+        types = cfg.get("layer_types") or ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(L)]
+        E, I = _get(cfg, "num_local_experts", "num_experts"), cfg["intermediate_size"]  # noqa: E741
+        spec.num_experts, spec.experts_per_token = E, _get(cfg, "num_experts_per_tok", "experts_per_token")
+        spec.expert_params = 3 * H * I + 2 * I + H  # gate_up (H→2I) and down (I→H), with biases
+        for t in types:
+            spec.layers.append(Layer("sliding" if t == "sliding_attention" else "full", "moe"))
+            p["attn"] += gqa + nh * hd + 2 * nkv * hd + H + nh  # biases on q, k, v, o; one sink per head
+            p["experts"] += E * spec.expert_params
+            p["router"] += H * E + E
+            p["norms"] += 2 * H
+    elif mt in ("gemma3_text", "gemma3", "gemma2"):
+        spec.sliding_window = cfg.get("sliding_window")
+        pattern = cfg.get("sliding_window_pattern", 6)
+        types = cfg.get("layer_types") or ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(L)]
+        for t in types:
+            spec.layers.append(Layer("sliding" if t == "sliding_attention" else "full", "dense"))
+            p["attn"] += gqa + 2 * hd
+            p["mlp"] += 3 * H * I
+            p["norms"] += 4 * H
+    elif mt == "deepseek_v3":
+        ql, kl, nope, rope, vd = (cfg[k] for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))
+        spec.mla_latent = kl + rope
+        spec.head_dim = nope + rope
+        mla = H * ql + ql * nh * (nope + rope) + H * (kl + rope) + kl * nh * (nope + vd) + nh * vd * H + ql + kl
+        first_dense = cfg.get("first_k_dense_replace", 0)
+        for i in range(L):
+            is_moe = i >= first_dense
+            spec.layers.append(Layer("mla", "moe" if is_moe else "dense"))
+            p["attn"] += mla
+            p["norms"] += 2 * H
+            if is_moe:
+                _moe(spec, p, cfg, H, gated=True)
+            else:
+                p["mlp"] += 3 * H * I
+        spec.mtp_layers = cfg.get("num_nextn_predict_layers", 0)
+        # MTP module: eh_proj (2H→H), 2 norms, one MoE decoder layer, a norm (embedding and head shared)
+        per_layer = (p["attn"] + p["experts"] + p["shared"] + p["router"]) // max(1, spec.moe_layers)
+        p["mtp"] = spec.mtp_layers * (2 * H * H + 3 * H + per_layer)
+    elif mt in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe"):
+        nk, nv, dk, dv, kern = (cfg[k] for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim"))
+        Kd, Vd = nk * dk, nv * dv
+        conv = 2 * Kd + Vd
+        gdn = H * (2 * Kd + 2 * Vd) + H * 2 * nv + conv * kern + 2 * nv + dv + Vd * H
+        spec.linear_state_bytes = nv * dk * dv * 4 + conv * (kern - 1) * 2
+        gated_attn = H * nh * hd * 2 + 2 * H * nkv * hd + nh * hd * H + 2 * hd
+        interval = cfg.get("full_attention_interval", 4)
+        types = cfg.get("layer_types") or ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(L)]
+        moe = bool(cfg.get("num_experts"))
+        for t in types:
+            kind = "full" if t == "full_attention" else "linear"
+            spec.layers.append(Layer(kind, "moe" if moe else "dense"))
+            p["attn" if kind == "full" else "recurrent"] += gated_attn if kind == "full" else gdn
+            p["norms"] += 2 * H
+            if moe:
+                _moe(spec, p, cfg, H, gated=True)
+            else:
+                p["mlp"] += 3 * H * I
+        spec.mtp_layers = _get(cfg, "mtp_num_hidden_layers", "num_nextn_predict_layers", default=0)
+        ffn = (p["experts"] + p["shared"] + p["router"]) // max(1, spec.moe_layers) if moe else 3 * H * I
+        p["mtp"] = spec.mtp_layers * (2 * H * H + 3 * H + gated_attn + ffn + 2 * H)
+    elif mt == "nemotron_h":
+        pattern = cfg["hybrid_override_pattern"]
+        nmh, mhd, S, g, k = (cfg[x] for x in ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel"))
+        Im = nmh * mhd
+        mamba = H * (2 * Im + 2 * g * S + nmh) + (Im + 2 * g * S) * (k + 1) + 3 * nmh + Im + Im * H
+        spec.mamba_state_bytes = nmh * mhd * S * 4 + (Im + 2 * g * S) * (k - 1) * 2
+        for ch in pattern:  # one block per character: M Mamba-2, * attention, E MoE FFN, - dense FFN
+            p["norms"] += H
+            if ch == "M":
+                spec.layers.append(Layer("mamba", "none"))
+                p["recurrent"] += mamba
+            elif ch == "*":
+                spec.layers.append(Layer("full", "none"))
+                p["attn"] += gqa
+            elif ch == "E":
+                spec.layers.append(Layer("none", "moe"))
+                _moe(spec, p, cfg, H, gated=False)
+            else:
+                spec.layers.append(Layer("none", "dense"))
+                p["mlp"] += 2 * H * I
+    else:
+        raise ServelabError(
+            f"model_type {mt!r} of {name} is not supported yet; supported: llama, qwen3, qwen3_moe, gpt_oss, gemma3, deepseek_v3, qwen3_next, qwen3_5, nemotron_h"
+        )
+    spec.params = p
+    return spec
+
+
+def _moe(spec: ModelSpec, p: dict[str, int], cfg: dict, H: int, *, gated: bool) -> None:
+    """Add one MoE FFN (routed experts, router, shared experts) to the counts."""
+    E = _get(cfg, "num_experts", "n_routed_experts", "num_local_experts")
+    mi = cfg["moe_intermediate_size"]
+    per = (3 if gated else 2) * H * mi
+    spec.num_experts, spec.experts_per_token, spec.expert_params = E, cfg["num_experts_per_tok"], per
+    p["experts"] += E * per
+    p["router"] += H * E + (E if cfg.get("n_routed_experts") else 0)  # DeepSeek / Nemotron: e_score_correction_bias
+    shared_i = _get(cfg, "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size")
+    n_shared = _get(cfg, "n_shared_experts", default=1 if shared_i else 0)
+    if shared_i is None and n_shared:
+        shared_i = n_shared * mi
+        n_shared = 1
+    if n_shared:
+        p["shared"] += (3 if gated else 2) * H * shared_i + (H if cfg.get("shared_expert_intermediate_size") else 0)
+
+
+def catalog() -> dict[str, Path]:
+    """Bundled model configs: {short name: path}."""
+    root = files("servelab.data").joinpath("models")
+    return {Path(str(p)).stem: Path(str(p)) for p in root.iterdir() if str(p).endswith(".json")}
+
+
+def load_model(ref: str) -> ModelSpec:
+    """A model from a config.json file, a directory holding one, or a catalog name (``qwen3-8b``,
+    ``Qwen/Qwen3-8B``; case-insensitive).
+
+    Raises:
+        ServelabError: nothing by that name, with the closest catalog names.
+    """
+    path = Path(ref)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        try:
+            return parse_config(json.loads(path.read_text()), name=path.parent.name if path.name == "config.json" else path.stem)
+        except json.JSONDecodeError as exc:
+            raise ServelabError(f"--model {ref}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    names = catalog()
+    key = ref.lower().rsplit("/", 1)[-1]
+    if key in names:
+        return parse_config(json.loads(names[key].read_text()), name=key)
+    close = difflib.get_close_matches(key, names, n=3, cutoff=0.4)
+    hint = f"closest: {', '.join(close)}" if close else f"known: {', '.join(sorted(names))}"
+    raise ServelabError(f"--model {ref!r} is neither a config.json nor a catalog model; {hint}")
