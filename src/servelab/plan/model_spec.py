@@ -58,6 +58,8 @@ class ModelSpec:
     tied_embeddings: bool
     max_position_embeddings: int | None
     sliding_window: int | None = None
+    intermediate_size: int = 0  # dense MLP width
+    moe_intermediate_size: int = 0  # one routed expert's width
     num_experts: int = 0
     experts_per_token: int = 0
     expert_params: int = 0  # one routed expert of one layer
@@ -145,6 +147,7 @@ def parse_config(cfg: dict, name: str = "model") -> ModelSpec:
     p = {"embed": V * H, "lm_head": 0 if tied else V * H, "attn": 0, "recurrent": 0, "mlp": 0, "experts": 0, "shared": 0, "router": 0, "norms": H, "mtp": 0}
     gqa = H * nh * hd + 2 * H * nkv * hd + nh * hd * H
     I = cfg.get("intermediate_size") or 0  # noqa: E741 (the paper's name)
+    spec.intermediate_size = I
     if mt in ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe"):
         qk_norm = 2 * hd if mt.startswith("qwen3") else 0
         moe = mt == "qwen3_moe"
@@ -164,6 +167,7 @@ def parse_config(cfg: dict, name: str = "model") -> ModelSpec:
         types = cfg.get("layer_types") or ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(L)]
         E, I = _get(cfg, "num_local_experts", "num_experts"), cfg["intermediate_size"]  # noqa: E741
         spec.num_experts, spec.experts_per_token = E, _get(cfg, "num_experts_per_tok", "experts_per_token")
+        spec.moe_intermediate_size, spec.intermediate_size = I, 0
         spec.expert_params = 3 * H * I + 2 * I + H  # gate_up (H→2I) and down (I→H), with biases
         for t in types:
             spec.layers.append(Layer("sliding" if t == "sliding_attention" else "full", "moe"))
@@ -255,6 +259,7 @@ def _moe(spec: ModelSpec, p: dict[str, int], cfg: dict, H: int, *, gated: bool) 
     mi = cfg["moe_intermediate_size"]
     per = (3 if gated else 2) * H * mi
     spec.num_experts, spec.experts_per_token, spec.expert_params = E, cfg["num_experts_per_tok"], per
+    spec.moe_intermediate_size = mi
     p["experts"] += E * per
     p["router"] += H * E + (E if cfg.get("n_routed_experts") else 0)  # DeepSeek / Nemotron: e_score_correction_bias
     shared_i = _get(cfg, "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size")

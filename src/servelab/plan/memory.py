@@ -1,0 +1,168 @@
+"""Memory plan: weights, KV-cache budget, KV capacity and concurrency, per GPU (node).
+
+Following vLLM's accounting (``vllm/v1/worker/gpu_worker.py``, ``vllm/v1/core/kv_cache_utils.py``):
+
+    budget = memory × gpu_memory_utilization − weights − runtime overhead
+    KV capacity (tokens) = budget ÷ KV bytes per token, rounded down to whole 16-token blocks
+    maximum concurrency at L = budget ÷ bytes of one L-token sequence
+
+where a sequence's bytes are ``L ×`` (full-attention and MLA KV per token) ``+ min(L, window) ×``
+(sliding-window KV per token) ``+`` the constant recurrent state of linear-attention / Mamba
+layers (``ModelSpec.seq_bytes``).
+
+Runtime overhead (servelab estimates, overridable with ``overhead_gib``):
+
+- CUDA context and non-torch allocations: 0.5 GiB;
+- CUDA graphs: 0.5 GiB (vLLM ≥ 0.21 profiles graph memory and subtracts it from the KV budget);
+- activations of the profiling forward pass: ``max_num_batched_tokens × (2·I + 4·H) × 2`` bytes
+  (the widest MLP intermediate, gate and up, plus a few hidden-size buffers, BF16) plus
+  ``max_num_seqs × vocab × 4`` bytes of FP32 logits.
+
+On a unified-memory machine the OS keeps part of the memory (``Hardware.os_reserved_gib``); a
+``gpu_memory_utilization`` that asks for more than the rest is flagged.
+Tensor parallel over ``tp`` GPUs divides weights, recurrent state and GQA KV heads (KV heads no
+further than ``num_kv_heads``); the MLA latent cache is replicated on every rank (vLLM).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from servelab.plan.hardware import GIB, Hardware
+from servelab.plan.model_spec import ModelSpec
+from servelab.plan.quant import QuantFormat, weight_bytes
+
+BLOCK_TOKENS = 16
+CUDA_CONTEXT_GIB = 0.5
+CUDA_GRAPHS_GIB = 0.5
+
+
+def vllm_batch_defaults(hw: Hardware) -> tuple[int, int]:
+    """vLLM 0.33 ``vllm serve`` defaults (max_num_batched_tokens, max_num_seqs) by device tier.
+
+    Source: ``vllm/engine/arg_utils.py`` ``EngineArgs.get_batch_defaults`` (server-facts.md §2.3):
+    ≥ 160 GiB → 16384 / 1024; ≥ 70 GiB and not GB10 → 8192 / 1024; otherwise (GB10 included) 2048 / 256.
+    """
+    if hw.memory_gib >= 160:
+        return 16384, 1024
+    if hw.memory_gib >= 70 and "gb10" not in hw.name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
+def activation_gib(spec: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int) -> float:
+    """Estimated peak activation memory of vLLM's profiling run (GiB); see the module docstring."""
+    widest = max(spec.intermediate_size, spec.experts_per_token * spec.moe_intermediate_size)
+    tokens = max_num_batched_tokens * (2 * widest + 4 * spec.hidden_size) * 2
+    logits = max_num_seqs * spec.vocab_size * 4
+    return (tokens + logits) / GIB
+
+
+@dataclass
+class MemoryPlan:
+    """The result, per GPU. Sizes in GiB unless the name says bytes; contexts and capacities in tokens."""
+
+    weights_gib: float
+    weights_total_gib: float
+    kv_bytes_per_token: float
+    state_bytes_per_seq: float
+    usable_gib: float
+    overhead_gib: float
+    budget_gib: float
+    kv_capacity_tokens: int | None
+    max_model_len: int
+    max_concurrency: float
+    longest_context: dict[int, int]
+    fits: bool
+    notes: list[str] = field(default_factory=list)
+
+
+def plan_memory(
+    spec: ModelSpec,
+    fmt: QuantFormat,
+    hw: Hardware,
+    *,
+    kv_dtype_bytes: float = 2.0,
+    max_model_len: int | None = None,
+    gpu_memory_utilization: float = 0.9,
+    tp: int = 1,
+    concurrency: list[int] | None = None,
+    overhead_gib: float | None = None,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    os_reserved_gib: float | None = None,
+) -> MemoryPlan:
+    """Plan one model on one hardware profile (every GPU of a ``tp`` group alike).
+
+    Args:
+        max_model_len: context per request (default the model's ``max_position_embeddings``).
+        concurrency: request counts for which the longest possible context is computed.
+        overhead_gib: replaces the runtime-overhead estimate (GiB per GPU).
+
+    Returns:
+        A :class:`MemoryPlan`; ``fits`` is False when the weights leave no KV budget or not one
+        ``max_model_len`` request fits.
+    """
+    notes: list[str] = []
+    L = max_model_len or spec.max_position_embeddings or 4096
+    mbt_default, seqs_default = vllm_batch_defaults(hw)
+    mbt = max_num_batched_tokens or mbt_default
+    seqs = max_num_seqs or seqs_default
+    weights_total = weight_bytes(spec, fmt) / GIB
+    weights = weights_total / tp
+    if overhead_gib is None:
+        overhead_gib = CUDA_CONTEXT_GIB + CUDA_GRAPHS_GIB + activation_gib(spec, mbt, seqs) / tp
+    usable = hw.memory_gib * gpu_memory_utilization
+    reserved = hw.os_reserved_gib if os_reserved_gib is None else os_reserved_gib
+    if hw.unified and usable > hw.memory_gib - reserved:
+        safe = (hw.memory_gib - reserved) / hw.memory_gib
+        notes.append(
+            f"gpu_memory_utilization {gpu_memory_utilization} asks for {usable:.1f} GiB of unified memory, but the OS keeps "
+            f"~{reserved:.0f} GiB: at most {safe:.2f} is safe"
+        )
+    budget = usable - weights - overhead_gib
+    kv_shard = 1 if spec.count("mla") else min(tp, spec.num_kv_heads)
+    per_token = spec.kv_bytes_per_token(kv_dtype_bytes) / kv_shard
+    state = spec.state_bytes_per_seq() / tp
+
+    def seq_bytes(context: int) -> float:
+        sliding = spec.seq_bytes(context, kv_dtype_bytes) - context * spec.kv_bytes_per_token(kv_dtype_bytes) - spec.state_bytes_per_seq()
+        return context * per_token + sliding / kv_shard + state
+
+    budget_bytes = max(budget, 0.0) * GIB
+    capacity = int(budget_bytes // (per_token * BLOCK_TOKENS)) * BLOCK_TOKENS if per_token else None
+    max_conc = budget_bytes / seq_bytes(L) if seq_bytes(L) else 0.0
+    longest = {c: _longest(seq_bytes, budget_bytes / c, spec.max_position_embeddings or 10**7) for c in (concurrency or [])}
+    if budget <= 0:
+        notes.append(f"the weights ({weights:.1f} GiB per GPU) and runtime ({overhead_gib:.1f} GiB) exceed the {usable:.1f} GiB allowed")
+    if spec.max_position_embeddings and L > spec.max_position_embeddings:
+        notes.append(f"max_model_len {L} is above the model's max_position_embeddings {spec.max_position_embeddings}")
+    return MemoryPlan(
+        weights_gib=weights,
+        weights_total_gib=weights_total,
+        kv_bytes_per_token=per_token,
+        state_bytes_per_seq=state,
+        usable_gib=usable,
+        overhead_gib=overhead_gib,
+        budget_gib=budget,
+        kv_capacity_tokens=capacity,
+        max_model_len=L,
+        max_concurrency=max_conc,
+        longest_context=longest,
+        fits=budget > 0 and max_conc >= 1,
+        notes=notes,
+    )
+
+
+def _longest(seq_bytes, budget_bytes: float, limit: int) -> int:
+    """Largest context L ≤ limit with seq_bytes(L) ≤ budget_bytes (binary search; 0 if none)."""
+    lo, hi = 0, limit
+    if seq_bytes(hi) <= budget_bytes:
+        return hi
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if seq_bytes(mid) <= budget_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -1,0 +1,129 @@
+"""``servelab plan``: memory fit, KV capacity, concurrency and ceilings in one result.
+
+Everything is per GPU (per node for one-GPU nodes such as the DGX Spark) of a tensor-parallel
+group of ``tp``; see ``memory.py`` and ``roofline.py`` for the formulas and their sources.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from servelab.errors import ServelabError
+from servelab.plan.hardware import Hardware
+from servelab.plan.memory import plan_memory
+from servelab.plan.model_spec import ModelSpec
+from servelab.plan.quant import QuantFormat
+from servelab.plan.roofline import decode_ceiling, prefill
+
+SHORT_CONTEXT = 1024  # "single stream at short context" for the headline decode ceiling (tokens)
+PREFILL_TOKENS = 4096
+
+
+class CeilingRow(BaseModel):
+    """Decode ceiling at one batch size: tok/s per stream and in aggregate, and the binding resource."""
+
+    batch: int
+    context: int
+    per_stream_tok_s: float
+    aggregate_tok_s: float
+    bound: str
+
+
+class Plan(BaseModel):
+    """The result of ``servelab plan`` (``--json`` prints this)."""
+
+    model: str
+    hardware: str
+    quant: str
+    kv_dtype: str
+    nodes: int
+    tp: int
+    total_params: int
+    active_params: int
+    layer_kinds: dict[str, int]
+    weights_gib: float = Field(description="Weights per GPU/node, GiB.")
+    weights_total_gib: float
+    published_checkpoint_sizes: dict = Field(default_factory=dict)
+    kv_bytes_per_token: float = Field(description="Per GPU, layers whose cache grows with context.")
+    state_bytes_per_seq: float = Field(description="Recurrent state per sequence per GPU (linear attention, Mamba).")
+    usable_gib: float
+    overhead_gib: float
+    kv_budget_gib: float
+    kv_capacity_tokens: int | None
+    max_model_len: int
+    max_concurrency: float = Field(description="Requests of max_model_len tokens that fit at once.")
+    longest_context: dict[int, int] = Field(description="Longest context per request at each concurrency.")
+    decode_tok_s_ceiling: float = Field(description=f"Single stream at {SHORT_CONTEXT} tokens of context, tok/s.")
+    ceilings: list[CeilingRow]
+    prefill_tok_s_ceiling: float = Field(description=f"One {PREFILL_TOKENS}-token prompt, tok/s.")
+    speculative: dict | None = None
+    fits: bool
+    notes: list[str]
+
+
+def make_plan(
+    spec: ModelSpec,
+    fmt: QuantFormat,
+    hw: Hardware,
+    *,
+    kv_dtype: str,
+    kv_dtype_bytes: float,
+    max_model_len: int | None,
+    gpu_memory_utilization: float,
+    nodes: int = 1,
+    tp: int | None = None,
+    concurrency: list[int] | None = None,
+    overhead_gib: float | None = None,
+    os_reserved_gib: float | None = None,
+    draft_tokens: int = 0,
+    acceptance: float = 0.0,
+) -> Plan:
+    """Plan ``spec`` in ``fmt`` on ``nodes`` × ``hw``.
+
+    Raises:
+        ServelabError: inconsistent parallelism (``tp`` not a multiple of ``nodes``) or arguments out of range.
+    """
+    tp = tp or nodes
+    if tp < nodes or tp % nodes:
+        raise ServelabError(f"--tp {tp} must be a multiple of --nodes {nodes} (one or more GPUs per node)")
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ServelabError(f"--gpu-memory-utilization {gpu_memory_utilization}: give a fraction in (0, 1]")
+    if not 0 <= acceptance <= 1:
+        raise ServelabError(f"--acceptance {acceptance}: give a fraction in [0, 1]")
+    conc = concurrency or [1, 4, 16, 64]
+    mem = plan_memory(
+        spec, fmt, hw, kv_dtype_bytes=kv_dtype_bytes, max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
+        tp=tp, concurrency=conc, overhead_gib=overhead_gib, os_reserved_gib=os_reserved_gib,
+    )  # fmt: skip
+    rows = []
+    for b in conc:
+        per, agg, step = decode_ceiling(
+            spec, fmt, hw, batch=b, context=SHORT_CONTEXT, kv_dtype_bytes=kv_dtype_bytes, tp=tp, draft_tokens=draft_tokens, acceptance=acceptance
+        )
+        rows.append(CeilingRow(batch=b, context=SHORT_CONTEXT, per_stream_tok_s=per, aggregate_tok_s=agg, bound=step.bound))
+    single, _, _ = decode_ceiling(spec, fmt, hw, batch=1, context=SHORT_CONTEXT, kv_dtype_bytes=kv_dtype_bytes, tp=tp)
+    pf = prefill(spec, fmt, hw, tokens=PREFILL_TOKENS, tp=tp)
+    speculative = None
+    if draft_tokens:
+        with_spec, _, _ = decode_ceiling(
+            spec, fmt, hw, batch=1, context=SHORT_CONTEXT, kv_dtype_bytes=kv_dtype_bytes, tp=tp, draft_tokens=draft_tokens, acceptance=acceptance
+        )
+        speculative = {"draft_tokens": draft_tokens, "acceptance": acceptance, "decode_tok_s_ceiling": with_spec}
+    kinds: dict[str, int] = {}
+    for layer in spec.layers:
+        kinds[layer.kind] = kinds.get(layer.kind, 0) + 1
+    if spec.mtp_layers:
+        kinds["mtp"] = spec.mtp_layers
+    notes = list(mem.notes)
+    if nodes > 1:
+        notes.append("tensor parallel over nodes: interconnect time is not modelled, so the ceilings are optimistic")
+    return Plan(
+        model=spec.name, hardware=hw.name, quant=fmt.name, kv_dtype=kv_dtype, nodes=nodes, tp=tp,
+        total_params=spec.total_params, active_params=spec.active_params, layer_kinds=kinds,
+        weights_gib=mem.weights_gib, weights_total_gib=mem.weights_total_gib, published_checkpoint_sizes=spec.published_sizes,
+        kv_bytes_per_token=mem.kv_bytes_per_token, state_bytes_per_seq=mem.state_bytes_per_seq, usable_gib=mem.usable_gib,
+        overhead_gib=mem.overhead_gib, kv_budget_gib=mem.budget_gib, kv_capacity_tokens=mem.kv_capacity_tokens,
+        max_model_len=mem.max_model_len, max_concurrency=mem.max_concurrency, longest_context=mem.longest_context,
+        decode_tok_s_ceiling=single, ceilings=rows, prefill_tok_s_ceiling=PREFILL_TOKENS / pf.time_s, speculative=speculative,
+        fits=mem.fits, notes=notes,
+    )  # fmt: skip

@@ -1,0 +1,63 @@
+"""Terminal rendering of ``servelab plan`` results (Rich)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from servelab.plan.cudagraph import Padding
+from servelab.plan.planner import Plan
+
+
+def _gib(x: float) -> str:
+    return f"{x:,.2f} GiB"
+
+
+def plan_table(plan: Plan) -> Table:
+    """One table: the model, memory plan, capacity and ceilings, one fact per row with its unit."""
+    t = Table(title=f"{plan.model} · {plan.quant} · {plan.nodes} × {plan.hardware} (TP {plan.tp})", show_header=False)
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    kinds = ", ".join(f"{n} {k}" for k, n in plan.layer_kinds.items())
+    rows = [
+        ("parameters", f"{plan.total_params / 1e9:,.2f} B total, {plan.active_params / 1e9:,.2f} B active per token"),
+        ("layers", kinds),
+        ("weights per GPU", _gib(plan.weights_gib) + (f" (of {_gib(plan.weights_total_gib)})" if plan.tp > 1 else "")),
+        ("allowed (memory × utilization)", _gib(plan.usable_gib)),
+        ("runtime overhead (estimate)", _gib(plan.overhead_gib)),
+        ("KV-cache budget", _gib(plan.kv_budget_gib)),
+        (f"KV bytes per token ({plan.kv_dtype})", f"{plan.kv_bytes_per_token:,.0f} B"),
+    ]
+    if plan.state_bytes_per_seq:
+        rows.append(("recurrent state per sequence", f"{plan.state_bytes_per_seq / 2**20:,.1f} MiB"))
+    rows += [
+        ("KV capacity", f"{plan.kv_capacity_tokens:,} tokens" if plan.kv_capacity_tokens is not None else "–"),
+        (f"max concurrency at {plan.max_model_len:,} tokens", f"{plan.max_concurrency:,.2f}×"),
+    ]
+    rows += [(f"longest context at {c} concurrent", f"{n:,} tokens") for c, n in plan.longest_context.items()]
+    rows.append(("decode ceiling, 1 stream", f"{plan.decode_tok_s_ceiling:,.1f} tok/s"))
+    rows += [
+        (f"decode ceiling at batch {r.batch}", f"{r.per_stream_tok_s:,.1f} tok/s per stream, {r.aggregate_tok_s:,.0f} aggregate ({r.bound}-bound)")
+        for r in plan.ceilings
+    ]
+    rows.append(("prefill ceiling (4096-token prompt)", f"{plan.prefill_tok_s_ceiling:,.0f} tok/s"))
+    if plan.speculative:
+        s = plan.speculative
+        rows.append((f"with {s['draft_tokens']} draft tokens at α={s['acceptance']}", f"{s['decode_tok_s_ceiling']:,.1f} tok/s, 1 stream"))
+    rows.append(("fits", "[green]yes[/]" if plan.fits else "[red]no[/]"))
+    for what, value in rows:
+        t.add_row(what, value)
+    for note in plan.notes:
+        t.add_row("[yellow]note[/]", note)
+    return t
+
+
+def padding_table(rows: list[Padding], sizes: list[int]) -> Table:
+    """Concurrency → tokens per decode step → CUDA graph used → wasted fraction."""
+    t = Table(title=f"CUDA-graph padding ({len(sizes)} capture sizes, largest {max(sizes)})")
+    for col in ("concurrency", "tokens per step", "graph size", "padding waste"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        graph = str(r.graph_size) if r.graph_size else "none (eager)"
+        waste = f"{r.waste:.0%}"
+        t.add_row(str(r.concurrency), str(r.tokens), graph, f"[red]{waste}[/]" if r.waste else waste)
+    return t

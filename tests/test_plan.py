@@ -1,0 +1,179 @@
+"""servelab plan: hand-computed cases for dense, MoE, sliding-window, hybrid linear-attention and MLA
+models, quantization, memory, ceilings and CUDA-graph padding."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from servelab.cli import app
+from servelab.errors import ServelabError
+from servelab.plan.cudagraph import default_capture_sizes, padding, recommend
+from servelab.plan.hardware import load_hardware
+from servelab.plan.memory import plan_memory
+from servelab.plan.model_spec import catalog, load_model, parse_config
+from servelab.plan.quant import get_format, weight_bytes
+from servelab.plan.roofline import decode_step, expected_experts, spec_tokens_per_step
+
+GIB = 2**30
+cli = CliRunner()
+
+
+@pytest.mark.parametrize("name", sorted(catalog()))
+def test_catalog_parameters_match_the_reference_derivation(name):
+    spec = load_model(name)
+    ref = spec.reference
+    assert spec.total_params == ref["total_derived"]
+    assert spec.active_params == ref["active_derived_excl_input_embedding"]
+    assert spec.kv_bytes_per_token(2) == ref["kv_cache_bytes_per_token_bf16"]
+    assert spec.state_bytes_per_seq() == (ref.get("recurrent_state_bytes_per_sequence") or 0)
+
+
+def test_dense_llama_by_hand():
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "vocab_size": 100, "intermediate_size": 128}  # fmt: skip
+    spec = parse_config(cfg)
+    hd = 16
+    attn = 64 * 4 * hd + 2 * 64 * 2 * hd + 4 * hd * 64
+    per_layer = attn + 3 * 64 * 128 + 2 * 64
+    assert spec.total_params == 2 * 100 * 64 + 2 * per_layer + 64
+    assert spec.active_params == spec.total_params - 100 * 64
+    assert spec.kv_bytes_per_token(2) == 2 * (2 * 2 * hd * 2)
+    assert [layer.kind for layer in spec.layers] == ["full", "full"]
+
+
+def test_memory_plan_dense_by_hand():
+    spec, hw = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
+    plan = plan_memory(spec, get_format("bf16"), hw, max_model_len=8192, gpu_memory_utilization=0.9, overhead_gib=2.0, concurrency=[64])
+    weights = 8_030_261_248 * 2 / GIB
+    budget = 79.65 * 0.9 - weights - 2.0
+    per_token = 32 * 2 * 8 * 128 * 2  # 131,072 B
+    assert plan.weights_gib == pytest.approx(weights)
+    assert plan.budget_gib == pytest.approx(budget)
+    assert plan.kv_capacity_tokens == int(budget * GIB // (per_token * 16)) * 16
+    assert plan.max_concurrency == pytest.approx(budget * GIB / (8192 * per_token))
+    assert plan.longest_context[64] == int(budget * GIB / 64 // per_token)
+    assert plan.fits
+
+
+def test_moe_expected_experts_and_weights_touched():
+    assert expected_experts(128, 8, 1) == pytest.approx(8)
+    assert expected_experts(128, 8, 2) == pytest.approx(128 * (1 - (120 / 128) ** 2))
+    assert expected_experts(128, 8, 10_000) == pytest.approx(128)
+    spec, hw, fmt = load_model("qwen3-30b-a3b"), load_hardware("h100-sxm"), get_format("bf16")
+    one = decode_step(spec, fmt, hw, batch=1, context=0)
+    many = decode_step(spec, fmt, hw, batch=256, context=0)
+    expert_bytes = spec.expert_params * 2
+    assert many.bytes - one.bytes == pytest.approx(spec.moe_layers * (expected_experts(128, 8, 256) - 8) * expert_bytes)
+
+
+def test_sliding_window_is_capped_per_sequence():
+    spec = load_model("gemma-3-270m")
+    assert (spec.count("full"), spec.count("sliding"), spec.sliding_window) == (3, 15, 512)
+    per_gqa = 2 * 1 * 256 * 2
+    assert spec.seq_bytes(32768, 2) == 32768 * 3 * per_gqa + 512 * 15 * per_gqa
+    assert spec.seq_bytes(100, 2) == 100 * 18 * per_gqa
+
+
+def test_hybrid_linear_attention_state_by_hand():
+    spec = load_model("qwen3-next-80b-a3b")
+    assert (spec.count("linear"), spec.count("full")) == (36, 12)
+    conv = 2 * 16 * 128 + 32 * 128
+    assert spec.state_bytes_per_seq() == 36 * (32 * 128 * 128 * 4 + conv * 3 * 2)
+    assert spec.kv_bytes_per_token(2) == 12 * 2 * 2 * 256 * 2
+    # concurrency at 128K: growing KV plus a constant state per sequence
+    plan = plan_memory(spec, get_format("fp8-block"), load_hardware("h200"), max_model_len=131072, overhead_gib=2.0)
+    seq = 131072 * spec.kv_bytes_per_token(2) + spec.state_bytes_per_seq()
+    assert plan.max_concurrency == pytest.approx(plan.budget_gib * GIB / seq)
+
+
+def test_mla_latent_cache_and_tp_replication():
+    spec = load_model("deepseek-v3")
+    assert spec.kv_bytes_per_token(2) == 61 * (512 + 64) * 2
+    one = plan_memory(spec, get_format("fp8-block"), load_hardware("b200"), max_model_len=32768, tp=8, overhead_gib=2.0)
+    assert one.kv_bytes_per_token == 61 * 576 * 2  # MLA latent replicated on every TP rank
+    assert one.weights_gib == pytest.approx(weight_bytes(spec, get_format("fp8-block")) / GIB / 8)
+
+
+def test_gqa_kv_is_split_by_tp_up_to_the_kv_heads():
+    spec = load_model("llama-3.1-70b")
+    plan = plan_memory(spec, get_format("bf16"), load_hardware("h100-sxm"), tp=4, max_model_len=8192)
+    assert plan.kv_bytes_per_token == 327680 / 4
+    plan16 = plan_memory(spec, get_format("bf16"), load_hardware("h100-sxm"), tp=16, max_model_len=8192)
+    assert plan16.kv_bytes_per_token == 327680 / 8  # only 8 KV heads to split
+
+
+def test_quant_formats_real_bits_and_published_sizes():
+    assert get_format("nvfp4").bits == 4.5 and get_format("mxfp4").bits == 4.25
+    assert get_format("gptq-int4").bits == pytest.approx(4.15625)
+    gpt = load_model("gpt-oss-120b")
+    assert weight_bytes(gpt, get_format("mxfp4", gpt)) / 1e9 == pytest.approx(65.2, abs=0.1)  # published original/ 65.2 GB
+    assert weight_bytes(load_model("qwen3-8b"), get_format("bf16")) / 1e9 == pytest.approx(16.4, abs=0.05)
+    assert weight_bytes(load_model("llama-3.1-8b"), get_format("gguf-q4_k_m")) / 1e9 == pytest.approx(4.92, abs=0.05)
+    with pytest.raises(ServelabError, match="closest"):
+        get_format("nvfp5")
+
+
+def test_roofline_memory_bound_by_hand():
+    spec, hw, fmt = load_model("llama-3.1-8b"), load_hardware("h100-sxm"), get_format("bf16")
+    step = decode_step(spec, fmt, hw, batch=1, context=1000)
+    weights = (spec.total_params - spec.params["embed"]) * 2
+    kv = 1000 * 131072
+    assert step.bound == "memory"
+    assert step.time_s == pytest.approx((weights + kv) / 3350e9)
+
+
+def test_speculative_tokens_per_step():
+    assert spec_tokens_per_step(0.7, 3) == pytest.approx((1 - 0.7**4) / 0.3)
+    assert spec_tokens_per_step(1.0, 3) == 4 and spec_tokens_per_step(0.5, 0) == 1
+
+
+def test_cudagraph_default_list_and_padding():
+    sizes = default_capture_sizes(256, 8192)
+    assert len(sizes) == 51 and sizes[:5] == [1, 2, 4, 8, 16] and sizes[-1] == 512 and 272 in sizes
+    assert max(default_capture_sizes(1024, 16384, sm100=True)) == 1024
+    rows = {r.concurrency: r for r in padding([1, 2, 4, 8, 16, 32, 64], [4, 5, 10, 100])}
+    assert (rows[5].graph_size, rows[5].waste) == (8, pytest.approx(3 / 8))
+    assert (rows[10].graph_size, rows[10].waste) == (16, pytest.approx(6 / 16))
+    assert rows[4].waste == 0 and rows[100].graph_size is None
+    assert recommend([1, 2, 4, 8], [5, 10]) == [1, 2, 4, 5, 8, 10]
+    spec_rows = padding(default_capture_sizes(64, 8192, num_spec_tokens=2), [4], num_spec_tokens=2)
+    assert spec_rows[0].tokens == 12 and spec_rows[0].graph_size == 12  # multiples of 1 + k are captured
+
+
+def test_cli_answers_the_spark_question_in_one_command():
+    res = cli.invoke(app, ["plan", "--model", "gpt-oss-120b", "--hardware", "dgx-spark", "--quant", "mxfp4",
+                           "--max-model-len", "131072", "--concurrency", "1,4", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    for key in ("weights_gib", "kv_bytes_per_token", "kv_capacity_tokens", "max_concurrency", "decode_tok_s_ceiling", "fits"):
+        assert key in out
+    assert out["fits"] and out["max_concurrency"] >= 1 and 20 < out["decode_tok_s_ceiling"] < 100
+
+
+def test_cli_unknown_names_get_the_closest():
+    res = cli.invoke(app, ["plan", "--model", "qwen3-8", "--hardware", "h100-sxm"])
+    assert res.exit_code == 2 and "qwen3-8b" in res.output and "Traceback" not in res.output
+    res = cli.invoke(app, ["plan", "--model", "qwen3-8b", "--hardware", "h100"])
+    assert res.exit_code == 2 and "h100-sxm" in res.output
+
+
+def test_cli_cudagraph_table():
+    res = cli.invoke(app, ["plan", "cudagraph", "--capture-sizes", "1,2,4,8,16,32,64", "--concurrency", "4,5,8,10,16"])
+    assert res.exit_code == 0
+    assert "38%" in res.output and '"cudagraph_capture_sizes": [1, 2, 4, 5, 8, 10, 16, 32, 64]' in res.output
+
+
+def test_user_hardware_yaml(tmp_path):
+    (tmp_path / "box.yaml").write_text("name: my box\nmemory_gib: 48\nbandwidth_gbs: 1000\ntflops: {bf16: 100}\n")
+    assert load_hardware(str(tmp_path / "box.yaml")).memory_gib == 48
+    (tmp_path / "bad.yaml").write_text("name: my box\nmemory_gib: -1\nbandwidth_gbs: 1000\n")
+    with pytest.raises(ServelabError, match="memory_gib"):
+        load_hardware(str(tmp_path / "bad.yaml"))
+
+
+def test_unified_memory_overcommit_is_flagged():
+    plan = plan_memory(load_model("qwen3-8b"), get_format("bf16"), load_hardware("dgx-spark"), gpu_memory_utilization=0.98)
+    assert any("unified memory" in n for n in plan.notes)
