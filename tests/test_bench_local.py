@@ -239,3 +239,19 @@ def test_serve_local_prints_url_and_sigterm_stops_the_server(tmp_path):
     port = int(url.rsplit(":", 1)[1])
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", port)) != 0  # llama-server went with it
+
+
+def test_bench_shows_percent_of_ceiling_with_hardware(llama, tmp_path):
+    hw = tmp_path / "cpu.yaml"
+    hw.write_text("name: test cpu\nmemory_gib: 16\nbandwidth_gbs: 20\ntflops: {bf16: 0.2}\n")
+    out = tmp_path / "run"
+    res = cli.invoke(app, ["bench", "--url", llama.url, "--concurrency", "1", "--requests", "2", "--output-tokens", "8",
+                           "--input-tokens", "64", "--hardware", str(hw), "--model-config", "gemma-3-270m",
+                           "--quant", "gguf-q4_k_m", "--output", str(out)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "% of ceiling" in res.output
+    result, _ = load_run(out)
+    assert result.ceiling.model == "google/gemma-3-270m" and result.ceiling.context_tokens == 64 + 4
+    level = result.levels[0]
+    assert level.decode_ceiling_tok_s > 0
+    assert level.pct_of_ceiling == pytest.approx(100 * level.decode_tok_s.p50 / level.decode_ceiling_tok_s)

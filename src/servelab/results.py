@@ -92,6 +92,15 @@ class PromptCheck(BaseModel):
     mean_deviation_tokens: float = 0.0
 
 
+class CeilingInfo(BaseModel):
+    """What the "% of ceiling" column was computed from (``servelab plan``'s roofline)."""
+
+    model: str
+    hardware: str
+    quant: str
+    context_tokens: int = Field(description="Context assumed during decode: prompt + half the output.")
+
+
 class RunResult(BaseModel):
     """The run document (``run.json``)."""
 
@@ -105,6 +114,7 @@ class RunResult(BaseModel):
     endpoint: EndpointInfo
     load: LoadSpec
     prompt_check: PromptCheck | None = None
+    ceiling: CeilingInfo | None = None
     levels: list[LevelSummary] = Field(default_factory=list)
     records_file: str = "records.jsonl"
 

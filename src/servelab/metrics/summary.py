@@ -77,6 +77,16 @@ class LevelSummary(BaseModel):
     itl_ms: Distribution = Field(default_factory=Distribution)
     decode_tok_s: Distribution = Field(default_factory=Distribution)
     prefill_tok_s: Distribution = Field(default_factory=Distribution)
+    decode_ceiling_tok_s: float | None = Field(
+        None, description="Roofline decode ceiling per stream at this batch (servelab plan), when model and hardware are known."
+    )
+
+    @property
+    def pct_of_ceiling(self) -> float | None:
+        """Median per-request decode tok/s as a percentage of the decode ceiling (docs/metrics.md)."""
+        if not self.decode_ceiling_tok_s or self.decode_tok_s.p50 is None:
+            return None
+        return 100.0 * self.decode_tok_s.p50 / self.decode_ceiling_tok_s
 
     @property
     def failed(self) -> bool:

@@ -61,6 +61,12 @@ class Plan(BaseModel):
     notes: list[str]
 
 
+def bench_ceiling(spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, batch: int, context: int, tp: int = 1) -> float:
+    """Decode ceiling per stream (tok/s) for a bench level: ``batch`` streams at ``context`` tokens, BF16 KV."""
+    per_stream, _, _ = decode_ceiling(spec, fmt, hw, batch=batch, context=context, tp=tp)
+    return per_stream
+
+
 def make_plan(
     spec: ModelSpec,
     fmt: QuantFormat,

@@ -28,8 +28,11 @@ def bench_table(run: RunResult) -> Table:
         f"{run.load.input_tokens} prompt tokens, {run.load.output_tokens} max output tokens, prefix cache {run.load.prefix_cache}"
         f"{', ignore_eos' if run.load.ignore_eos else ''}; latencies ms, p50 / p99"
     )
+    if run.ceiling:
+        c = run.ceiling
+        caption += f"; ceiling: {c.model} {c.quant} on {c.hardware} at {c.context_tokens} tokens of context (servelab plan)"
     table = Table(title=title, caption=caption)
-    for name in (
+    columns = [
         "conc",
         "ok / fail / inc",
         "TTFT",
@@ -41,10 +44,12 @@ def bench_table(run: RunResult) -> Table:
         "output tok/s",
         "req/s",
         "window s",
-    ):
+    ] + (["% of ceiling"] if run.ceiling else [])
+    for name in columns:
         table.add_column(name, justify="right")
     for lv in run.levels:
-        table.add_row(*_row(lv), style="red" if lv.failed else None)
+        row = _row(lv) + ([_num(lv.pct_of_ceiling, 0) + " %" if lv.pct_of_ceiling is not None else "–"] if run.ceiling else [])
+        table.add_row(*row, style="red" if lv.failed else None)
     return table
 
 
