@@ -21,9 +21,11 @@ from typing import Literal, Protocol
 import aiohttp
 
 from servelab.endpoint import Endpoint
+from servelab.diagnose import diagnose
 from servelab.errors import ServelabError
 from servelab.load.client import StreamClient, chat_body
 from servelab.load.scheduler import Phase, ServerGone, closed_loop
+from servelab.metrics.server import MetricsWatch, ServerStats
 from servelab.metrics.summary import LevelSummary, summarize
 from servelab.plan.hardware import Hardware
 from servelab.plan.model_spec import ModelSpec
@@ -146,6 +148,7 @@ class Bench:
         self.tag = secrets.token_hex(4)  # unique per run: repeated runs never share a prefix
         self.decode_context = options.input_tokens + options.output_tokens // 2  # mean context while decoding
         self.writer: RunWriter | None = None
+        self.server_stats: ServerStats | None = None
         self._index = 0
 
     def _load_spec(self) -> LoadSpec:
@@ -200,6 +203,7 @@ class Bench:
                     for level in o.concurrency:
                         await self._level(client, builder, level, warm_prompt)
             except ServerGone as exc:
+                run.findings = diagnose(run)
                 self.writer.finish(complete=False, reason=str(exc))
                 raise ServelabError(f"{exc}; the partial run is in {self.run_dir}") from None
             except (asyncio.CancelledError, KeyboardInterrupt):
@@ -208,6 +212,7 @@ class Bench:
             except BaseException as exc:
                 self.writer.finish(complete=False, reason=f"servelab stopped on an error: {exc}")
                 raise
+        run.findings = diagnose(run)
         self.writer.finish(complete=True)
         return run
 
@@ -286,6 +291,7 @@ class Bench:
         o = self.opts
         self.hooks.phase_started(level, phase, count, duration_s)
         prompts = await self._prompts(builder, pool, warm)
+        watch = MetricsWatch(self.endpoint.info.metrics_url if phase == "measured" else None, self.endpoint.info.engine, self.endpoint.headers())
 
         def make(i: int) -> tuple[RequestRecord, bytes]:
             prompt = prompts[i % len(prompts)]
@@ -299,9 +305,14 @@ class Bench:
                              cold=o.prefix_cache == "cold", chat_template_kwargs=o.chat_template_kwargs)  # fmt: skip
             return rec, body
 
-        return await closed_loop(
-            client, make, concurrency=level, count=count, duration_s=duration_s, on_record=self._on_record, alive=self.alive
-        )
+        await watch.start()
+        try:
+            result = await closed_loop(
+                client, make, concurrency=level, count=count, duration_s=duration_s, on_record=self._on_record, alive=self.alive
+            )
+        finally:
+            self.server_stats = await watch.stop()
+        return result
 
     async def _level(self, client: StreamClient, builder: PromptBuilder, level: int, warm: Prompt | None) -> None:
         o = self.opts
@@ -321,6 +332,7 @@ class Bench:
             pool = max(2 * level, math.ceil(1.5 * level * per_slot) + level)
         measured = await self._phase(client, builder, level, "measured", warm, count, o.duration_s, pool)
         summary = summarize(level, measured.records, measured.window)
+        summary.server = self.server_stats
         if o.ceiling is not None:
             summary.decode_ceiling_tok_s = o.ceiling.per_stream(level, self.decode_context)
         self.writer.run.levels.append(summary)

@@ -35,7 +35,7 @@ from servelab.plan.planner import make_plan
 from servelab.plan.quant import get_format, kv_dtype_bytes
 from servelab.records import RequestRecord
 from servelab.report.plan_table import padding_table, plan_table
-from servelab.report.table import bench_table
+from servelab.report.table import bench_table, server_table
 
 app = typer.Typer(help="Measure OpenAI-compatible LLM inference servers correctly.", no_args_is_help=True, add_completion=False)
 # Tables are wide; when output is not a terminal (a file, CI) do not squeeze them to 80 columns.
@@ -246,6 +246,11 @@ def bench(
         fail(f"interrupted; the partial run is in {run_dir}" if run_dir else "interrupted", 130)
     run = bench_obj.writer.run
     console.print(bench_table(run))
+    if (server := server_table(run)) is not None:
+        console.print(server)
+    colors = {"info": "cyan", "warning": "yellow", "error": "red"}
+    for f in run.findings:
+        console.print(f"[{colors[f.severity]}]{f.severity}[/] {f.kind}: {f.message}", soft_wrap=True)
     check = run.prompt_check
     if check and check.checked_requests:
         console.print(

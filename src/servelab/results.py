@@ -92,6 +92,15 @@ class PromptCheck(BaseModel):
     mean_deviation_tokens: float = 0.0
 
 
+class Finding(BaseModel):
+    """One diagnosis (``servelab/diagnose.py``): what, how bad, in words, with the evidence."""
+
+    kind: str
+    severity: Literal["info", "warning", "error"]
+    message: str
+    evidence: dict
+
+
 class CeilingInfo(BaseModel):
     """What the "% of ceiling" column was computed from (``servelab plan``'s roofline)."""
 
@@ -115,6 +124,7 @@ class RunResult(BaseModel):
     load: LoadSpec
     prompt_check: PromptCheck | None = None
     ceiling: CeilingInfo | None = None
+    findings: list[Finding] = Field(default_factory=list)
     levels: list[LevelSummary] = Field(default_factory=list)
     records_file: str = "records.jsonl"
 

@@ -67,3 +67,33 @@ def _row(lv: LevelSummary) -> list[str]:
         _num(lv.request_throughput_rps, 2),
         _num(lv.window_s, 2),
     ]
+
+
+def server_table(run: RunResult) -> Table | None:
+    """Server-side figures per level (``/metrics`` deltas and peaks), or None when there were none."""
+    rows = [lv for lv in run.levels if lv.server is not None]
+    if not rows:
+        return None
+    table = Table(title=f"server-side ({run.endpoint.engine} /metrics, measured phase)")
+    for name in ("conc", "prompt tok (server / client)", "gen tok (server / client)", "prefix hit", "queue ms",
+                 "peak running / waiting", "peak KV", "preempt", "spec accept / len"):  # fmt: skip
+        table.add_column(name, justify="right")
+
+    def pct(x: float | None) -> str:
+        return "–" if x is None else f"{x:.1%}"
+
+    for lv in rows:
+        s = lv.server
+        spec = f"{pct(s.acceptance_rate)} / {_num(s.mean_acceptance_length, 2)}" if s.spec_drafts else "–"
+        table.add_row(
+            str(lv.concurrency),
+            f"{_num(s.prompt_tokens, 0)} / {lv.prompt_tokens:,}",
+            f"{_num(s.generation_tokens, 0)} / {lv.output_tokens:,}",
+            pct(s.prefix_cache_hit_rate),
+            _num(s.queue_time_mean_ms),
+            f"{_num(s.peak_running, 0)} / {_num(s.peak_waiting, 0)}",
+            pct(s.peak_kv_usage),
+            _num(s.preemptions, 0),
+            spec,
+        )
+    return table

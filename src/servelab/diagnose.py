@@ -1,0 +1,89 @@
+"""Rules that turn a run's numbers into findings, each with the numbers that triggered it.
+
+Each rule reads the run document (summaries, server stats, load spec) and, for the CUDA-graph
+rule, the server's capture sizes when its boot log was read (or vLLM's defaults otherwise, said so).
+Definitions of the inputs: docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+from servelab.plan.cudagraph import default_capture_sizes, padding
+from servelab.results import Finding, RunResult
+
+PREFIX_HIT_TOLERANCE = 0.01  # cold runs: more than 1% of prompt tokens from cache is contamination
+ACCEPTANCE_DROP = 0.8  # acceptance at the highest level below 80% of the lowest level's
+
+
+def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Finding]:
+    """All findings for a run, in rule order (see the module docstring)."""
+    out: list[Finding] = []
+    for lv in run.levels:
+        c, s = lv.concurrency, lv.server
+        if lv.failed_requests or lv.incomplete:
+            out.append(Finding(kind="failed_requests", severity="error",
+                               message=f"c={c}: {lv.failed_requests} failed and {lv.incomplete} incomplete of {lv.ok + lv.failed_requests + lv.incomplete} measured requests",
+                               evidence={"concurrency": c, "error_kinds": lv.error_kinds}))  # fmt: skip
+        if s is None:
+            continue
+        if run.load.prefix_cache == "cold" and (s.prefix_cache_hit_rate or 0) > PREFIX_HIT_TOLERANCE:
+            out.append(Finding(kind="prefix_cache_contamination", severity="warning",
+                               message=f"c={c}: {s.prefix_cache_hit_rate:.1%} of prompt tokens came from the prefix cache in a cold run: TTFT and throughput are inflated",
+                               evidence={"concurrency": c, "prefix_cache_hit_rate": s.prefix_cache_hit_rate, "cached_prompt_tokens": s.cached_prompt_tokens}))  # fmt: skip
+        if (s.peak_waiting or 0) > 0 or (s.queue_time_mean_ms or 0) > 0.1 * (lv.ttft_ms.mean or float("inf")):
+            out.append(Finding(kind="server_queueing", severity="warning",
+                               message=f"c={c}: requests waited in the server's queue (peak {s.peak_waiting or 0:.0f} waiting, {s.peak_running or 0:.0f} running"
+                                       + (f", mean queue time {s.queue_time_mean_ms:.0f} ms of {lv.ttft_ms.mean:.0f} ms TTFT" if s.queue_time_mean_ms else "")
+                                       + "): the offered concurrency is above the server's max_num_seqs / slots or KV capacity, so TTFT includes queueing",
+                               evidence={"concurrency": c, "peak_waiting": s.peak_waiting, "peak_running": s.peak_running,
+                                         "queue_time_mean_ms": s.queue_time_mean_ms, "ttft_mean_ms": lv.ttft_ms.mean}))  # fmt: skip
+        if s.preemptions:
+            out.append(Finding(kind="preemptions", severity="warning",
+                               message=f"c={c}: the server preempted {s.preemptions:.0f} requests (KV cache full): their work was recomputed",
+                               evidence={"concurrency": c, "preemptions": s.preemptions, "peak_kv_usage": s.peak_kv_usage}))  # fmt: skip
+        client_out = lv.output_tokens if not lv.incomplete else None
+        if s.generation_tokens is not None and client_out is not None and s.generation_tokens != client_out:
+            out.append(Finding(kind="token_count_mismatch", severity="warning",
+                               message=f"c={c}: the server generated {s.generation_tokens:.0f} tokens, the client counted {client_out}",
+                               evidence={"concurrency": c, "server_generation_tokens": s.generation_tokens, "client_output_tokens": client_out}))  # fmt: skip
+        if s.prompt_tokens is not None and not lv.incomplete and s.prompt_tokens != lv.prompt_tokens:
+            out.append(Finding(kind="prompt_count_mismatch", severity="warning",
+                               message=f"c={c}: the server processed {s.prompt_tokens:.0f} prompt tokens, the client sent {lv.prompt_tokens}",
+                               evidence={"concurrency": c, "server_prompt_tokens": s.prompt_tokens, "client_prompt_tokens": lv.prompt_tokens}))  # fmt: skip
+    out += _acceptance_trend(run) + _padding(run, capture_sizes) + _prompt_truncation(run)
+    return out
+
+
+def _acceptance_trend(run: RunResult) -> list[Finding]:
+    rates = [(lv.concurrency, lv.server.acceptance_rate) for lv in run.levels if lv.server and lv.server.acceptance_rate is not None]
+    if len(rates) < 2:
+        return []
+    (c0, a0), (c1, a1) = min(rates), max(rates)
+    if a0 and a1 < ACCEPTANCE_DROP * a0:
+        return [Finding(kind="acceptance_collapse", severity="warning",
+                        message=f"speculative acceptance falls from {a0:.0%} at c={c0} to {a1:.0%} at c={c1}: drafting costs more than it saves at high load",
+                        evidence={"acceptance_by_concurrency": dict(rates)})]  # fmt: skip
+    return []
+
+
+def _padding(run: RunResult, capture_sizes: list[int] | None) -> list[Finding]:
+    if run.endpoint.engine != "vllm":
+        return []
+    assumed = capture_sizes is None
+    sizes = capture_sizes or default_capture_sizes(256, 8192)
+    out = []
+    for row in padding(sizes, [lv.concurrency for lv in run.levels]):
+        if row.waste > 0:
+            out.append(Finding(kind="cudagraph_padding", severity="info",
+                               message=f"c={row.concurrency}: decode batches of {row.tokens} are padded to the CUDA graph of {row.graph_size} ({row.waste:.0%} wasted)"
+                                       + (" — assuming vLLM's default capture sizes" if assumed else ""),
+                               evidence={"concurrency": row.concurrency, "graph_size": row.graph_size, "waste": row.waste, "capture_sizes_assumed": assumed}))  # fmt: skip
+    return out
+
+
+def _prompt_truncation(run: RunResult) -> list[Finding]:
+    check = run.prompt_check
+    if check and check.mean_deviation_tokens < -1:
+        return [Finding(kind="prompt_truncated", severity="warning",
+                        message=f"the server counted {-check.mean_deviation_tokens:.1f} fewer prompt tokens than sent on average: prompts may be truncated",
+                        evidence=check.model_dump())]  # fmt: skip
+    return []
