@@ -1,0 +1,122 @@
+"""Server-side counters per engine: vLLM (new and old names) and SGLang from fixtures, llama.cpp for
+real (including speculative decoding with a draft model), and the findings they lead to."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from servelab.bench import Bench, BenchOptions
+from servelab.diagnose import diagnose
+from servelab.endpoint import discover
+from servelab.local import LocalServer, model_path
+from servelab.metrics.server import compute, parse
+
+FIX = Path(__file__).parent / "fixtures" / "metrics"
+
+
+def fixture(name: str, **values) -> dict:
+    text = (FIX / name).read_text()
+    for key, value in values.items():
+        text = text.replace(key, str(value))
+    return parse(text)
+
+
+def test_vllm_deltas_new_names():
+    s = compute("vllm", fixture("vllm-0.10-before.txt"), fixture("vllm-0.10-after.txt"), [])
+    assert s.prompt_tokens == 1000 and s.generation_tokens == 400
+    assert s.cached_prompt_tokens == 250 and s.prefix_cache_hit_rate == pytest.approx(0.25)
+    assert s.preemptions == 2
+    assert s.queue_time_mean_ms == pytest.approx(100.0)  # 0.3 s over 3 requests
+    assert s.acceptance_rate == pytest.approx(210 / 300)
+    assert s.mean_acceptance_length == pytest.approx(1 + 210 / 100)
+    assert s.per_position_acceptance == pytest.approx([0.9, 0.7, 0.5])
+    assert s.peak_waiting == 3 and s.peak_running == 0
+
+
+def test_vllm_old_prefix_cache_names():
+    before = fixture("vllm-0.7-old-names.txt", QUERIES=100, HITS=10, GPU_USAGE=0.1)
+    after = fixture("vllm-0.7-old-names.txt", QUERIES=300, HITS=110, GPU_USAGE=0.2)
+    middle = fixture("vllm-0.7-old-names.txt", QUERIES=200, HITS=60, GPU_USAGE=0.75)
+    s = compute("vllm", before, after, [middle])
+    assert s.prefix_cache_hit_rate == pytest.approx(0.5)
+    assert s.peak_kv_usage == pytest.approx(0.75) and s.peak_running == 5
+    assert s.prompt_tokens is None  # absent in that dump: unknown, not zero
+
+
+def test_sglang_deltas():
+    v = dict(RUNNING=1, QUEUE=0, USAGE=0.1, RETRACTED=0)
+    before = fixture("sglang-0.5.txt", PROMPT=100, CACHED=0, GEN=50, VERIFY=10, **v)
+    during = fixture("sglang-0.5.txt", PROMPT=500, CACHED=100, GEN=300, VERIFY=100, RUNNING=8, QUEUE=4, USAGE=0.9, RETRACTED=2)
+    after = fixture("sglang-0.5.txt", PROMPT=1100, CACHED=300, GEN=850, VERIFY=250, **v)
+    s = compute("sglang", before, after, [during])
+    assert s.prompt_tokens == 1000 and s.cached_prompt_tokens == 300 and s.prefix_cache_hit_rate == pytest.approx(0.3)
+    assert s.mean_acceptance_length == pytest.approx(800 / 240)
+    assert (s.peak_running, s.peak_waiting, s.peak_kv_usage, s.preemptions) == (8, 4, 0.9, 2)
+
+
+class Hooks:
+    def phase_started(self, *a):
+        pass
+
+    def record_done(self, r):
+        pass
+
+    def level_done(self, s):
+        pass
+
+
+def bench(url, tmp_path, **kw):
+    async def go():
+        ep = await discover(url)
+
+        async def alive():
+            return True
+
+        return await Bench(ep, BenchOptions(**kw), tmp_path / "run", Hooks(), alive).run()
+
+    return asyncio.run(go())
+
+
+def test_llamacpp_speculative_decoding_counters_for_real(tmp_path):
+    """Gemma 3 270M drafting for itself (greedy): every draft token is accepted."""
+    extra = ["--model-draft", str(model_path()), "--spec-type", "draft-simple", "--spec-draft-n-max", "4"]
+    with LocalServer(tmp_path / "server.log", extra_args=extra) as server:
+        run = bench(server.url, tmp_path, concurrency=[1], requests=2, warmup=0, input_tokens=64, output_tokens=32)
+    s = run.levels[0].server
+    assert s.engine == "llama.cpp" and s.spec_drafts > 0
+    assert s.acceptance_rate == pytest.approx(s.spec_accepted_tokens / s.spec_draft_tokens)
+    assert s.acceptance_rate > 0.9
+    assert s.mean_acceptance_length == pytest.approx(1 + s.spec_accepted_tokens / s.spec_drafts)
+    assert len(s.per_position_acceptance) == 4 and all(0 <= a <= 1 for a in s.per_position_acceptance)
+    assert s.generation_tokens == run.levels[0].output_tokens == 2 * 32  # server and client agree
+    assert s.prompt_tokens == run.levels[0].prompt_tokens
+    log = (tmp_path / "server.log").read_text()
+    assert "draft acceptance" in log
+
+
+def test_llamacpp_queueing_is_found_and_cold_run_is_clean(llama, tmp_path):
+    run = bench(llama.url, tmp_path, concurrency=[8], requests=16, warmup=0, input_tokens=64, output_tokens=48)
+    s = run.levels[0].server
+    assert s.peak_waiting >= 1 and s.peak_running <= 4  # 4 slots
+    assert s.prefix_cache_hit_rate == 0
+    kinds = {f.kind for f in run.findings}
+    assert "server_queueing" in kinds and "prefix_cache_contamination" not in kinds
+    assert "token_count_mismatch" not in kinds and "prompt_count_mismatch" not in kinds
+    finding = next(f for f in run.findings if f.kind == "server_queueing")
+    assert finding.evidence["peak_waiting"] == s.peak_waiting
+
+
+def test_findings_from_numbers(llama, tmp_path):
+    run = bench(llama.url, tmp_path, concurrency=[1], requests=2, warmup=0, input_tokens=64, output_tokens=4)
+    lv = run.levels[0]
+    lv.server.prefix_cache_hit_rate, lv.server.generation_tokens, lv.server.preemptions = 0.4, lv.output_tokens + 3, 5
+    run.endpoint.engine = "vllm"
+    run.levels.append(lv.model_copy(update={"concurrency": 5}))
+    kinds = [f.kind for f in diagnose(run)]
+    assert "prefix_cache_contamination" in kinds and "token_count_mismatch" in kinds and "preemptions" in kinds
+    padding = [f for f in diagnose(run) if f.kind == "cudagraph_padding"]
+    assert len(padding) == 1 and padding[0].evidence["graph_size"] == 8 and padding[0].evidence["capture_sizes_assumed"]
+    assert not [f for f in diagnose(run, capture_sizes=[1, 5, 8]) if f.kind == "cudagraph_padding"]
