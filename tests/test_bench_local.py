@@ -184,6 +184,10 @@ def test_embedded_default_runs_and_stops(tmp_path):
     result, _ = load_run(out)
     assert result.status == "complete" and result.endpoint.embedded and result.endpoint.engine == "llama.cpp"
     assert [lv.concurrency for lv in result.levels] == [1, 2]
+    assert result.boot.engine == "llama.cpp" and result.boot.slots == 4  # its own startup log, read back
+    assert all(lv.server is not None and lv.server.generation_tokens == lv.output_tokens for lv in result.levels)
+    assert all(lv.gpu is None for lv in result.levels)  # no NVML here: no telemetry, no error
+    assert "server-side" in res.output
     log = (out / "server.log").read_text()
     assert "listening" in log or "server is listening" in log
     port = int(result.endpoint.url.rsplit(":", 1)[1])

@@ -120,3 +120,14 @@ def test_findings_from_numbers(llama, tmp_path):
     padding = [f for f in diagnose(run) if f.kind == "cudagraph_padding"]
     assert len(padding) == 1 and padding[0].evidence["graph_size"] == 8 and padding[0].evidence["capture_sizes_assumed"]
     assert not [f for f in diagnose(run, capture_sizes=[1, 5, 8]) if f.kind == "cudagraph_padding"]
+
+
+def test_gpu_sampler_is_silent_without_nvml():
+    from servelab.metrics.gpu import GpuSampler
+
+    async def go():
+        sampler = GpuSampler()
+        sampler.start()
+        return await sampler.stop(100)
+
+    assert asyncio.run(go()) is None

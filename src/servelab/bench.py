@@ -25,6 +25,8 @@ from servelab.diagnose import diagnose
 from servelab.errors import ServelabError
 from servelab.load.client import StreamClient, chat_body
 from servelab.load.scheduler import Phase, ServerGone, closed_loop
+from servelab.metrics.bootlog import parse_bootlog
+from servelab.metrics.gpu import GpuSampler, GpuStats
 from servelab.metrics.server import MetricsWatch, ServerStats
 from servelab.metrics.summary import LevelSummary, summarize
 from servelab.plan.hardware import Hardware
@@ -58,6 +60,7 @@ class BenchOptions:
     request_timeout_s: float = 600.0
     tokenizer_path: str | None = None
     ceiling: Ceiling | None = None
+    server_log: Path | None = None
 
     def requests_at(self, concurrency: int) -> int | None:
         """Measured requests at a level: ``--requests``, or by default 4 per slot and at least 8."""
@@ -149,6 +152,7 @@ class Bench:
         self.decode_context = options.input_tokens + options.output_tokens // 2  # mean context while decoding
         self.writer: RunWriter | None = None
         self.server_stats: ServerStats | None = None
+        self.gpu_stats: GpuStats | None = None
         self._index = 0
 
     def _load_spec(self) -> LoadSpec:
@@ -203,7 +207,7 @@ class Bench:
                     for level in o.concurrency:
                         await self._level(client, builder, level, warm_prompt)
             except ServerGone as exc:
-                run.findings = diagnose(run)
+                self._conclude(run)
                 self.writer.finish(complete=False, reason=str(exc))
                 raise ServelabError(f"{exc}; the partial run is in {self.run_dir}") from None
             except (asyncio.CancelledError, KeyboardInterrupt):
@@ -212,9 +216,16 @@ class Bench:
             except BaseException as exc:
                 self.writer.finish(complete=False, reason=f"servelab stopped on an error: {exc}")
                 raise
-        run.findings = diagnose(run)
+        self._conclude(run)
         self.writer.finish(complete=True)
         return run
+
+    def _conclude(self, run: RunResult) -> None:
+        """Read the server's startup log (when known) and diagnose the run with it."""
+        log = self.opts.server_log
+        if log is not None and log.is_file():
+            run.boot = parse_bootlog(log.read_text(encoding="utf-8", errors="replace"))
+        run.findings = diagnose(run, run.boot.cudagraph_sizes if run.boot else None)
 
     def _record(self, concurrency: int, phase: str, prompt: Prompt, max_tokens: int) -> RequestRecord:
         rec = RequestRecord(
@@ -293,6 +304,8 @@ class Bench:
         prompts = await self._prompts(builder, pool, warm)
         watch = MetricsWatch(self.endpoint.info.metrics_url if phase == "measured" else None, self.endpoint.info.engine, self.endpoint.headers())
 
+        self._phase_records: list[RequestRecord] = []
+
         def make(i: int) -> tuple[RequestRecord, bytes]:
             prompt = prompts[i % len(prompts)]
             if i >= len(prompts) and warm is None:
@@ -300,18 +313,23 @@ class Bench:
                 # its token count may then differ by a token or two, which the prompt check reports.
                 prompt = Prompt(prompt.text.replace(f"[{self.tag}-", f"[{self.tag}-r{i}-", 1), prompt.tokens)
             rec = self._record(level, phase, prompt, o.output_tokens)
+            self._phase_records.append(rec)
             rec.queued = time.perf_counter() - client.origin
             body = chat_body(self.endpoint, prompt.text, max_tokens=o.output_tokens, ignore_eos=self.ignore_eos,
                              cold=o.prefix_cache == "cold", chat_template_kwargs=o.chat_template_kwargs)  # fmt: skip
             return rec, body
 
+        gpu = GpuSampler()
         await watch.start()
+        if phase == "measured":
+            gpu.start()
         try:
             result = await closed_loop(
                 client, make, concurrency=level, count=count, duration_s=duration_s, on_record=self._on_record, alive=self.alive
             )
         finally:
             self.server_stats = await watch.stop()
+            self.gpu_stats = await gpu.stop(sum(r.output_tokens or 0 for r in self._phase_records))
         return result
 
     async def _level(self, client: StreamClient, builder: PromptBuilder, level: int, warm: Prompt | None) -> None:
@@ -333,6 +351,7 @@ class Bench:
         measured = await self._phase(client, builder, level, "measured", warm, count, o.duration_s, pool)
         summary = summarize(level, measured.records, measured.window)
         summary.server = self.server_stats
+        summary.gpu = self.gpu_stats
         if o.ceiling is not None:
             summary.decode_ceiling_tok_s = o.ceiling.per_stream(level, self.decode_context)
         self.writer.run.levels.append(summary)

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import sys
 import tempfile
 import threading
 from contextlib import ExitStack
@@ -27,6 +28,7 @@ from servelab.bench import Bench, BenchOptions, Ceiling
 from servelab.endpoint import Endpoint, discover
 from servelab.errors import ServelabError
 from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LocalServer, package_version
+from servelab.metrics.bootlog import parse_bootlog
 from servelab.metrics.summary import LevelSummary
 from servelab.plan.cudagraph import default_capture_sizes, padding, recommend
 from servelab.plan.hardware import load_hardware
@@ -34,6 +36,7 @@ from servelab.plan.model_spec import load_model
 from servelab.plan.planner import make_plan
 from servelab.plan.quant import get_format, kv_dtype_bytes
 from servelab.records import RequestRecord
+from servelab.report.bootlog_table import bootlog_table
 from servelab.report.plan_table import padding_table, plan_table
 from servelab.report.table import bench_table, server_table
 
@@ -208,6 +211,7 @@ def bench(
     hardware: Annotated[str | None, typer.Option(help="Hardware profile or YAML (see servelab plan): adds a '% of ceiling' column.")] = None,
     model_config: Annotated[str | None, typer.Option(help="Model for the ceiling: catalog name or config.json (default the served name).")] = None,
     quant: Annotated[str | None, typer.Option(help="Weight format for the ceiling (default bf16; gguf-q4_k_m for the embedded model).")] = None,
+    server_log: Annotated[Path | None, typer.Option(help="The server's startup log: its facts are stored with the run and used in the findings.")] = None,
 ) -> None:
     """Closed-loop benchmark at each concurrency level; prints a table and writes a run directory."""
     _sigterm_as_sigint()
@@ -228,6 +232,7 @@ def bench(
             seed=seed,
             request_timeout_s=request_timeout,
             tokenizer_path=tokenizer,
+            server_log=server_log,
         )
         api_key = os.environ.get(api_key_env) or None
         with ExitStack() as stack, _runner() as runner:
@@ -235,6 +240,7 @@ def bench(
             if url is None:
                 run_dir = run_dir or _default_run_dir("gemma-3-270m-local")
                 server = LocalServer(run_dir / "server.log", parallel=parallel, ctx_size=ctx_size)
+                options.server_log = run_dir / "server.log"
                 with console.status("starting the embedded llama-server (Gemma 3 270M)…"):
                     stack.enter_context(server)
                 url = server.url
@@ -356,6 +362,26 @@ def plan_cudagraph(
     console.print(padding_table(padding(sizes, levels, num_spec_tokens), sizes))
     best = recommend(sizes, levels, num_spec_tokens)
     console.print(f"no padding at these levels with: --compilation-config '{{\"cudagraph_capture_sizes\": {best}}}'", soft_wrap=True)
+
+
+@app.command()
+def bootlog(
+    path: Annotated[str, typer.Argument(help="A vLLM, SGLang or llama.cpp startup log, or - for standard input.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """What a server decided while it booted: KV cache, concurrency, graphs, backends, timings, warnings."""
+    if path == "-":
+        text = sys.stdin.read()
+    else:
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            fail(f"cannot read {path}: {exc.strerror}")
+    facts = parse_bootlog(text)
+    if json_out:
+        print(facts.model_dump_json(indent=2, exclude={"unrecognised"}))
+    else:
+        console.print(bootlog_table(facts))
 
 
 @app.command()

@@ -26,6 +26,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from servelab import __version__
+from servelab.metrics.bootlog import BootFacts
 from servelab.metrics.summary import LevelSummary
 from servelab.records import RequestRecord
 
@@ -125,6 +126,7 @@ class RunResult(BaseModel):
     prompt_check: PromptCheck | None = None
     ceiling: CeilingInfo | None = None
     findings: list[Finding] = Field(default_factory=list)
+    boot: BootFacts | None = Field(None, description="Facts from the server's startup log, when the run knows it.")
     levels: list[LevelSummary] = Field(default_factory=list)
     records_file: str = "records.jsonl"
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, Field
 
+from servelab.metrics.gpu import GpuStats
 from servelab.metrics.server import ServerStats
 from servelab.records import RequestRecord
 
@@ -79,6 +80,7 @@ class LevelSummary(BaseModel):
     decode_tok_s: Distribution = Field(default_factory=Distribution)
     prefill_tok_s: Distribution = Field(default_factory=Distribution)
     server: ServerStats | None = Field(None, description="What the server's /metrics counters say about the measured phase.")
+    gpu: GpuStats | None = Field(None, description="NVML telemetry of the measured phase, where NVML is available.")
     decode_ceiling_tok_s: float | None = Field(
         None, description="Roofline decode ceiling per stream at this batch (servelab plan), when model and hardware are known."
     )

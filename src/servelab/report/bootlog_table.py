@@ -1,0 +1,42 @@
+"""Terminal rendering of boot-log facts (Rich)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from servelab.metrics.bootlog import BootFacts
+
+
+def bootlog_table(f: BootFacts) -> Table:
+    """One row per fact found; warnings listed after; recognised/unrecognised line counts in the caption."""
+    t = Table(title=f"boot log: {f.engine or 'unknown engine'}{' ' + f.version if f.version else ''}", show_header=False,
+              caption=f"{f.recognised_lines} lines recognised, {f.unrecognised_lines} not")  # fmt: skip
+    t.add_column("fact")
+    t.add_column("value")
+
+    def row(name: str, value: object, unit: str = "") -> None:
+        if value not in (None, [], {}):
+            t.add_row(name, f"{value}{unit}")
+
+    row("model", f.model)
+    row("non-default args", f.non_default_args)
+    row("max model len", f.max_model_len, " tokens")
+    row("max num batched tokens", f.max_num_batched_tokens)
+    row("weights", f.weights_gib, " GiB")
+    row("weights load", f.weights_load_s, " s")
+    row("torch.compile", f.compile_s, " s")
+    row("CUDA-graph capture", f.graph_capture_s, " s")
+    row("CUDA-graph memory", f.graph_capture_gib, " GiB")
+    row("CUDA-graph sizes", f.cudagraph_sizes)
+    row("time to ready", f.ready_s, " s")
+    row("KV-cache memory", f.kv_cache_gib, " GiB")
+    row("KV-cache size", f"{f.kv_cache_tokens:,}" if f.kv_cache_tokens else None, " tokens")
+    if f.max_concurrency:
+        row(f"max concurrency at {f.max_concurrency.context_tokens:,} tokens", f.max_concurrency.factor, "x")
+    row("slots", f.slots)
+    row("attention backend", f.attention_backend)
+    row("MoE backend", f.moe_backend)
+    row("quantized-linear kernels", ", ".join(f.quant_backends) or None)
+    for w in f.warnings:
+        t.add_row("[yellow]warning[/]", w)
+    return t

@@ -1,0 +1,96 @@
+"""servelab bootlog on real published startup logs (sources cited in each fixture) and a real llama.cpp log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from servelab.cli import app
+from servelab.metrics.bootlog import parse_bootlog
+
+FIX = Path(__file__).parent / "fixtures" / "bootlogs"
+cli = CliRunner()
+
+
+def log(name: str) -> str:
+    """The fixture without its '# source' header."""
+    return "\n".join(line for line in (FIX / name).read_text().splitlines() if not line.startswith("# "))
+
+
+def test_vllm_07_v1():
+    f = parse_bootlog(log("vllm-0.7-v1.log"))
+    assert f.engine == "vllm"
+    assert f.weights_gib == 67.7229 and f.compile_s == 54.73
+    assert f.kv_cache_tokens == 1381 * 16
+    assert (f.max_concurrency.context_tokens, f.max_concurrency.factor) == (2048, 10.79)
+
+
+def test_vllm_011_process_prefixes_and_warnings():
+    f = parse_bootlog(log("vllm-0.11.log"))
+    assert (f.engine, f.kv_cache_gib, f.kv_cache_tokens, f.compile_s) == ("vllm", 2.30, 75840, 11.68)
+    assert (f.max_concurrency.context_tokens, f.max_concurrency.factor) == (120000, 2.48)
+    assert any("padding layers" in w for w in f.warnings) and any("PIECEWISE" in w for w in f.warnings)
+
+
+def test_vllm_nested_ray_prefixes_and_new_compile_wording():
+    f = parse_bootlog(log("vllm-ray-2026.log"))
+    assert (f.compile_s, f.kv_cache_tokens, f.kv_cache_gib) == (19.48, 396448, 54.45)
+    assert (f.max_concurrency.context_tokens, f.max_concurrency.factor) == (131072, 3.02)
+
+
+def test_vllm_033_one_line_format_with_ansi_colours():
+    """The 0.33 format strings (server-facts.md §2.1), as vLLM prints them with colours on a terminal."""
+    green, reset = "\x1b[32m", "\x1b[0m"
+    lines = [
+        "(APIServer pid=1) INFO 11-20 09:00:00 [startup.py:88] vLLM server version 0.33.0, serving model Qwen/Qwen3-8B",
+        "(APIServer pid=1) INFO 11-20 09:00:01 [startup.py:90] non-default args: {'model': 'Qwen/Qwen3-8B', 'max_num_seqs': 64}",
+        "(EngineCore_DP0 pid=7) INFO 11-20 09:00:05 [cuda.py:300] Using FLASH_ATTN attention backend out of potential backends: ['FLASH_ATTN', 'FLASHINFER'].",
+        "(EngineCore_DP0 pid=7) INFO 11-20 09:00:40 [gpu_model_runner.py:3000] Model loading took 15.27 GiB memory and 30.123456 seconds",
+        "(EngineCore_DP0 pid=7) INFO 11-20 09:01:10 [monitor.py:40] torch.compile took 25.10 s in total",
+        "(EngineCore_DP0 pid=7) INFO 11-20 09:01:12 [gpu_worker.py:400] Available KV cache memory: 50.12 GiB",
+        "(EngineCore_DP0 pid=7) INFO 11-20 09:01:12 [kv_cache_utils.py:1300] GPU KV cache size: 364,960 tokens, Maximum concurrency for 32,768 tokens per request: 11.14x",
+        "(EngineCore_DP0 pid=7) INFO 11-20 09:01:30 [gpu_model_runner.py:4000] Graph capturing finished in 17 secs, took 0.56 GiB",
+        "(APIServer pid=1) INFO 11-20 09:01:35 [launcher.py:50] Application startup complete.",
+    ]
+    text = "\n".join(line.replace("INFO", f"{green}INFO{reset}", 1) for line in lines)
+    f = parse_bootlog(text)
+    assert (f.engine, f.version, f.attention_backend) == ("vllm", "0.33.0", "FLASH_ATTN")
+    assert f.non_default_args == {"model": "Qwen/Qwen3-8B", "max_num_seqs": 64}
+    assert (f.weights_gib, f.weights_load_s, f.compile_s, f.kv_cache_gib) == (15.27, 30.123456, 25.10, 50.12)
+    assert f.kv_cache_tokens == 364960 and (f.max_concurrency.context_tokens, f.max_concurrency.factor) == (32768, 11.14)
+    assert (f.graph_capture_s, f.graph_capture_gib) == (17, 0.56)
+    assert f.ready_s == 95  # 09:00:00 → 09:01:35
+
+
+@pytest.mark.parametrize(("name", "tokens", "gib", "sizes"), [("sglang-2025-11.log", 2243474, 119.82, 52), ("sglang-2026-07.log", 387968, 11.84, 0)])
+def test_sglang(name, tokens, gib, sizes):
+    f = parse_bootlog(log(name))
+    assert (f.engine, f.kv_cache_tokens) == ("sglang", tokens)
+    assert f.kv_cache_gib == pytest.approx(gib)
+    assert len(f.cudagraph_sizes or []) == sizes
+    if sizes:
+        assert (f.graph_capture_s, f.graph_capture_gib) == (5.37, 1.44)
+
+
+def test_llamacpp_real_log():
+    f = parse_bootlog(log("llamacpp-embedded.log"))
+    assert (f.engine, f.slots, f.max_model_len, f.kv_cache_tokens) == ("llama.cpp", 4, 4096, 16384)
+    assert f.model.endswith("gemma-3-270m-q4_k_m.gguf") and f.ready_s == pytest.approx(1.742, abs=0.01)
+    assert f.unrecognised_lines > 0 and f.unrecognised  # kept and counted
+
+
+def test_cli_json_keys_and_stdin(tmp_path):
+    res = cli.invoke(app, ["bootlog", "-", "--json"], input=log("vllm-0.11.log"))
+    assert res.exit_code == 0
+    out = json.loads(res.output)
+    for key in ("engine", "version", "weights_gib", "weights_load_s", "compile_s", "graph_capture_s", "kv_cache_gib",
+                "kv_cache_tokens", "max_concurrency", "cudagraph_sizes", "attention_backend", "moe_backend", "warnings"):  # fmt: skip
+        assert key in out
+    assert out["max_concurrency"] == {"context_tokens": 120000, "factor": 2.48}
+    res = cli.invoke(app, ["bootlog", str(FIX / "sglang-2025-11.log")])
+    assert res.exit_code == 0 and "2,243,474" in res.output
+    res = cli.invoke(app, ["bootlog", str(tmp_path / "missing.log")])
+    assert res.exit_code == 2 and "cannot read" in res.output
