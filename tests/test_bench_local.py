@@ -259,3 +259,16 @@ def test_bench_shows_percent_of_ceiling_with_hardware(llama, tmp_path):
     level = result.levels[0]
     assert level.decode_ceiling_tok_s > 0
     assert level.pct_of_ceiling == pytest.approx(100 * level.decode_tok_s.p50 / level.decode_ceiling_tok_s)
+
+
+def test_duration_bounded_level_keeps_cut_off_requests_as_incomplete(llama, tmp_path):
+    opts = BenchOptions(concurrency=[2], duration_s=2.0, warmup=1, input_tokens=64, output_tokens=200)
+    result = run(_bench(llama.url, opts, tmp_path / "run", Hooks()))
+    level = result.levels[0]
+    assert level.window_s == pytest.approx(2.0)
+    assert level.incomplete == 2  # both streams were mid-answer at the deadline (200 tokens take > 2 s here)
+    records = [r for r in read_jsonl(tmp_path / "run" / "records.jsonl") if r["phase"] == "measured"]
+    cut = [r for r in records if r["status"] == "incomplete"]
+    assert len(cut) == 2 and all(r["error_kind"] == "cancelled" and r["chunk_times"] for r in cut)
+    assert level.output_tokens == sum(r.get("output_tokens", 0) for r in records if r["status"] == "ok") + sum(len(r["chunk_times"]) for r in cut)
+    assert result.failed  # cut-off requests make the level (and the exit code) say so
