@@ -119,6 +119,26 @@ def close(a: float | None, b: float | None, rel: float = 0.10, abs_: float = 10.
     return a is not None and b is not None and abs(a - b) <= max(abs_, rel * abs(b))
 
 
+def plan_checks(facts, cfg: Path, quant: str, hw_name: str) -> None:
+    """``servelab plan`` for the server's own model, format, max_model_len and utilisation, against what vLLM logged."""
+    plan = make_plan(load_model(str(cfg)), get_format(quant), load_hardware(hw_name), kv_dtype="auto", kv_dtype_bytes=2.0,
+                     max_model_len=facts.max_model_len, gpu_memory_utilization=facts.gpu_memory_utilization or 0.9)  # fmt: skip
+    tag = f"{cfg.parent.name} {quant}"
+    if facts.kv_cache_tokens:
+        err = plan.kv_capacity_tokens / facts.kv_cache_tokens - 1
+        check(f"plan: KV tokens vs vLLM ({tag})", abs(err) <= 0.05, f"plan {plan.kv_capacity_tokens:,} vs vLLM {facts.kv_cache_tokens:,} tokens ({err:+.1%})",
+              plan_tokens=plan.kv_capacity_tokens, vllm_tokens=facts.kv_cache_tokens, error=err)  # fmt: skip
+    if facts.kv_cache_gib:
+        err = plan.kv_budget_gib / facts.kv_cache_gib - 1
+        check(f"plan: KV budget vs vLLM ({tag})", abs(err) <= 0.05,
+              f"plan {plan.kv_budget_gib:.2f} GiB vs vLLM {facts.kv_cache_gib} GiB ({err:+.1%}); plan weights {plan.weights_gib:.2f} GiB "
+              f"(vLLM {facts.weights_gib}), overhead {plan.overhead_gib:.2f} GiB", plan_gib=plan.kv_budget_gib, vllm_gib=facts.kv_cache_gib, error=err)  # fmt: skip
+    if facts.max_concurrency:
+        err = plan.max_concurrency / facts.max_concurrency.factor - 1
+        check(f"plan: max concurrency vs vLLM ({tag})", abs(err) <= 0.05,
+              f"plan {plan.max_concurrency:.2f}x vs vLLM {facts.max_concurrency.factor}x at {facts.max_concurrency.context_tokens} tokens ({err:+.1%})", error=err)  # fmt: skip
+
+
 def dense(kit: Path, out: Path, hw_name: str) -> None:
     """Qwen3-8B bf16: bench checks, cache control, bootlog, plan, ceiling; then queueing at max_num_seqs 8."""
     log = out / "qwen3-8b.log"
@@ -133,19 +153,7 @@ def dense(kit: Path, out: Path, hw_name: str) -> None:
               f"{len(facts.cudagraph_sizes or [])} capture sizes, weights {facts.weights_gib} GiB in {facts.weights_load_s} s, "
               f"compile {facts.compile_s} s, graphs {facts.graph_capture_s} s, attention {facts.attention_backend}, ready {facts.ready_s} s",
               facts=facts.model_dump(exclude={"unrecognised"}))  # fmt: skip
-        plan = make_plan(load_model(str(cfg)), get_format("bf16"), load_hardware(hw_name), kv_dtype="auto", kv_dtype_bytes=2.0,
-                         max_model_len=8192, gpu_memory_utilization=0.9)  # fmt: skip
-        if facts.kv_cache_tokens:
-            err = plan.kv_capacity_tokens / facts.kv_cache_tokens - 1
-            check("plan: KV tokens vs vLLM", abs(err) <= 0.05, f"plan {plan.kv_capacity_tokens:,} vs vLLM {facts.kv_cache_tokens:,} tokens ({err:+.1%})",
-                  plan_tokens=plan.kv_capacity_tokens, vllm_tokens=facts.kv_cache_tokens, error=err)  # fmt: skip
-        if facts.kv_cache_gib:
-            err = plan.kv_budget_gib / facts.kv_cache_gib - 1
-            check("plan: KV budget vs vLLM", abs(err) <= 0.05, f"plan {plan.kv_budget_gib:.2f} GiB vs vLLM {facts.kv_cache_gib} GiB ({err:+.1%}); plan weights {plan.weights_gib:.2f} GiB, overhead {plan.overhead_gib:.2f} GiB",
-                  plan_gib=plan.kv_budget_gib, vllm_gib=facts.kv_cache_gib, error=err)  # fmt: skip
-        if facts.max_concurrency:
-            err = plan.max_concurrency / facts.max_concurrency.factor - 1
-            check("plan: max concurrency vs vLLM", abs(err) <= 0.05, f"plan {plan.max_concurrency:.2f}x vs vLLM {facts.max_concurrency.factor}x at {facts.max_concurrency.context_tokens} tokens ({err:+.1%})", error=err)
+        plan_checks(facts, cfg, "bf16", hw_name)
         cold = bench(url, out / "dense-cold", DENSE_LEVELS, "--input-tokens", "512", "--output-tokens", "64", "--hardware", hw_name,
                      "--model-config", str(cfg), "--server-log", str(log))  # fmt: skip
         run, _ = cold
@@ -195,6 +203,8 @@ def moe(kit: Path, out: Path, hw_name: str) -> None:
             stop(pgid)
         facts = parse_bootlog(log.read_text(errors="replace"))
         check(f"bootlog capture sizes ({label})", facts.cudagraph_sizes == sizes, f"parsed {facts.cudagraph_sizes}")
+        if label == "without-5-10":
+            plan_checks(facts, kit / "configs" / "qwen3-30b-a3b" / "config.json", "fp8", hw_name)
         padded = {f.evidence["concurrency"]: f.evidence["graph_size"] for f in run.findings if f.kind == "cudagraph_padding"}
         expected = {5: 8, 10: 16} if label == "without-5-10" else {}
         check(f"padding findings ({label})", padded == expected, f"servelab says padded {padded}, expected {expected}")

@@ -44,6 +44,7 @@ class BootFacts(BaseModel):
     non_default_args: dict | str | None = None
     max_model_len: int | None = None
     max_num_batched_tokens: int | None = None
+    gpu_memory_utilization: float | None = None
     weights_gib: float | None = None
     weights_load_s: float | None = None
     compile_s: float | None = None
@@ -86,6 +87,9 @@ def _non_default(f: BootFacts, m: re.Match) -> None:
         f.non_default_args = ast.literal_eval(m.group(1))
     except (ValueError, SyntaxError):
         f.non_default_args = m.group(1)
+        return
+    if isinstance(f.non_default_args, dict) and f.gpu_memory_utilization is None:
+        f.gpu_memory_utilization = f.non_default_args.get("gpu_memory_utilization")
 
 
 def _concurrency(f: BootFacts, m: re.Match) -> None:
@@ -128,11 +132,16 @@ RULES: list[tuple[str, re.Pattern, object]] = [
      lambda f, m: (_set("version")(f, m), setattr(f, "model", f.model or m.group(2)), setattr(f, "max_model_len", f.max_model_len or int(m.group(3))))),  # fmt: skip
     ("vllm", re.compile(r"'cudagraph_capture_sizes': \[([\d, ]*)\]"), _set("cudagraph_sizes", lambda m: _int_list(m.group(1)))),
     ("vllm", re.compile(r"Using max model len (\d+)"), _set("max_model_len", lambda m: int(m.group(1)))),
+    ("vllm", re.compile(r"current --gpu-memory-utilization=([\d.]+)"), _set("gpu_memory_utilization", lambda m: float(m.group(1)))),
     ("vllm", re.compile(r"max_num_batched_tokens=(\d+)"), _set("max_num_batched_tokens", lambda m: int(m.group(1)))),
     ("vllm", re.compile(r"Using (\w+) attention backend out of potential backends"), _set("attention_backend")),
     ("vllm", re.compile(r"Using (Flash Attention|FlashInfer|FlashMLA|Triton MLA|FlexAttention|XFormers|Torch SDPA)\s+backend"), _set("attention_backend")),
+    ("vllm", re.compile(r"Using (?:AttentionBackendEnum\.)?([A-Z][A-Z0-9_]+) backend\.$"), _set("attention_backend")),  # forced: --attention-backend
+    ("vllm", re.compile(r"█\s+version\s+([\w.+\-]+)"), _set("version")),  # the ASCII-art banner (0.2x)
+    ("vllm", re.compile(r"█\s+model\s+(\S+)"), _set("model")),
     ("vllm", re.compile(r"Using '?([\w\-]+)'? (?:NvFp4|Fp8|Unquantized|Int8|Mxfp4|MxFp8|WNA16|W4A8) MoE backend"), _set("moe_backend")),
     ("vllm", re.compile(r"Using (\S+) for (?:NVFP4|MXFP4|MXFP8) GEMM|Using (\S+) for mixed-precision linear"), _quant),
+    ("vllm", re.compile(r"Selected (\w+Kernel) for \w+"), _quant),  # 0.2x: the scaled-mm kernel of a quantized linear
     ("vllm", re.compile(r"Loading weights took ([\d.]+) seconds"), _set("weights_load_s", lambda m: float(m.group(1)))),
     ("vllm", re.compile(r"Model loading took ([\d.]+) ?GiB(?: memory)? and ([\d.]+) seconds"),
      lambda f, m: (setattr(f, "weights_gib", f.weights_gib or float(m.group(1))), setattr(f, "weights_load_s", f.weights_load_s or float(m.group(2))))),  # fmt: skip
@@ -193,7 +202,7 @@ def parse_bootlog(text: str) -> BootFacts:
     """Facts from a startup log's text (see the module docstring); never raises on odd lines."""
     facts = BootFacts()
     hints: dict[str, int] = {}
-    first_ts = None
+    first_ts = last_ts = None
     for raw in text.splitlines():
         if not raw.strip():
             continue
@@ -202,6 +211,7 @@ def parse_bootlog(text: str) -> BootFacts:
             hints[hint] = hints.get(hint, 0) + 1
         if ts is not None and first_ts is None:
             first_ts = ts
+        ts = last_ts = ts if ts is not None else last_ts  # uvicorn's own lines carry no time: the latest seen
         known = False
         for engine, pattern, handler in RULES:  # every rule that matches (one line may hold two facts)
             if m := pattern.search(msg):

@@ -1,0 +1,86 @@
+"""Regression tests from the real vLLM 0.25 GPU validation run (validation/vllm_gpu.py on an H100, 2026-11-21):
+its boot logs and /metrics dump are fixtures, so the parsers and the plan are checked against them on CPU."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from servelab.diagnose import diagnose
+from servelab.metrics.bootlog import parse_bootlog
+from servelab.metrics.server import compute, parse, total
+from servelab.plan.cudagraph import padding
+from servelab.plan.hardware import load_hardware
+from servelab.plan.memory import plan_memory
+from servelab.plan.model_spec import parse_config
+from servelab.plan.quant import get_format
+
+FIX = Path(__file__).parent / "fixtures"
+DENSE_LOG = (FIX / "bootlogs" / "vllm-0.25-h100-qwen3-8b.log").read_text()
+MOE_LOG = (FIX / "bootlogs" / "vllm-0.25-h100-qwen3-30b-a3b-fp8.log").read_text()
+QWEN3_8B = {"model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "head_dim": 128, "vocab_size": 151936, "intermediate_size": 12288, "tie_word_embeddings": False, "max_position_embeddings": 40960}  # fmt: skip
+QWEN3_30B = {"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
+             "head_dim": 128, "vocab_size": 151936, "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+             "num_experts_per_tok": 8, "tie_word_embeddings": False, "max_position_embeddings": 40960}  # fmt: skip  (../shared/gpu-vllm/configs)
+
+
+def test_bootlog_dense_exactly_as_printed():
+    f = parse_bootlog(DENSE_LOG)
+    assert (f.engine, f.version, f.model) == ("vllm", "0.25.0", "/tmp/models/qwen3-8b")
+    assert (f.kv_cache_tokens, f.kv_cache_gib) == (396720, 54.48)
+    assert (f.max_concurrency.context_tokens, f.max_concurrency.factor) == (8192, 48.43)
+    assert len(f.cudagraph_sizes) == 51 and f.cudagraph_sizes[-1] == 512
+    assert (f.weights_gib, f.weights_load_s, f.compile_s, f.graph_capture_s, f.graph_capture_gib) == (15.27, 1.27171, 22.88, 4.0, 1.00)
+    assert (f.attention_backend, f.gpu_memory_utilization, f.ready_s) == ("FLASH_ATTN", 0.9, 76.0)
+
+
+def test_bootlog_moe_backends_and_capture_list():
+    f = parse_bootlog(MOE_LOG)
+    assert f.cudagraph_sizes == [1, 2, 4, 8, 16, 32, 64]
+    assert (f.moe_backend, f.quant_backends) == ("TRITON", ["CutlassFP8ScaledMMLinearKernel"])
+    assert (f.kv_cache_tokens, f.kv_cache_gib, f.max_concurrency.factor, f.gpu_memory_utilization) == (465456, 42.62, 113.64, 0.92)
+
+
+@pytest.mark.parametrize(("cfg", "quant", "log"), [(QWEN3_8B, "bf16", DENSE_LOG), (QWEN3_30B, "fp8", MOE_LOG)])
+def test_plan_predicts_vllms_kv_cache_within_5_percent(cfg, quant, log):
+    facts = parse_bootlog(log)
+    plan = plan_memory(parse_config(cfg), get_format(quant), load_hardware("h100-sxm"), max_model_len=facts.max_model_len,
+                       gpu_memory_utilization=facts.gpu_memory_utilization)  # fmt: skip
+    assert plan.kv_capacity_tokens == pytest.approx(facts.kv_cache_tokens, rel=0.05)
+    assert plan.budget_gib == pytest.approx(facts.kv_cache_gib, rel=0.05)
+    assert plan.max_concurrency == pytest.approx(facts.max_concurrency.factor, rel=0.05)
+    assert plan.weights_gib == pytest.approx(facts.weights_gib, rel=0.01)
+
+
+def test_padding_rule_agrees_with_vllms_cudagraph_metrics():
+    """The fixture holds vLLM's own --cudagraph-metrics table from the c=5 run: 5 tokens ran the graph of 8."""
+    rows = re.findall(r"\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*FULL", MOE_LOG)
+    assert ("5", "8", "3") in rows
+    ours = {p.concurrency: p.graph_size for p in padding(parse_bootlog(MOE_LOG).cudagraph_sizes, [4, 5, 8, 10, 16])}
+    assert ours == {4: 4, 5: 8, 8: 8, 10: 16, 16: 16}
+
+
+def test_real_metrics_dump_parses_with_every_name_servelab_reads():
+    samples = parse((FIX / "metrics" / "vllm-0.25-h100-qwen3-8b.txt").read_text())
+    for name in ("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+                 "vllm:num_preemptions_total", "vllm:request_queue_time_seconds_sum", "vllm:time_to_first_token_seconds_count",
+                 "vllm:e2e_request_latency_seconds_sum", "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):  # fmt: skip
+        assert total(samples, name) is not None, name
+    assert total(samples, "vllm:prompt_tokens_total") == 294484 and total(samples, "vllm:prefix_cache_hits_total") == 9920
+    same = compute("vllm", samples, samples, [])
+    assert same.prompt_tokens == 0 and same.generation_tokens == 0 and same.prefix_cache_hit_rate is None
+
+
+def test_diagnosis_uses_the_boot_logs_capture_sizes(tmp_path):
+    from servelab.metrics.summary import LevelSummary
+    from servelab.results import EndpointInfo, LoadSpec, RunResult
+
+    run = RunResult(endpoint=EndpointInfo(url="http://x", engine="vllm", model="m"),
+                    load=LoadSpec(concurrency=[5, 10, 16], warmup=None, input_tokens=256, output_tokens=256, prefix_cache="cold",
+                                  ignore_eos=True, seed=0, request_timeout_s=600),
+                    levels=[LevelSummary(concurrency=c, ok=1, failed_requests=0, incomplete=0) for c in (5, 10, 16)])  # fmt: skip
+    found = {f.evidence["concurrency"]: f.evidence["graph_size"] for f in diagnose(run, parse_bootlog(MOE_LOG).cudagraph_sizes) if f.kind == "cudagraph_padding"}
+    assert found == {5: 8, 10: 16}
