@@ -177,3 +177,11 @@ def test_user_hardware_yaml(tmp_path):
 def test_unified_memory_overcommit_is_flagged():
     plan = plan_memory(load_model("qwen3-8b"), get_format("bf16"), load_hardware("dgx-spark"), gpu_memory_utilization=0.98)
     assert any("unified memory" in n for n in plan.notes)
+
+
+def test_nvfp4_experts_only_matches_the_published_convention():
+    spec = load_model("qwen3.5-122b-a10b")
+    only_experts = weight_bytes(spec, get_format("nvfp4-experts"))
+    expected = spec.params["experts"] * 4.5 / 8 + (spec.total_params - spec.params["experts"]) * 2
+    assert only_experts == pytest.approx(expected)
+    assert only_experts > weight_bytes(spec, get_format("nvfp4"))

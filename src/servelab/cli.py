@@ -306,7 +306,7 @@ def plan(
     ctx: typer.Context,
     model: Annotated[str | None, typer.Option(help="Catalog name (qwen3-8b, gpt-oss-120b …), a config.json or its directory.")] = None,
     hardware: Annotated[str, typer.Option(help="Profile name (dgx-spark, h100-sxm, h200, b200, rtx-pro-6000, rtx-5090, m3-ultra, ryzen-ai-max-395) or a YAML file.")] = "h100-sxm",
-    quant: Annotated[str, typer.Option(help="Weight format: bf16, fp8, fp8-block, mxfp8, nvfp4, mxfp4, gptq-int4, awq-int4, gguf-q4_k_m, gguf-q8_0.")] = "bf16",
+    quant: Annotated[str, typer.Option(help="Weight format: bf16, fp8, fp8-block, mxfp8, nvfp4, nvfp4-experts, mxfp4, gptq-int4, awq-int4, gguf-q4_k_m, gguf-q8_0.")] = "bf16",
     kv_dtype: Annotated[str, typer.Option(help="KV-cache dtype: auto (bf16) or fp8.")] = "auto",
     max_model_len: Annotated[int | None, typer.Option(min=1, help="Context per request (default the model's maximum).")] = None,
     gpu_memory_utilization: Annotated[float, typer.Option(help="Fraction of memory the server may take (vLLM's flag; its default is 0.92 since 0.2x, 0.9 in 0.11).")] = 0.92,

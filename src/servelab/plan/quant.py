@@ -15,8 +15,10 @@ Bits per weight, from ../shared/reference/models.yaml ``quantization_formats`` a
 | gguf-q4_k_m | 4.89 | Q4_K (4.5) mixed with Q6_K on attn_v, half of ffn_down, output: ~4.8–4.9 over whole files (Llama-3.1-8B 4.92 GB / 8.03 B params = 4.90; Qwen3-32B 4.83; gemma-3-27b 4.89) |
 
 What stays BF16 (conventions of the published checkpoints): embeddings, lm_head, norms and MoE
-routers for every non-GGUF format; ``mxfp4`` quantizes only the routed experts (gpt-oss); GGUF
-files quantize every tensor (embeddings and output included), so the whole-file average is used.
+routers for every non-GGUF format; ``mxfp4`` quantizes only the routed experts (gpt-oss), and so
+does ``nvfp4-experts`` (nvidia's Qwen3.5 NVFP4 exports keep attention, Gated DeltaNet and shared
+experts in BF16: models-notes.md); GGUF files quantize every tensor (embeddings and output
+included), so the whole-file average is used.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ FORMATS: dict[str, QuantFormat] = {
         QuantFormat("fp8-block", 8.0 + 32 / 16384, LINEAR_KINDS, "e4m3 + fp32 per 128x128 block (DeepSeek-V3 README_WEIGHTS)"),
         QuantFormat("mxfp8", 8.25, LINEAR_KINDS, "OCP MX: e4m3 + E8M0 per 32"),
         QuantFormat("nvfp4", 4.5, LINEAR_KINDS, "e2m1 + FP8 E4M3 scale per 16 (+ fp32 per tensor)"),
+        QuantFormat("nvfp4-experts", 4.5, ("experts",), "NVFP4 on routed experts only, attention/GDN/shared experts BF16 (nvidia Qwen3.5 NVFP4 exports)"),
         QuantFormat("mxfp4", 4.25, ("experts",), "OCP MX: e2m1 + E8M0 per 32; routed experts only (gpt-oss)"),
         QuantFormat("gptq-int4", _gptq(128), LINEAR_KINDS, "int4 + fp16 scale + int4 zero per group of 128 (AutoGPTQ)"),
         QuantFormat("gptq-int4-g32", _gptq(32), LINEAR_KINDS, "int4 + fp16 scale + int4 zero per group of 32 (AutoGPTQ)"),

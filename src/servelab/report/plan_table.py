@@ -22,6 +22,7 @@ def plan_table(plan: Plan) -> Table:
         ("parameters", f"{plan.total_params / 1e9:,.2f} B total, {plan.active_params / 1e9:,.2f} B active per token"),
         ("layers", kinds),
         ("weights per GPU", _gib(plan.weights_gib) + (f" (of {_gib(plan.weights_total_gib)})" if plan.tp > 1 else "")),
+        *[(f"published checkpoint ({k})", str(v)) for k, v in plan.published_checkpoint_sizes.items()],
         ("allowed (memory × utilization)", _gib(plan.usable_gib)),
         ("runtime overhead (estimate)", _gib(plan.overhead_gib)),
         ("KV-cache budget", _gib(plan.kv_budget_gib)),
