@@ -84,3 +84,20 @@ def test_diagnosis_uses_the_boot_logs_capture_sizes(tmp_path):
                     levels=[LevelSummary(concurrency=c, ok=1, failed_requests=0, incomplete=0) for c in (5, 10, 16)])  # fmt: skip
     found = {f.evidence["concurrency"]: f.evidence["graph_size"] for f in diagnose(run, parse_bootlog(MOE_LOG).cudagraph_sizes) if f.kind == "cudagraph_padding"}
     assert found == {5: 8, 10: 16}
+
+
+def test_the_h100_run_document_reads_back_and_renders_gpu_columns():
+    """run.json of the H100 validation bench (schema 1), with NVML telemetry measured there."""
+    from rich.console import Console
+
+    from servelab.report.table import bench_table, server_table
+    from servelab.results import RunResult
+
+    run = RunResult.model_validate_json((FIX / "runs" / "vllm-0.25-h100-qwen3-8b-run.json").read_text())
+    assert [lv.concurrency for lv in run.levels] == [1, 2, 4, 5, 8, 10, 16, 64]
+    assert run.levels[0].gpu.energy_per_output_token_j > run.levels[-1].gpu.energy_per_output_token_j > 0
+    console = Console(width=250, record=True)
+    console.print(bench_table(run))
+    console.print(server_table(run))
+    text = console.export_text()
+    assert "% of ceiling" in text and "J / out tok" in text and "NVML" in text

@@ -74,9 +74,10 @@ def server_table(run: RunResult) -> Table | None:
     rows = [lv for lv in run.levels if lv.server is not None]
     if not rows:
         return None
-    table = Table(title=f"server-side ({run.endpoint.engine} /metrics, measured phase)")
+    gpu = any(lv.gpu for lv in rows)
+    table = Table(title=f"server-side ({run.endpoint.engine} /metrics" + (", NVML" if gpu else "") + ", measured phase)")
     for name in ("conc", "prompt tok (server / client)", "gen tok (server / client)", "prefix hit", "queue ms",
-                 "peak running / waiting", "peak KV", "preempt", "spec accept / len"):  # fmt: skip
+                 "peak running / waiting", "peak KV", "preempt", "spec accept / len") + (("GPU W", "J / out tok") if gpu else ()):  # fmt: skip
         table.add_column(name, justify="right")
 
     def pct(x: float | None) -> str:
@@ -95,5 +96,6 @@ def server_table(run: RunResult) -> Table | None:
             pct(s.peak_kv_usage),
             _num(s.preemptions, 0),
             spec,
+            *(() if not gpu else (_num(lv.gpu.mean_power_w, 0), _num(lv.gpu.energy_per_output_token_j, 2)) if lv.gpu else ("–", "–")),
         )
     return table
