@@ -94,3 +94,9 @@ def test_cli_json_keys_and_stdin(tmp_path):
     assert res.exit_code == 0 and "2,243,474" in res.output
     res = cli.invoke(app, ["bootlog", str(tmp_path / "missing.log")])
     assert res.exit_code == 2 and "cannot read" in res.output
+
+
+def test_vllm_08_v0_engine():
+    f = parse_bootlog(log("vllm-0.8-v0.log"))
+    assert (f.engine, f.compile_s, f.weights_gib, f.kv_cache_gib, f.gpu_memory_utilization) == ("vllm", 28.77, 12.55, 56.18, 0.90)
+    assert f.kv_cache_tokens == 7191 * 16

@@ -6,7 +6,8 @@ vLLM ``INFO 11-06 10:51:36 [kv_cache_utils.py:1229]`` (≥ 0.8) or ``INFO 01-30 
 gpu_model_runner.py:848]`` (older), SGLang ``[2025-11-30 12:50:10 TP0]``, llama.cpp
 ``0.01.744.861 I srv ...``. Each fact comes from one line format (../shared/reference/server-facts.md
 §2.1 vLLM 0.6–0.33, §4 SGLang, §5 llama.cpp); the first occurrence wins (tensor-parallel ranks
-repeat lines). vLLM ≤ 0.7 printed "# GPU blocks: N": its KV size is N × 16 (the default block size). Lines no pattern knows are kept (up to ``KEEP_UNRECOGNISED``) and counted.
+repeat lines). vLLM ≤ 0.8 printed "# GPU blocks: N" (V0: "# cuda blocks: N"): its KV size is N × 16
+(the default block size). Lines no pattern knows are kept (up to ``KEEP_UNRECOGNISED``) and counted.
 """
 
 from __future__ import annotations
@@ -151,7 +152,10 @@ RULES: list[tuple[str, re.Pattern, object]] = [
     ("vllm", re.compile(r"Available KV cache memory: ([\d.]+) GiB"), _set("kv_cache_gib", lambda m: float(m.group(1)))),
     ("vllm", re.compile(r"KV cache size: ([\d,]+) tokens"), _set("kv_cache_tokens", lambda m: int(_n(m.group(1))))),
     ("vllm", re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.,]+)x"), _concurrency),
-    ("vllm", re.compile(r"# GPU blocks: (\d+)"), _set("kv_cache_tokens", lambda m: int(m.group(1)) * VLLM_BLOCK_TOKENS)),
+    ("vllm", re.compile(r"# (?:GPU|cuda) blocks: (\d+)"), _set("kv_cache_tokens", lambda m: int(m.group(1)) * VLLM_BLOCK_TOKENS)),
+    ("vllm", re.compile(r"model weights take ([\d.]+) ?GiB"), _set("weights_gib", lambda m: float(m.group(1)))),  # V0 worker
+    ("vllm", re.compile(r"reserved for KV Cache is ([\d.]+) ?GiB"), _set("kv_cache_gib", lambda m: float(m.group(1)))),
+    ("vllm", re.compile(r"gpu_memory_utilization \(([\d.]+)\)"), _set("gpu_memory_utilization", lambda m: float(m.group(1)))),
     ("vllm", re.compile(r"Graph capturing finished in ([\d.]+) secs?, took ([\d.]+) GiB"),
      lambda f, m: (setattr(f, "graph_capture_s", f.graph_capture_s or float(m.group(1))), setattr(f, "graph_capture_gib", f.graph_capture_gib or float(m.group(2))))),  # fmt: skip
     # SGLang
