@@ -24,7 +24,7 @@ from servelab.endpoint import Endpoint
 from servelab.diagnose import diagnose
 from servelab.errors import ServelabError
 from servelab.load.client import StreamClient, chat_body
-from servelab.load.scheduler import Phase, ServerGone, closed_loop
+from servelab.load.scheduler import Phase, ServerGone, closed_loop, open_loop
 from servelab.metrics.bootlog import parse_bootlog
 from servelab.metrics.gpu import GpuSampler, GpuStats
 from servelab.metrics.server import MetricsWatch, ServerStats
@@ -61,12 +61,21 @@ class BenchOptions:
     tokenizer_path: str | None = None
     ceiling: Ceiling | None = None
     server_log: Path | None = None
+    rates: list[float] | None = None
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
 
     def requests_at(self, concurrency: int) -> int | None:
         """Measured requests at a level: ``--requests``, or by default 4 per slot and at least 8."""
         if self.duration_s is not None:
             return None
         return self.requests if self.requests is not None else max(8, 4 * concurrency)
+
+    def requests_at_rate(self, rate: float) -> int | None:
+        """Open loop: ``--requests``, or by default 30 s worth of arrivals, at least 8."""
+        if self.duration_s is not None:
+            return None
+        return self.requests if self.requests is not None else max(8, math.ceil(30 * rate))
 
 
 @dataclass
@@ -158,7 +167,10 @@ class Bench:
     def _load_spec(self) -> LoadSpec:
         o = self.opts
         return LoadSpec(
-            concurrency=o.concurrency,
+            concurrency=[] if o.rates else o.concurrency,
+            rates=o.rates,
+            burstiness=o.burstiness,
+            max_concurrency=o.max_concurrency,
             requests=o.requests if o.duration_s is None else None,
             duration_s=o.duration_s,
             warmup=o.warmup,
@@ -193,7 +205,7 @@ class Bench:
                 run.ceiling = CeilingInfo(model=c.spec.name, hardware=c.hardware.name, quant=c.fmt.name, context_tokens=self.decode_context)
             self.writer = RunWriter(self.run_dir, run)
             origin = time.perf_counter()
-            connections = max(o.concurrency)
+            connections = o.max_concurrency or (256 if o.rates else max(o.concurrency))
             try:
                 async with StreamClient(
                     self.endpoint,
@@ -204,7 +216,9 @@ class Bench:
                 ) as client:
                     run.prompt_check = await self._calibrate(client, builder)
                     warm_prompt = await builder.build(o.input_tokens, f"[{self.tag}]") if o.prefix_cache == "warm" else None
-                    for level in o.concurrency:
+                    for rate in o.rates or []:
+                        await self._rate_level(client, builder, rate, warm_prompt)
+                    for level in [] if o.rates else o.concurrency:
                         await self._level(client, builder, level, warm_prompt)
             except ServerGone as exc:
                 self._conclude(run)
@@ -298,6 +312,7 @@ class Bench:
         count: int | None,
         duration_s: float | None,
         pool: int,
+        rate: float | None = None,
     ) -> Phase:
         o = self.opts
         self.hooks.phase_started(level, phase, count, duration_s)
@@ -324,9 +339,15 @@ class Bench:
         if phase == "measured":
             gpu.start()
         try:
-            result = await closed_loop(
-                client, make, concurrency=level, count=count, duration_s=duration_s, on_record=self._on_record, alive=self.alive
-            )
+            if rate is None:
+                result = await closed_loop(
+                    client, make, concurrency=level, count=count, duration_s=duration_s, on_record=self._on_record, alive=self.alive
+                )
+            else:
+                result = await open_loop(
+                    client, make, rate=rate, burstiness=o.burstiness, count=count, duration_s=duration_s,
+                    max_concurrency=o.max_concurrency, seed=o.seed, on_record=self._on_record, alive=self.alive,
+                )  # fmt: skip
         finally:
             self.server_stats = await watch.stop()
             self.gpu_stats = await gpu.stop(sum(r.output_tokens or 0 for r in self._phase_records))
@@ -349,11 +370,33 @@ class Bench:
             per_slot = o.duration_s / e2e_s if e2e_s else 16
             pool = max(2 * level, math.ceil(1.5 * level * per_slot) + level)
         measured = await self._phase(client, builder, level, "measured", warm, count, o.duration_s, pool)
-        summary = summarize(level, measured.records, measured.window)
+        self._conclude_level(summarize(level, measured.records, measured.window), measured, level)
+
+    async def _rate_level(self, client: StreamClient, builder: PromptBuilder, rate: float, warm: Prompt | None) -> None:
+        """One open-loop level: a closed-loop warm-up of one stream, then arrivals at ``rate``/s."""
+        o = self.opts
+        cap = o.max_concurrency or 0
+        n_warm = o.warmup if o.warmup is not None else 1
+        if n_warm:
+            await self._phase(client, builder, 1, "warmup", warm, n_warm, None, n_warm)
+        count = o.requests_at_rate(rate)
+        pool = count if count is not None else math.ceil(1.5 * rate * o.duration_s) + 4
+        measured = await self._phase(client, builder, cap, "measured", warm, count, o.duration_s, pool, rate=rate)
+        summary = summarize(cap, measured.records, measured.window)
+        summary.rate_rps = rate
+        starts = sorted(r.start for r in measured.records if r.start is not None)
+        if len(starts) > 1 and starts[-1] > starts[0]:
+            summary.achieved_rate_rps = (len(starts) - 1) / (starts[-1] - starts[0])
+        # Ceiling at the mean number of streams in flight (Little's law: rate × mean E2E latency).
+        self._conclude_level(summary, measured, max(1, round(rate * (summary.e2e_ms.mean or 0) / 1e3)))
+
+    def _conclude_level(self, summary: LevelSummary, measured: Phase, batch: int) -> None:
+        """Attach server and GPU stats and the ceiling (at ``batch`` streams) to a level; save it."""
+        assert self.writer is not None
         summary.server = self.server_stats
         summary.gpu = self.gpu_stats
-        if o.ceiling is not None:
-            summary.decode_ceiling_tok_s = o.ceiling.per_stream(level, self.decode_context)
+        if self.opts.ceiling is not None:
+            summary.decode_ceiling_tok_s = self.opts.ceiling.per_stream(batch, self.decode_context)
         self.writer.run.levels.append(summary)
         self._update_prompt_check(measured.records)
         self.writer.save()

@@ -64,6 +64,21 @@ def parse_int_list(value: str, option: str) -> list[int]:
     return [int(v) for v in items]
 
 
+def parse_float_list(value: str, option: str) -> list[float]:
+    """``"0.5,1,2"`` → ``[0.5, 1.0, 2.0]``; every item a positive number.
+
+    Raises:
+        ServelabError: naming ``option`` and the bad item.
+    """
+    try:
+        items = [float(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        items = []
+    if not items or any(v <= 0 for v in items):
+        raise ServelabError(f"{option} {value!r}: give positive numbers separated by commas, e.g. 0.5,1,2")
+    return items
+
+
 def parse_duration(value: str) -> float:
     """``"90"``, ``"90s"``, ``"2m"``, ``"1h"`` → seconds.
 
@@ -129,7 +144,8 @@ class _ProgressHooks:
     def level_done(self, summary: LevelSummary) -> None:
         ok, bad = summary.ok, summary.failed_requests + summary.incomplete
         tput = summary.output_throughput_tok_s or 0.0
-        self.progress.console.print(f"c={summary.concurrency}: {ok} ok, {bad} failed/incomplete, {tput:,.1f} output tok/s")
+        level = f"rate={summary.rate_rps}/s" if summary.rate_rps else f"c={summary.concurrency}"
+        self.progress.console.print(f"{level}: {ok} ok, {bad} failed/incomplete, {tput:,.1f} output tok/s")
 
 
 def _default_run_dir(label: str) -> Path:
@@ -195,6 +211,9 @@ def bench(
     api_key_env: Annotated[str, typer.Option(help="Environment variable that holds the API key (never written anywhere).")] = "SERVELAB_API_KEY",
     tokenizer: Annotated[str | None, typer.Option(help="Local Hugging Face tokenizer (tokenizer.json or its directory); default the server's /tokenize.")] = None,
     concurrency: Annotated[str, typer.Option(help="Concurrency levels: requests kept in flight, e.g. 1,2,4,8.")] = "1,2,4",
+    rate: Annotated[str | None, typer.Option(help="Open loop instead: arrival rates in requests/s, e.g. 0.5,1,2 (one level each; --concurrency is then unused).")] = None,
+    burstiness: Annotated[float, typer.Option(min=0.01, help="Open loop: gamma shape of the arrival gaps; 1 = Poisson, < 1 burstier.")] = 1.0,
+    max_concurrency: Annotated[int | None, typer.Option(min=1, help="Open loop: at most this many requests in flight; the rest wait on the client side (reported apart from TTFT).")] = None,
     requests: Annotated[int | None, typer.Option(min=1, help="Measured requests per level (default 4 per slot, at least 8).")] = None,
     duration: Annotated[str | None, typer.Option(help="Measure each level for a duration instead (90s, 2m); in-flight requests at the end count as incomplete.")] = None,
     warmup: Annotated[int | None, typer.Option(min=0, help="Warm-up requests per level, not counted (default one per slot).")] = None,
@@ -221,6 +240,9 @@ def bench(
             raise ServelabError("give either --requests or --duration, not both")
         options = BenchOptions(
             concurrency=parse_int_list(concurrency, "--concurrency"),
+            rates=parse_float_list(rate, "--rate") if rate else None,
+            burstiness=burstiness,
+            max_concurrency=max_concurrency,
             requests=requests,
             duration_s=parse_duration(duration) if duration else None,
             warmup=warmup,

@@ -67,9 +67,12 @@ class EndpointInfo(BaseModel):
 
 
 class LoadSpec(BaseModel):
-    """The load that was asked for."""
+    """The load that was asked for: closed-loop ``concurrency`` levels, or open-loop ``rates``."""
 
     concurrency: list[int]
+    rates: list[float] | None = Field(None, description="Open loop: arrival rates, requests/s, one level each.")
+    burstiness: float = Field(1.0, description="Open loop: gamma shape of the arrival gaps (1 = Poisson).")
+    max_concurrency: int | None = Field(None, description="Open loop: cap on requests in flight.")
     requests: int | None = Field(None, description="Measured requests per level (None with a duration).")
     duration_s: float | None = Field(None, description="Measured duration per level (None with a request count).")
     warmup: int | None = Field(description="Warm-up requests per level, not counted; None = one per slot (the concurrency).")

@@ -1,15 +1,23 @@
-"""Closed-loop load: keep N requests in flight until a request count or a duration is reached.
+"""Load schedules: closed loop (N requests kept in flight) and open loop (requests arrive at a rate).
 
-Each of the N workers sends a request, waits for it to finish, and sends the next; so exactly N
-requests are in flight except while the last ones drain. With a duration, requests still in
-flight at the deadline are cancelled and kept as ``incomplete`` (never dropped), and the
-throughput window is exactly the duration.
+Closed loop: each of the N workers sends a request, waits for it to finish, and sends the next;
+so exactly N requests are in flight except while the last ones drain.
+
+Open loop: requests arrive at ``rate`` per second with gamma-distributed gaps of shape
+``burstiness`` (1 = Poisson arrivals; below 1 burstier, above 1 more regular; mean gap 1/rate —
+as vLLM's benchmark draws them), whether or not earlier ones finished, optionally at most
+``max_concurrency`` in flight (the rest wait on the client side). A request's ``queued`` time is
+its scheduled arrival, so ``start − queued`` is the time it waited on the client side.
+
+With a duration, requests still in flight at the deadline are cancelled and kept as
+``incomplete`` (never dropped), and the throughput window is exactly the duration.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -99,6 +107,95 @@ async def closed_loop(
             phase.window = (t_begin, t_begin + duration_s)
     finally:
         for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return phase
+
+
+def arrival_gaps(rate: float, burstiness: float, seed: int):
+    """Endless gaps (s) between arrivals: gamma(shape=burstiness, scale=1/(rate·burstiness)), mean 1/rate,
+    coefficient of variation 1/√burstiness (1 for Poisson arrivals). Source: vLLM
+    ``vllm/benchmarks/serve.py`` (``get_request``), which draws request gaps the same way."""
+    rng = random.Random(seed)
+    while True:
+        yield rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
+
+
+async def open_loop(
+    client: StreamClient,
+    make: Callable[[int], tuple[RequestRecord, bytes]],
+    *,
+    rate: float,
+    burstiness: float = 1.0,
+    count: int | None = None,
+    duration_s: float | None = None,
+    max_concurrency: int | None = None,
+    seed: int = 0,
+    on_record: Callable[[RequestRecord], None],
+    alive: Callable[[], Awaitable[bool]],
+) -> Phase:
+    """Run one phase of open-loop load (see the module docstring).
+
+    Args:
+        rate: mean arrivals per second (> 0).
+        burstiness: gamma shape of the inter-arrival gaps (> 0); 1 is a Poisson process.
+        count / duration_s: exactly one: how many requests arrive, or for how long they arrive.
+        max_concurrency: cap on requests in flight; arrivals beyond it wait on the client side.
+        seed: seeds the arrival times, so a run's schedule is reproducible.
+
+    Raises:
+        ServerGone, asyncio.CancelledError: as :func:`closed_loop`.
+    """
+    if (count is None) == (duration_s is None):
+        raise ValueError("give exactly one of count and duration_s")
+    gaps = arrival_gaps(rate, burstiness, seed)
+    sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+    phase = Phase()
+    t_begin = time.perf_counter() - client.origin
+    deadline = None if duration_s is None else t_begin + duration_s
+    gone: list[ServerGone] = []
+    tasks: set[asyncio.Task] = set()
+
+    async def one(record: RequestRecord, body: bytes) -> None:
+        try:
+            if sem is None:
+                await client.send(record, body)
+            else:
+                async with sem:
+                    await client.send(record, body)
+        finally:
+            phase.records.append(record)
+            on_record(record)
+        if record.error_kind in CONNECTION_ERRORS and not await alive():
+            gone.append(ServerGone(f"the server stopped answering ({record.error_kind}: {record.error})"))
+
+    arrival = t_begin
+    try:
+        for i in itertools.count():
+            if (count is not None and i >= count) or gone:
+                break
+            arrival += next(gaps)
+            if deadline is not None and arrival >= deadline:
+                break
+            delay = arrival - (time.perf_counter() - client.origin)
+            if delay > 0:
+                await asyncio.sleep(delay)
+            record, body = make(i)
+            record.queued = arrival
+            task = asyncio.create_task(one(record, body))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if deadline is not None:
+            remaining = deadline - (time.perf_counter() - client.origin)
+            if tasks and remaining > 0:
+                await asyncio.wait(set(tasks), timeout=remaining)
+            phase.window = (t_begin, deadline)
+        elif tasks:
+            await asyncio.gather(*tasks)
+        if gone:
+            raise gone[0]
+    finally:
+        for task in list(tasks):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     return phase

@@ -62,7 +62,9 @@ class Distribution(BaseModel):
 class LevelSummary(BaseModel):
     """Summary of the measured requests at one concurrency level (docs/metrics.md)."""
 
-    concurrency: int
+    concurrency: int = Field(description="Requests kept in flight (closed loop), or the in-flight cap of an open-loop level (0: none).")
+    rate_rps: float | None = Field(None, description="Open loop: target arrival rate, requests/s.")
+    achieved_rate_rps: float | None = Field(None, description="Open loop: requests started per second, first to last start.")
     ok: int = Field(description="Requests that finished successfully.")
     failed_requests: int = Field(description="Requests that got an HTTP, connection, timeout or stream error.")
     incomplete: int = Field(description="Requests cut off by the end of the run or an interruption.")
@@ -72,6 +74,7 @@ class LevelSummary(BaseModel):
     output_tokens: int = Field(0, description="Output tokens delivered in the window, all requests.")
     output_throughput_tok_s: float | None = None
     request_throughput_rps: float | None = None
+    client_wait_ms: Distribution = Field(default_factory=Distribution)
     ttft_ms: Distribution = Field(default_factory=Distribution)
     ttfc_ms: Distribution = Field(default_factory=Distribution)
     e2e_ms: Distribution = Field(default_factory=Distribution)
@@ -144,6 +147,7 @@ def summarize(
         output_tokens=out_tokens,
         output_throughput_tok_s=out_tokens / window_s if window_s else None,
         request_throughput_rps=len(ok) / window_s if window_s else None,
+        client_wait_ms=Distribution.of((r.start - r.queued) * 1e3 for r in measured if r.start is not None),
         ttft_ms=Distribution.of((r.first_token - r.start) * 1e3 for r in with_ttft),
         ttfc_ms=Distribution.of(
             (r.first_content - r.start) * 1e3 for r in ok if r.first_content is not None and r.start is not None

@@ -32,8 +32,10 @@ def bench_table(run: RunResult) -> Table:
         c = run.ceiling
         caption += f"; ceiling: {c.model} {c.quant} on {c.hardware} at {c.context_tokens} tokens of context (servelab plan)"
     table = Table(title=title, caption=caption)
+    open_loop = any(lv.rate_rps for lv in run.levels)
     columns = [
-        "conc",
+        "rate req/s (target / achieved)" if open_loop else "conc",
+        *(["client wait ms"] if open_loop else []),
         "ok / fail / inc",
         "TTFT",
         "TPOT",
@@ -48,14 +50,15 @@ def bench_table(run: RunResult) -> Table:
     for name in columns:
         table.add_column(name, justify="right")
     for lv in run.levels:
-        row = _row(lv) + ([_num(lv.pct_of_ceiling, 0) + " %" if lv.pct_of_ceiling is not None else "–"] if run.ceiling else [])
+        row = _row(lv, open_loop) + ([_num(lv.pct_of_ceiling, 0) + " %" if lv.pct_of_ceiling is not None else "–"] if run.ceiling else [])
         table.add_row(*row, style="red" if lv.failed else None)
     return table
 
 
-def _row(lv: LevelSummary) -> list[str]:
+def _row(lv: LevelSummary, open_loop: bool = False) -> list[str]:
+    first = [f"{_num(lv.rate_rps, 2)} / {_num(lv.achieved_rate_rps, 2)}", _pair(lv.client_wait_ms, "p50", "p99")] if open_loop else [str(lv.concurrency)]
     return [
-        str(lv.concurrency),
+        *first,
         f"{lv.ok} / {lv.failed_requests} / {lv.incomplete}",
         _pair(lv.ttft_ms, "p50", "p99"),
         _pair(lv.tpot_ms, "p50", "p99", 2),
@@ -76,7 +79,7 @@ def server_table(run: RunResult) -> Table | None:
         return None
     gpu = any(lv.gpu for lv in rows)
     table = Table(title=f"server-side ({run.endpoint.engine} /metrics" + (", NVML" if gpu else "") + ", measured phase)")
-    for name in ("conc", "prompt tok (server / client)", "gen tok (server / client)", "prefix hit", "queue ms",
+    for name in ("level", "prompt tok (server / client)", "gen tok (server / client)", "prefix hit", "queue ms",
                  "peak running / waiting", "peak KV", "preempt", "spec accept / len") + (("GPU W", "J / out tok") if gpu else ()):  # fmt: skip
         table.add_column(name, justify="right")
 
@@ -87,7 +90,7 @@ def server_table(run: RunResult) -> Table | None:
         s = lv.server
         spec = f"{pct(s.acceptance_rate)} / {_num(s.mean_acceptance_length, 2)}" if s.spec_drafts else "–"
         table.add_row(
-            str(lv.concurrency),
+            f"{lv.rate_rps:g}/s" if lv.rate_rps else str(lv.concurrency),
             f"{_num(s.prompt_tokens, 0)} / {lv.prompt_tokens:,}",
             f"{_num(s.generation_tokens, 0)} / {lv.output_tokens:,}",
             pct(s.prefix_cache_hit_rate),
