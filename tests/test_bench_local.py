@@ -272,3 +272,16 @@ def test_duration_bounded_level_keeps_cut_off_requests_as_incomplete(llama, tmp_
     assert len(cut) == 2 and all(r["error_kind"] == "cancelled" and r["chunk_times"] for r in cut)
     assert level.output_tokens == sum(r.get("output_tokens", 0) for r in records if r["status"] == "ok") + sum(len(r["chunk_times"]) for r in cut)
     assert result.failed  # cut-off requests make the level (and the exit code) say so
+
+
+def test_shared_prefix_is_cached_and_the_rest_is_not(tmp_path):
+    """llama.cpp reuses part of a prompt of a sliding-window model (Gemma 3) only with a full-size SWA cache."""
+    opts = BenchOptions(concurrency=[1], requests=3, warmup=1, input_tokens=300, output_tokens=4,
+                        prefix_cache="shared-prefix", shared_prefix_tokens=200)  # fmt: skip
+    with LocalServer(tmp_path / "server.log", extra_args=["--swa-full"]) as server:
+        result = run(_bench(server.url, opts, tmp_path / "run", Hooks()))
+    measured = [r for r in read_jsonl(tmp_path / "run" / "records.jsonl") if r["phase"] == "measured"]
+    assert all(r["prompt_tokens"] == r["expected_prompt_tokens"] == 300 for r in measured)  # still token-exact
+    assert all(180 <= r["cached_prompt_tokens"] < 280 for r in measured)  # the shared part, not the unique rest
+    assert result.load.prefix_cache == "shared-prefix" and result.load.shared_prefix_tokens == 200
+    assert not [f for f in result.findings if f.kind == "prefix_cache_contamination"]

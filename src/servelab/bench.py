@@ -53,7 +53,8 @@ class BenchOptions:
     warmup: int | None = None
     input_tokens: int = 256
     output_tokens: int = 128
-    prefix_cache: Literal["cold", "warm"] = "cold"
+    prefix_cache: Literal["cold", "warm", "shared-prefix"] = "cold"
+    shared_prefix_tokens: int = 512
     ignore_eos: bool | None = None
     chat_template_kwargs: dict | None = None
     seed: int = 0
@@ -161,6 +162,7 @@ class Bench:
         self.decode_context = options.input_tokens + options.output_tokens // 2  # mean context while decoding
         self.writer: RunWriter | None = None
         self.server_stats: ServerStats | None = None
+        self.shared_prefix = ""  # --prefix-cache shared-prefix: the text every prompt starts with
         self.gpu_stats: GpuStats | None = None
         self._index = 0
 
@@ -177,6 +179,7 @@ class Bench:
             input_tokens=o.input_tokens,
             output_tokens=o.output_tokens,
             prefix_cache=o.prefix_cache,
+            shared_prefix_tokens=o.shared_prefix_tokens if o.prefix_cache == "shared-prefix" else None,
             ignore_eos=self.ignore_eos,
             chat_template_kwargs=o.chat_template_kwargs,
             seed=o.seed,
@@ -214,6 +217,11 @@ class Bench:
                     request_timeout_s=o.request_timeout_s,
                     tokenizer=tokenizer,
                 ) as client:
+                    if o.prefix_cache == "shared-prefix":  # built with plain counts, before the template is known
+                        if o.shared_prefix_tokens + CALIBRATION_TOKENS >= o.input_tokens:
+                            raise ServelabError(f"--shared-prefix-tokens {o.shared_prefix_tokens} leaves no room in --input-tokens {o.input_tokens}")
+                        shared = await PromptBuilder(tokenizer, seed=o.seed + 1).build_prepared(o.shared_prefix_tokens, f"[{self.tag}-shared]")
+                        self.shared_prefix = shared.text + "\n\n"
                     run.prompt_check = await self._calibrate(client, builder)
                     warm_prompt = await builder.build(o.input_tokens, f"[{self.tag}]") if o.prefix_cache == "warm" else None
                     for rate in o.rates or []:
@@ -298,7 +306,7 @@ class Bench:
 
         async def one(i: int) -> Prompt:
             async with sem:
-                return await builder.build(self.opts.input_tokens, f"[{self.tag}-{self._index + i}]")
+                return await builder.build(self.opts.input_tokens, f"[{self.tag}-{self._index + i}]", prefix=self.shared_prefix)
 
         return list(await asyncio.gather(*(one(i) for i in range(n))))
 

@@ -78,7 +78,8 @@ class LoadSpec(BaseModel):
     warmup: int | None = Field(description="Warm-up requests per level, not counted; None = one per slot (the concurrency).")
     input_tokens: int = Field(description="Prompt tokens per request, chat template included.")
     output_tokens: int = Field(description="max_tokens per request.")
-    prefix_cache: Literal["cold", "warm"]
+    prefix_cache: Literal["cold", "warm", "shared-prefix"]
+    shared_prefix_tokens: int | None = Field(None, description="shared-prefix: tokens of the text every prompt starts with.")
     ignore_eos: bool
     chat_template_kwargs: dict | None = None
     seed: int

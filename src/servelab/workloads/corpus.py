@@ -73,6 +73,11 @@ class PromptBuilder:
         self.templated = templated
         self._chat_template_kwargs = chat_template_kwargs
 
+    async def build_prepared(self, tokens: int, nonce: str = "") -> Prompt:
+        """:meth:`prepare` (if needed), then :meth:`build`."""
+        await self.prepare()
+        return await self.build(tokens, nonce)
+
     async def count(self, text: str) -> int:
         """Tokens of ``text`` as a prompt (see the class docstring)."""
         if self.templated:
@@ -86,8 +91,9 @@ class PromptBuilder:
         if not self._ids:
             self._ids = await self.tokenizer.encode(corpus_text(self.lang))
 
-    async def build(self, tokens: int, nonce: str = "") -> Prompt:
-        """A prompt of exactly ``tokens`` tokens that starts with ``nonce``.
+    async def build(self, tokens: int, nonce: str = "", prefix: str = "") -> Prompt:
+        """A prompt of exactly ``tokens`` tokens: ``prefix`` (shared by many prompts, e.g. a common
+        system text), then ``nonce``, then a corpus slice.
 
         Cuts a slice at a random offset, detokenizes it, and re-tokenizes ``nonce + text``; token
         merges at the seams can shift the count by a few, so the slice is lengthened or shortened
@@ -103,7 +109,7 @@ class PromptBuilder:
         if not ids:
             raise RuntimeError("PromptBuilder.prepare() was not awaited")
         offsets = [self._rng.randrange(len(ids)) for _ in range(MAX_OFFSETS)]  # drawn before any await
-        head = f"{nonce} " if nonce else ""
+        head = prefix + (f"{nonce} " if nonce else "")
         head_tokens = len(await self.tokenizer.encode(head)) if head else 0
         if tokens <= head_tokens + self.overhead:
             raise ServelabError(
