@@ -65,6 +65,9 @@ class BenchOptions:
     rates: list[float] | None = None
     burstiness: float = 1.0
     max_concurrency: int | None = None
+    lang: str = "en"
+    instruction: str = ""
+    question: str = ""
 
     def requests_at(self, concurrency: int) -> int | None:
         """Measured requests at a level: ``--requests``, or by default 4 per slot and at least 8."""
@@ -101,16 +104,20 @@ class BenchHooks(Protocol):
     def level_done(self, summary: LevelSummary) -> None: ...
 
 
+class DoesNotFit(ServelabError):
+    """A request of the asked size cannot fit the server's context (nothing was sent)."""
+
+
 def check_fits(endpoint: Endpoint, input_tokens: int, output_tokens: int) -> None:
     """Refuse, before anything is sent, a request that cannot fit the server's context.
 
     Raises:
-        ServelabError: ``input_tokens + output_tokens`` exceeds the context per request.
+        DoesNotFit: ``input_tokens + output_tokens`` exceeds the context per request.
     """
     limit = endpoint.info.max_model_len
     if limit is not None and input_tokens + output_tokens > limit:
         where = "per slot (llama.cpp -c / --parallel)" if endpoint.info.engine == "llama.cpp" else "(max_model_len)"
-        raise ServelabError(
+        raise DoesNotFit(
             f"a request needs {input_tokens} prompt + {output_tokens} output = {input_tokens + output_tokens} tokens, "
             f"but {endpoint.info.model} at {endpoint.root} allows {limit} tokens {where}; "
             "lower --input-tokens/--output-tokens or raise the server's context length"
@@ -200,7 +207,7 @@ class Bench:
         async with aiohttp.ClientSession(timeout=timeout) as tok_session:
             tokenizer = choose_tokenizer(self.endpoint, tok_session, o.tokenizer_path)
             self.endpoint.info.tokenizer = tokenizer.name
-            builder = PromptBuilder(tokenizer, seed=o.seed)
+            builder = PromptBuilder(tokenizer, seed=o.seed, lang=o.lang)
             await builder.prepare()
             run = RunResult(endpoint=self.endpoint.info, load=self._load_spec())
             if o.ceiling is not None:
@@ -223,7 +230,7 @@ class Bench:
                         shared = await PromptBuilder(tokenizer, seed=o.seed + 1).build_prepared(o.shared_prefix_tokens, f"[{self.tag}-shared]")
                         self.shared_prefix = shared.text + "\n\n"
                     run.prompt_check = await self._calibrate(client, builder)
-                    warm_prompt = await builder.build(o.input_tokens, f"[{self.tag}]") if o.prefix_cache == "warm" else None
+                    warm_prompt = await self._build(builder, f"[{self.tag}]") if o.prefix_cache == "warm" else None
                     for rate in o.rates or []:
                         await self._rate_level(client, builder, rate, warm_prompt)
                     for level in [] if o.rates else o.concurrency:
@@ -298,6 +305,11 @@ class Bench:
         source = "server chat-template tokenization, checked by a calibration request" if templated else "usage of a calibration request"
         return PromptCheck(template_overhead_tokens=overhead, overhead_source=source)
 
+    async def _build(self, builder: PromptBuilder, nonce: str) -> Prompt:
+        """One prompt of the run's shape: shared prefix, nonce, instruction, corpus slice, question."""
+        o = self.opts
+        return await builder.build(o.input_tokens, nonce, prefix=self.shared_prefix, instruction=o.instruction, suffix=o.question)
+
     async def _prompts(self, builder: PromptBuilder, n: int, warm: Prompt | None) -> list[Prompt]:
         """``n`` prompts: each with its own nonce (cold), or the one shared prompt (warm)."""
         if warm is not None:
@@ -306,7 +318,7 @@ class Bench:
 
         async def one(i: int) -> Prompt:
             async with sem:
-                return await builder.build(self.opts.input_tokens, f"[{self.tag}-{self._index + i}]", prefix=self.shared_prefix)
+                return await self._build(builder, f"[{self.tag}-{self._index + i}]")
 
         return list(await asyncio.gather(*(one(i) for i in range(n))))
 

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from servelab import __version__
-from servelab.bench import Bench, BenchOptions, Ceiling
+from servelab.bench import Bench, BenchOptions, Ceiling, DoesNotFit
 from servelab.endpoint import Endpoint, discover
 from servelab.errors import ServelabError
 from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LocalServer, package_version
@@ -38,7 +38,9 @@ from servelab.plan.quant import get_format, kv_dtype_bytes
 from servelab.records import RequestRecord
 from servelab.report.bootlog_table import bootlog_table
 from servelab.report.plan_table import padding_table, plan_table
-from servelab.report.table import bench_table, server_table
+from servelab.report.table import bench_table, server_table, suite_table
+from servelab.results import RunResult
+from servelab.workloads.suites import Workload, load_workloads, pick
 
 app = typer.Typer(help="Measure OpenAI-compatible LLM inference servers correctly.", no_args_is_help=True, add_completion=False)
 # Tables are wide; when output is not a terminal (a file, CI) do not squeeze them to 80 columns.
@@ -146,6 +148,18 @@ class _ProgressHooks:
         tput = summary.output_throughput_tok_s or 0.0
         level = f"rate={summary.rate_rps}/s" if summary.rate_rps else f"c={summary.concurrency}"
         self.progress.console.print(f"{level}: {ok} ok, {bad} failed/incomplete, {tput:,.1f} output tok/s")
+
+
+def _endpoint(stack: ExitStack, url: str | None, run_dir: Path | None, parallel: int, ctx_size: int) -> tuple[str, LocalServer | None, Path]:
+    """The URL to measure: ``url``, or the embedded server started for the duration of ``stack``
+    (its log in the run directory, which is then decided here)."""
+    if url is not None:
+        return url, None, run_dir
+    run_dir = run_dir or _default_run_dir("gemma-3-270m-local")
+    server = LocalServer(run_dir / "server.log", parallel=parallel, ctx_size=ctx_size)
+    with console.status("starting the embedded llama-server (Gemma 3 270M)…"):
+        stack.enter_context(server)
+    return server.url, server, run_dir
 
 
 def _default_run_dir(label: str) -> Path:
@@ -260,14 +274,9 @@ def bench(
         )
         api_key = os.environ.get(api_key_env) or None
         with ExitStack() as stack, _runner() as runner:
-            server = None
-            if url is None:
-                run_dir = run_dir or _default_run_dir("gemma-3-270m-local")
-                server = LocalServer(run_dir / "server.log", parallel=parallel, ctx_size=ctx_size)
-                options.server_log = run_dir / "server.log"
-                with console.status("starting the embedded llama-server (Gemma 3 270M)…"):
-                    stack.enter_context(server)
-                url = server.url
+            url, server, run_dir = _endpoint(stack, url, run_dir, parallel, ctx_size)
+            if server is not None:
+                options.server_log = server.log_path
             roofline = (hardware, model_config or ("gemma-3-270m" if server else None), quant or ("gguf-q4_k_m" if server else "bf16"))
             bench_obj, run_dir = runner.run(_bench(url, model, api_key, options, run_dir, server, roofline))
     except ServelabError as exc:
@@ -319,6 +328,51 @@ def serve_local(
         console.print("stopping")
     finally:
         server.stop()
+
+
+@app.command()
+def suite(
+    url: Annotated[str | None, typer.Option(help="Server root or API base. Default: the embedded llama.cpp + Gemma 3 270M.")] = None,
+    model: Annotated[str | None, typer.Option(help="Served model name; default the first /v1/models lists.")] = None,
+    api_key_env: Annotated[str, typer.Option(help="Environment variable that holds the API key.")] = "SERVELAB_API_KEY",
+    tokenizer: Annotated[str | None, typer.Option(help="Local Hugging Face tokenizer; default the server's /tokenize.")] = None,
+    only: Annotated[str | None, typer.Option(help="Workloads to run, e.g. qa,code,rag_8k (default all but rag_128k).")] = None,
+    workloads_file: Annotated[Path | None, typer.Option(help="YAML with your own workloads and mixes (see README).")] = None,
+    runs: Annotated[int, typer.Option(min=1, help="Measured runs per workload, after one warm-up.")] = 3,
+    ignore_eos: Annotated[bool, typer.Option("--ignore-eos/--no-ignore-eos", help="Force max_tokens outputs (default: natural answers).")] = False,
+    output: Annotated[Path | None, typer.Option(help="Directory for the runs, one per workload (default servelab-runs/<time>-suite).")] = None,
+    parallel: Annotated[int, typer.Option(min=1, help="Embedded server only: llama-server slots.")] = DEFAULT_PARALLEL,
+    ctx_size: Annotated[int, typer.Option(min=256, help="Embedded server only: total context, shared by the slots.")] = DEFAULT_CTX_SIZE,
+) -> None:
+    """Single-stream suite: for each workload 1 warm-up + N runs; median and spread of decode tok/s, TTFT, E2E."""
+    _sigterm_as_sigint()
+    rows: list[tuple[Workload, RunResult | None, str | None]] = []
+    try:
+        chosen = pick(only, load_workloads(workloads_file)[0])
+        api_key = os.environ.get(api_key_env) or None
+        base = output or _default_run_dir("suite")
+        with ExitStack() as stack, _runner() as runner:
+            url, server, _ = _endpoint(stack, url, base, parallel, ctx_size)
+            for w in chosen:
+                options = BenchOptions(
+                    concurrency=[1], requests=runs, warmup=1, input_tokens=w.input_tokens, output_tokens=w.max_tokens,
+                    ignore_eos=ignore_eos, lang=w.lang, instruction=w.instruction, question=w.question, tokenizer_path=tokenizer,
+                    server_log=server.log_path if server else None,
+                )  # fmt: skip
+                try:
+                    bench_obj, _ = runner.run(_bench(url, model, api_key, options, base / w.name, server, (None, None, "bf16")))
+                    rows.append((w, bench_obj.writer.run, None))
+                except DoesNotFit as exc:
+                    err_console.print(f"[yellow]skipped {w.name}:[/] {exc}", soft_wrap=True)
+                    rows.append((w, None, "skipped: longer than the server's context"))
+    except ServelabError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        fail("interrupted; finished workloads are saved", 130)
+    console.print(suite_table(rows, runs))
+    console.print(f"runs saved in {base}")
+    if any(run is not None and run.failed for _, run, _ in rows):
+        fail("some requests failed; see the runs", 1)
 
 
 plan_app = typer.Typer(help="Memory fit, KV capacity, concurrency and speed ceilings before launching a server.")

@@ -102,3 +102,26 @@ def server_table(run: RunResult) -> Table | None:
             *(() if not gpu else (_num(lv.gpu.mean_power_w, 0), _num(lv.gpu.energy_per_output_token_j, 2)) if lv.gpu else ("–", "–")),
         )
     return table
+
+
+def suite_table(rows: list, runs: int) -> Table:
+    """One row per workload of ``servelab suite``: median (min–max) of per-request decode tok/s,
+    TTFT and E2E over the measured runs, and the output tokens the model actually produced."""
+    table = Table(title=f"single-stream suite ({runs} measured runs per workload after 1 warm-up; median (min–max))")
+    for name in ("workload", "prompt tok", "max out", "out tok/request", "decode tok/s", "TTFT ms", "E2E ms", "ok / fail"):
+        table.add_column(name, justify="right")
+
+    def spread(d: Distribution, digits: int = 1) -> str:
+        return f"{_num(d.p50, digits)} ({_num(d.min, digits)}–{_num(d.max, digits)})" if d.n else "–"
+
+    for w, run, note in rows:
+        if run is None or not run.levels:
+            table.add_row(w.name, str(w.input_tokens), str(w.max_tokens), note or "–", "", "", "", "", style="yellow")
+            continue
+        lv = run.levels[0]
+        produced = lv.output_tokens / lv.ok if lv.ok else None
+        table.add_row(
+            w.name, f"{w.input_tokens:,}", str(w.max_tokens), _num(produced, 0), spread(lv.decode_tok_s), spread(lv.ttft_ms),
+            spread(lv.e2e_ms, 0), f"{lv.ok} / {lv.failed_requests + lv.incomplete}", style="red" if lv.failed else None,
+        )  # fmt: skip
+    return table

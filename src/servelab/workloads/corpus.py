@@ -91,9 +91,10 @@ class PromptBuilder:
         if not self._ids:
             self._ids = await self.tokenizer.encode(corpus_text(self.lang))
 
-    async def build(self, tokens: int, nonce: str = "", prefix: str = "") -> Prompt:
-        """A prompt of exactly ``tokens`` tokens: ``prefix`` (shared by many prompts, e.g. a common
-        system text), then ``nonce``, then a corpus slice.
+    async def build(self, tokens: int, nonce: str = "", prefix: str = "", instruction: str = "", suffix: str = "") -> Prompt:
+        """A prompt of exactly ``tokens`` tokens: ``prefix`` (deliberately shared by many prompts),
+        ``nonce``, ``instruction`` (a task; after the nonce, so that it is not a cacheable prefix),
+        a corpus slice, then ``suffix`` (e.g. the question about the text).
 
         Cuts a slice at a random offset, detokenizes it, and re-tokenizes ``nonce + text``; token
         merges at the seams can shift the count by a few, so the slice is lengthened or shortened
@@ -109,11 +110,11 @@ class PromptBuilder:
         if not ids:
             raise RuntimeError("PromptBuilder.prepare() was not awaited")
         offsets = [self._rng.randrange(len(ids)) for _ in range(MAX_OFFSETS)]  # drawn before any await
-        head = prefix + (f"{nonce} " if nonce else "")
-        head_tokens = len(await self.tokenizer.encode(head)) if head else 0
+        head = prefix + (f"{nonce} " if nonce else "") + instruction
+        head_tokens = len(await self.tokenizer.encode(head + suffix)) if head or suffix else 0
         if tokens <= head_tokens + self.overhead:
             raise ServelabError(
-                f"a prompt of {tokens} tokens cannot hold its {head_tokens}-token cache-busting nonce and "
+                f"a prompt of {tokens} tokens cannot hold its {head_tokens} tokens of instruction and cache-busting nonce and "
                 f"{self.overhead} chat-template tokens; use more input tokens"
             )
         for offset in offsets:  # a seam that never lands on the exact count: cut elsewhere
@@ -121,7 +122,7 @@ class PromptBuilder:
             tried: set[int] = set()
             for _ in range(MAX_ADJUST_ROUNDS):
                 window = [ids[(offset + i) % len(ids)] for i in range(max(length, 0))]
-                text = head + (await self.tokenizer.decode(window)).lstrip()
+                text = head + (await self.tokenizer.decode(window)).strip() + suffix
                 count = await self.count(text)
                 if count == tokens:
                     return Prompt(text, count)

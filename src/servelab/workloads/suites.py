@@ -1,0 +1,120 @@
+"""Named workloads (the prompts owners measure with) and mixes of them; user additions from YAML.
+
+A workload is a task instruction, a slice of the corpus (English or Hungarian) and a question,
+built to exactly ``input_tokens`` prompt tokens (chat template included) with ``max_tokens`` of
+output at temperature 0. Built-ins follow ../shared/MISSION.md ("single-stream suite": short Q&A,
+code, JSON extraction, a non-English summary, RAG at 8K, 32K and 128K of context). A mix is a
+weighted choice of workloads (``servelab bench --mix``).
+
+User file (``--workloads-file FILE``)::
+
+    workloads:
+      contract_review: {input_tokens: 6000, max_tokens: 400, lang: en,
+                        instruction: "Review this contract clause.", question: "List the risks.",
+                        purpose: "legal review"}
+    mixes:
+      office: {qa: 3, contract_review: 1}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError
+
+from servelab.errors import ServelabError
+
+
+class Workload(BaseModel, extra="forbid"):
+    """One named workload (temperature 0)."""
+
+    name: str = ""
+    purpose: str = ""
+    input_tokens: int = Field(gt=0, description="Prompt tokens, chat template included.")
+    max_tokens: int = Field(gt=0)
+    lang: Literal["en", "hu"] = "en"
+    instruction: str = Field("", description="Text before the corpus slice.")
+    question: str = Field("", description="Text after the corpus slice.")
+
+
+BUILTIN: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload(name="qa", purpose="short question about a short text", input_tokens=256, max_tokens=256,
+                 instruction="Read the text and answer the question briefly.\n\nText:\n", question="\n\nQuestion: What is the main point of the text?"),
+        Workload(name="code", purpose="write a small function", input_tokens=256, max_tokens=300,
+                 instruction="Write a small, documented Python function that counts how often each word occurs in a text like the one below, with one example call.\n\n",
+                 question="\n\nReturn only the code."),
+        Workload(name="json_kie", purpose="extract invoice fields into JSON", input_tokens=512, max_tokens=300,
+                 instruction="Extract the supplier, invoice number, dates, line items (description, quantity, unit price) and totals from the document below. Answer with one JSON object only.\n\nDocument:\n",
+                 question="\n\nJSON:"),
+        Workload(name="multilingual", purpose="summarise a Hungarian text in Hungarian (~200 words)", input_tokens=1024, max_tokens=300, lang="hu",
+                 instruction="Foglald össze magyarul, körülbelül 200 szóban, a következő szöveget.\n\nSzöveg:\n", question="\n\nÖsszefoglalás:"),
+        Workload(name="rag_8k", purpose="retrieved context of 8K tokens plus a question", input_tokens=8192, max_tokens=256,
+                 instruction="Use only the retrieved passages to answer.\n\nPassages:\n", question="\n\nQuestion: What do the passages say about keeping records?"),
+        Workload(name="rag_32k", purpose="retrieved context of 32K tokens plus a question", input_tokens=32768, max_tokens=256,
+                 instruction="Use only the retrieved passages to answer.\n\nPassages:\n", question="\n\nQuestion: What do the passages say about keeping records?"),
+        Workload(name="rag_128k", purpose="retrieved context of 128K tokens plus a question", input_tokens=131072, max_tokens=256,
+                 instruction="Use only the retrieved passages to answer.\n\nPassages:\n", question="\n\nQuestion: What do the passages say about keeping records?"),
+    )  # fmt: skip
+}
+BUILTIN_MIXES: dict[str, dict[str, float]] = {
+    "uniform_short": {"qa": 1, "code": 1, "json_kie": 1, "multilingual": 1},
+    "mixed_typical": {"qa": 4, "code": 2, "json_kie": 2, "multilingual": 1, "rag_8k": 1},
+    "long_only": {"rag_8k": 2, "rag_32k": 1},
+}
+
+
+class WorkloadFile(BaseModel, extra="forbid"):
+    """The user's YAML file."""
+
+    workloads: dict[str, Workload] = Field(default_factory=dict)
+    mixes: dict[str, dict[str, float]] = Field(default_factory=dict)
+
+
+def load_workloads(path: Path | None) -> tuple[dict[str, Workload], dict[str, dict[str, float]]]:
+    """Built-in workloads and mixes, plus (overriding) those of a YAML file.
+
+    Raises:
+        ServelabError: unreadable or malformed file, in one line naming the field; a mix that names
+            an unknown workload.
+    """
+    workloads, mixes = dict(BUILTIN), dict(BUILTIN_MIXES)
+    if path is not None:
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            parsed = WorkloadFile.model_validate(data)
+        except OSError as exc:
+            raise ServelabError(f"--workloads-file {path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark else ""
+            raise ServelabError(f"--workloads-file {path}: not valid YAML{where}") from None
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise ServelabError(f"--workloads-file {path}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        for name, w in parsed.workloads.items():
+            workloads[name] = w.model_copy(update={"name": name})
+        mixes.update(parsed.mixes)
+    for mix, weights in mixes.items():
+        unknown = [w for w in weights if w not in workloads]
+        if unknown:
+            raise ServelabError(f"mix {mix!r} names unknown workloads: {', '.join(unknown)}; known: {', '.join(workloads)}")
+    return workloads, mixes
+
+
+def pick(names: str | None, workloads: dict[str, Workload]) -> list[Workload]:
+    """Workloads by comma-separated names (default: all but the 128K one).
+
+    Raises:
+        ServelabError: an unknown name.
+    """
+    if not names:
+        return [w for n, w in workloads.items() if n != "rag_128k"]
+    chosen = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in workloads]
+    if unknown:
+        raise ServelabError(f"--only {', '.join(unknown)}: unknown workloads; known: {', '.join(workloads)}")
+    return [workloads[n] for n in chosen]
