@@ -60,3 +60,29 @@ def test_suite_runs_and_skips_what_does_not_fit(llama, tmp_path):
     assert [r.phase for r in records] == ["calibration", "warmup", "measured", "measured"]
     assert all(r.prompt_tokens == 256 for r in records if r.phase == "measured")
     assert not (out / "rag_32k").exists()  # refused before anything was sent
+
+
+def test_duration_bounded_mix_draws_workloads_and_states_its_window(llama, tmp_path):
+    f = tmp_path / "mix.yaml"
+    f.write_text("workloads:\n  short_en: {input_tokens: 64, max_tokens: 8}\n  short_hu: {input_tokens: 96, max_tokens: 8, lang: hu}\n"
+                 "  too_long: {input_tokens: 5000, max_tokens: 8}\nmixes:\n  both: {short_en: 1, short_hu: 1, too_long: 1}\n")  # fmt: skip
+    out = tmp_path / "run"
+    res = cli.invoke(app, ["bench", "--url", llama.url, "--mix", str(f), "--workers", "2", "--duration", "4s", "--output", str(out)])
+    assert res.exit_code in (0, 1), res.output  # 1 when requests were still in flight at the deadline
+    run, records = load_run(out)
+    level = run.levels[0]
+    assert level.window_s == pytest.approx(4.0) and level.concurrency == 2
+    assert level.ok >= 2 and level.incomplete <= 2 and level.failed_requests == 0
+    measured = [r for r in records if r.phase == "measured"]
+    assert {r.workload for r in measured} == {"short_en", "short_hu"}
+    for r in measured:
+        if r.status == "ok":
+            assert r.prompt_tokens == r.expected_prompt_tokens == {"short_en": 64, "short_hu": 96}[r.workload]
+    assert any("too_long left out of the mix" in n for n in run.notes)
+    assert run.load.mix == {"short_en": 1, "short_hu": 1, "too_long": 1}
+    assert "mix short_en ×1" in " ".join(res.output.split())
+
+
+def test_unknown_mix_is_one_line():
+    res = cli.invoke(app, ["bench", "--url", "http://127.0.0.1:9", "--mix", "nope"])
+    assert res.exit_code == 2 and "--mix 'nope': unknown" in res.output

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
 import secrets
 import statistics
 import time
@@ -37,6 +38,7 @@ from servelab.records import RequestRecord
 from servelab.results import CeilingInfo, LoadSpec, PromptCheck, RunResult, RunWriter
 from servelab.tokenizer import LocalTokenizer, ServerTokenizer, Tokenizer
 from servelab.workloads.corpus import Prompt, PromptBuilder
+from servelab.workloads.suites import Workload
 
 CALIBRATION_TOKENS = 32
 BUILD_PARALLELISM = 8
@@ -68,6 +70,16 @@ class BenchOptions:
     lang: str = "en"
     instruction: str = ""
     question: str = ""
+    mix: dict[str, float] | None = None  # workload name → weight (``--mix``); overrides the shape above
+    workloads: dict[str, Workload] | None = None  # where the mix's names are looked up
+
+    def shapes(self) -> list[tuple[Workload, float]]:
+        """The request shapes with their weights: the mix's workloads, or one shape from the options."""
+        if self.mix:
+            return [(self.workloads[name], weight) for name, weight in self.mix.items()]
+        single = Workload(name="", input_tokens=self.input_tokens, max_tokens=self.output_tokens, lang=self.lang,
+                          instruction=self.instruction, question=self.question)  # fmt: skip
+        return [(single, 1.0)]
 
     def requests_at(self, concurrency: int) -> int | None:
         """Measured requests at a level: ``--requests``, or by default 4 per slot and at least 8."""
@@ -167,6 +179,9 @@ class Bench:
         self.ignore_eos = options.ignore_eos if options.ignore_eos is not None else engine in KNOWN_ENGINES
         self.tag = secrets.token_hex(4)  # unique per run: repeated runs never share a prefix
         self.decode_context = options.input_tokens + options.output_tokens // 2  # mean context while decoding
+        self.notes: list[str] = []
+        self.shapes: list[tuple[Workload, float]] = []
+        self.builders: dict[str, PromptBuilder] = {}
         self.writer: RunWriter | None = None
         self.server_stats: ServerStats | None = None
         self.shared_prefix = ""  # --prefix-cache shared-prefix: the text every prompt starts with
@@ -185,6 +200,7 @@ class Bench:
             warmup=o.warmup,
             input_tokens=o.input_tokens,
             output_tokens=o.output_tokens,
+            mix=o.mix,
             prefix_cache=o.prefix_cache,
             shared_prefix_tokens=o.shared_prefix_tokens if o.prefix_cache == "shared-prefix" else None,
             ignore_eos=self.ignore_eos,
@@ -202,14 +218,19 @@ class Bench:
             asyncio.CancelledError / KeyboardInterrupt: after saving the run as partial.
         """
         o = self.opts
-        check_fits(self.endpoint, o.input_tokens, o.output_tokens)
+        self._fit_shapes()
         timeout = aiohttp.ClientTimeout(total=60)
         async with aiohttp.ClientSession(timeout=timeout) as tok_session:
             tokenizer = choose_tokenizer(self.endpoint, tok_session, o.tokenizer_path)
             self.endpoint.info.tokenizer = tokenizer.name
             builder = PromptBuilder(tokenizer, seed=o.seed, lang=o.lang)
             await builder.prepare()
-            run = RunResult(endpoint=self.endpoint.info, load=self._load_spec())
+            self.builders = {o.lang: builder}
+            for shape, _ in self.shapes:
+                if shape.lang not in self.builders:
+                    self.builders[shape.lang] = PromptBuilder(tokenizer, seed=o.seed, lang=shape.lang)
+                    await self.builders[shape.lang].prepare()
+            run = RunResult(endpoint=self.endpoint.info, load=self._load_spec(), notes=list(self.notes))
             if o.ceiling is not None:
                 c = o.ceiling
                 run.ceiling = CeilingInfo(model=c.spec.name, hardware=c.hardware.name, quant=c.fmt.name, context_tokens=self.decode_context)
@@ -230,11 +251,11 @@ class Bench:
                         shared = await PromptBuilder(tokenizer, seed=o.seed + 1).build_prepared(o.shared_prefix_tokens, f"[{self.tag}-shared]")
                         self.shared_prefix = shared.text + "\n\n"
                     run.prompt_check = await self._calibrate(client, builder)
-                    warm_prompt = await self._build(builder, f"[{self.tag}]") if o.prefix_cache == "warm" else None
+                    warm_prompt = await self._build(self.shapes[0][0], f"[{self.tag}]") if o.prefix_cache == "warm" else None
                     for rate in o.rates or []:
-                        await self._rate_level(client, builder, rate, warm_prompt)
+                        await self._rate_level(client, rate, warm_prompt)
                     for level in [] if o.rates else o.concurrency:
-                        await self._level(client, builder, level, warm_prompt)
+                        await self._level(client, level, warm_prompt)
             except ServerGone as exc:
                 self._conclude(run)
                 self.writer.finish(complete=False, reason=str(exc))
@@ -295,37 +316,63 @@ class Bench:
         if rec.status != "ok":
             raise ServelabError(f"the first request to {self.endpoint.root} failed ({rec.error_kind}): {rec.error}")
         if rec.prompt_tokens_source != "usage":
-            builder.use_template(0, templated=False)
+            for b in self.builders.values():
+                b.use_template(0, templated=False)
             return PromptCheck(template_overhead_tokens=0, overhead_source="unknown: the server reports no usage")
         overhead = rec.prompt_tokens - prompt.tokens
-        if overhead + CALIBRATION_TOKENS >= o.input_tokens:
-            raise ServelabError(f"--input-tokens {o.input_tokens} is too small: the chat template alone adds {overhead} tokens")
+        smallest = min(shape.input_tokens for shape, _ in self.shapes)
+        if overhead + CALIBRATION_TOKENS >= smallest:
+            raise ServelabError(f"--input-tokens {smallest} is too small: the chat template alone adds {overhead} tokens")
         templated = await builder.tokenizer.chat_count(prompt.text, o.chat_template_kwargs) == rec.prompt_tokens
-        builder.use_template(overhead, templated=templated, chat_template_kwargs=o.chat_template_kwargs)
+        for b in self.builders.values():
+            b.use_template(overhead, templated=templated, chat_template_kwargs=o.chat_template_kwargs)
         source = "server chat-template tokenization, checked by a calibration request" if templated else "usage of a calibration request"
         return PromptCheck(template_overhead_tokens=overhead, overhead_source=source)
 
-    async def _build(self, builder: PromptBuilder, nonce: str) -> Prompt:
-        """One prompt of the run's shape: shared prefix, nonce, instruction, corpus slice, question."""
-        o = self.opts
-        return await builder.build(o.input_tokens, nonce, prefix=self.shared_prefix, instruction=o.instruction, suffix=o.question)
+    def _fit_shapes(self) -> None:
+        """Keep the request shapes that fit the server's context; drop the rest of a mix with a warning.
 
-    async def _prompts(self, builder: PromptBuilder, n: int, warm: Prompt | None) -> list[Prompt]:
-        """``n`` prompts: each with its own nonce (cold), or the one shared prompt (warm)."""
+        Raises:
+            DoesNotFit: a single shape, or every shape of a mix, is too long.
+        """
+        shapes = self.opts.shapes()
+        fitting = []
+        for shape, weight in shapes:
+            try:
+                check_fits(self.endpoint, shape.input_tokens, shape.max_tokens)
+                fitting.append((shape, weight))
+            except DoesNotFit as exc:
+                if len(shapes) == 1:
+                    raise
+                self.notes.append(f"workload {shape.name} left out of the mix: {exc}")
+        if not fitting:
+            raise DoesNotFit(f"no workload of the mix fits the server's context: {'; '.join(self.notes)}")
+        self.shapes = fitting
+        self.decode_context = round(sum(w * (s.input_tokens + s.max_tokens // 2) for s, w in fitting) / sum(w for _, w in fitting))
+
+    async def _build(self, shape: Workload, nonce: str) -> Prompt:
+        """One prompt of a shape: shared prefix, nonce, instruction, corpus slice, question."""
+        builder = self.builders[shape.lang]
+        return await builder.build(shape.input_tokens, nonce, prefix=self.shared_prefix, instruction=shape.instruction, suffix=shape.question)
+
+    async def _prompts(self, n: int, warm: Prompt | None) -> list[tuple[Prompt, Workload]]:
+        """``n`` prompts with their shapes (drawn by the mix's weights, seeded): each with its own
+        nonce (cold), or the one shared prompt (warm)."""
         if warm is not None:
-            return [warm] * n
+            return [(warm, self.shapes[0][0])] * n
+        rng = random.Random(self.opts.seed + self._index)
+        chosen = rng.choices([s for s, _ in self.shapes], weights=[w for _, w in self.shapes], k=n)
         sem = asyncio.Semaphore(BUILD_PARALLELISM)
 
-        async def one(i: int) -> Prompt:
+        async def one(i: int) -> tuple[Prompt, Workload]:
             async with sem:
-                return await self._build(builder, f"[{self.tag}-{self._index + i}]")
+                return await self._build(chosen[i], f"[{self.tag}-{self._index + i}]"), chosen[i]
 
         return list(await asyncio.gather(*(one(i) for i in range(n))))
 
     async def _phase(
         self,
         client: StreamClient,
-        builder: PromptBuilder,
         level: int,
         phase: str,
         warm: Prompt | None,
@@ -336,21 +383,22 @@ class Bench:
     ) -> Phase:
         o = self.opts
         self.hooks.phase_started(level, phase, count, duration_s)
-        prompts = await self._prompts(builder, pool, warm)
+        prompts = await self._prompts(pool, warm)
         watch = MetricsWatch(self.endpoint.info.metrics_url if phase == "measured" else None, self.endpoint.info.engine, self.endpoint.headers())
 
         self._phase_records: list[RequestRecord] = []
 
         def make(i: int) -> tuple[RequestRecord, bytes]:
-            prompt = prompts[i % len(prompts)]
+            prompt, shape = prompts[i % len(prompts)]
             if i >= len(prompts) and warm is None:
                 # Duration runs that outlive the prompt pool: a fresh nonce keeps every prompt unique;
                 # its token count may then differ by a token or two, which the prompt check reports.
                 prompt = Prompt(prompt.text.replace(f"[{self.tag}-", f"[{self.tag}-r{i}-", 1), prompt.tokens)
-            rec = self._record(level, phase, prompt, o.output_tokens)
+            rec = self._record(level, phase, prompt, shape.max_tokens)
+            rec.workload = shape.name or None
             self._phase_records.append(rec)
             rec.queued = time.perf_counter() - client.origin
-            body = chat_body(self.endpoint, prompt.text, max_tokens=o.output_tokens, ignore_eos=self.ignore_eos,
+            body = chat_body(self.endpoint, prompt.text, max_tokens=shape.max_tokens, ignore_eos=self.ignore_eos,
                              cold=o.prefix_cache == "cold", chat_template_kwargs=o.chat_template_kwargs)  # fmt: skip
             return rec, body
 
@@ -373,13 +421,13 @@ class Bench:
             self.gpu_stats = await gpu.stop(sum(r.output_tokens or 0 for r in self._phase_records))
         return result
 
-    async def _level(self, client: StreamClient, builder: PromptBuilder, level: int, warm: Prompt | None) -> None:
+    async def _level(self, client: StreamClient, level: int, warm: Prompt | None) -> None:
         o = self.opts
         assert self.writer is not None
         n_warm = o.warmup if o.warmup is not None else level
         e2e_s = None
         if n_warm:
-            warm_phase = await self._phase(client, builder, level, "warmup", warm, n_warm, None, n_warm)
+            warm_phase = await self._phase(client, level, "warmup", warm, n_warm, None, n_warm)
             done = [r.end - r.start for r in warm_phase.records if r.status == "ok" and r.start is not None]
             e2e_s = statistics.median(done) if done else None
         count = o.requests_at(level)
@@ -389,19 +437,19 @@ class Bench:
             # Enough unique prompts for the whole duration at the warm-up's pace, with 50% to spare.
             per_slot = o.duration_s / e2e_s if e2e_s else 16
             pool = max(2 * level, math.ceil(1.5 * level * per_slot) + level)
-        measured = await self._phase(client, builder, level, "measured", warm, count, o.duration_s, pool)
+        measured = await self._phase(client, level, "measured", warm, count, o.duration_s, pool)
         self._conclude_level(summarize(level, measured.records, measured.window), measured, level)
 
-    async def _rate_level(self, client: StreamClient, builder: PromptBuilder, rate: float, warm: Prompt | None) -> None:
+    async def _rate_level(self, client: StreamClient, rate: float, warm: Prompt | None) -> None:
         """One open-loop level: a closed-loop warm-up of one stream, then arrivals at ``rate``/s."""
         o = self.opts
         cap = o.max_concurrency or 0
         n_warm = o.warmup if o.warmup is not None else 1
         if n_warm:
-            await self._phase(client, builder, 1, "warmup", warm, n_warm, None, n_warm)
+            await self._phase(client, 1, "warmup", warm, n_warm, None, n_warm)
         count = o.requests_at_rate(rate)
         pool = count if count is not None else math.ceil(1.5 * rate * o.duration_s) + 4
-        measured = await self._phase(client, builder, cap, "measured", warm, count, o.duration_s, pool, rate=rate)
+        measured = await self._phase(client, cap, "measured", warm, count, o.duration_s, pool, rate=rate)
         summary = summarize(cap, measured.records, measured.window)
         summary.rate_rps = rate
         starts = sorted(r.start for r in measured.records if r.start is not None)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Annotated, Literal, NoReturn
 
 import typer
+import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -40,7 +41,7 @@ from servelab.report.bootlog_table import bootlog_table
 from servelab.report.plan_table import padding_table, plan_table
 from servelab.report.table import bench_table, server_table, suite_table
 from servelab.results import RunResult
-from servelab.workloads.suites import Workload, load_workloads, pick
+from servelab.workloads.suites import Workload, WorkloadFile, load_workloads, pick
 
 app = typer.Typer(help="Measure OpenAI-compatible LLM inference servers correctly.", no_args_is_help=True, add_completion=False)
 # Tables are wide; when output is not a terminal (a file, CI) do not squeeze them to 80 columns.
@@ -64,6 +65,27 @@ def parse_int_list(value: str, option: str) -> list[int]:
     if not items or not all(v.isdigit() and int(v) > 0 for v in items):
         raise ServelabError(f"{option} {value!r}: give positive integers separated by commas, e.g. 1,2,4")
     return [int(v) for v in items]
+
+
+def resolve_mix(mix: str | None, workloads_file: Path | None) -> tuple[dict[str, float] | None, dict | None]:
+    """``--mix`` → (weights, workloads): a built-in or ``--workloads-file`` mix by name, or a YAML file
+    holding exactly one mix.
+
+    Raises:
+        ServelabError: unknown mix, or a file with no or several mixes.
+    """
+    if mix is None:
+        return None, None
+    if Path(mix).is_file():
+        workloads, mixes = load_workloads(Path(mix))
+        own = WorkloadFile.model_validate(yaml.safe_load(Path(mix).read_text()) or {}).mixes
+        if len(own) != 1:
+            raise ServelabError(f"--mix {mix}: the file defines {len(own)} mixes; name one with --mix NAME --workloads-file {mix}")
+        return own[next(iter(own))], workloads
+    workloads, mixes = load_workloads(workloads_file)
+    if mix not in mixes:
+        raise ServelabError(f"--mix {mix!r}: unknown; known: {', '.join(mixes)}")
+    return mixes[mix], workloads
 
 
 def parse_float_list(value: str, option: str) -> list[float]:
@@ -225,6 +247,9 @@ def bench(
     api_key_env: Annotated[str, typer.Option(help="Environment variable that holds the API key (never written anywhere).")] = "SERVELAB_API_KEY",
     tokenizer: Annotated[str | None, typer.Option(help="Local Hugging Face tokenizer (tokenizer.json or its directory); default the server's /tokenize.")] = None,
     concurrency: Annotated[str, typer.Option(help="Concurrency levels: requests kept in flight, e.g. 1,2,4,8.")] = "1,2,4",
+    mix: Annotated[str | None, typer.Option(help="Draw each request from a weighted mix of named workloads: uniform_short, mixed_typical, long_only, a mix of --workloads-file, or a YAML file with one mix.")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="One level with this many requests in flight (the usual pairing with --mix and --duration).")] = None,
+    workloads_file: Annotated[Path | None, typer.Option(help="YAML with your own workloads and mixes.")] = None,
     rate: Annotated[str | None, typer.Option(help="Open loop instead: arrival rates in requests/s, e.g. 0.5,1,2 (one level each; --concurrency is then unused).")] = None,
     burstiness: Annotated[float, typer.Option(min=0.01, help="Open loop: gamma shape of the arrival gaps; 1 = Poisson, < 1 burstier.")] = 1.0,
     max_concurrency: Annotated[int | None, typer.Option(min=1, help="Open loop: at most this many requests in flight; the rest wait on the client side (reported apart from TTFT).")] = None,
@@ -253,8 +278,11 @@ def bench(
     try:
         if requests is not None and duration is not None:
             raise ServelabError("give either --requests or --duration, not both")
+        mix_weights, workloads = resolve_mix(mix, workloads_file)
         options = BenchOptions(
-            concurrency=parse_int_list(concurrency, "--concurrency"),
+            concurrency=[workers] if workers else parse_int_list(concurrency, "--concurrency"),
+            mix=mix_weights,
+            workloads=workloads,
             rates=parse_float_list(rate, "--rate") if rate else None,
             burstiness=burstiness,
             max_concurrency=max_concurrency,

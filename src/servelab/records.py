@@ -27,6 +27,7 @@ class RequestRecord(BaseModel):
     index: int = Field(description="Position of the request in the run.")
     concurrency: int = Field(description="Concurrency level the request belongs to.")
     phase: Phase
+    workload: str | None = Field(None, description="Named workload of a mix, when the run used one.")
     expected_prompt_tokens: int | None = Field(None, description="Prompt tokens servelab built, chat template included.")
     max_tokens: int
     queued: float = Field(description="When the scheduler handed the request to the client (s).")

@@ -73,6 +73,7 @@ class LoadSpec(BaseModel):
     rates: list[float] | None = Field(None, description="Open loop: arrival rates, requests/s, one level each.")
     burstiness: float = Field(1.0, description="Open loop: gamma shape of the arrival gaps (1 = Poisson).")
     max_concurrency: int | None = Field(None, description="Open loop: cap on requests in flight.")
+    mix: dict[str, float] | None = Field(None, description="Workload name → weight, when requests were drawn from a mix.")
     requests: int | None = Field(None, description="Measured requests per level (None with a duration).")
     duration_s: float | None = Field(None, description="Measured duration per level (None with a request count).")
     warmup: int | None = Field(description="Warm-up requests per level, not counted; None = one per slot (the concurrency).")
@@ -131,6 +132,7 @@ class RunResult(BaseModel):
     ceiling: CeilingInfo | None = None
     findings: list[Finding] = Field(default_factory=list)
     boot: BootFacts | None = Field(None, description="Facts from the server's startup log, when the run knows it.")
+    notes: list[str] = Field(default_factory=list, description="What the run changed from what was asked (e.g. workloads left out).")
     levels: list[LevelSummary] = Field(default_factory=list)
     records_file: str = "records.jsonl"
 

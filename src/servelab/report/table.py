@@ -24,8 +24,13 @@ def bench_table(run: RunResult) -> Table:
     """
     ep = run.endpoint
     title = f"{ep.model} · {ep.engine}{' ' + ep.engine_version if ep.engine_version else ''} · {ep.url}"
+    shape = (
+        "mix " + ", ".join(f"{name} ×{weight:g}" for name, weight in run.load.mix.items())
+        if run.load.mix
+        else f"{run.load.input_tokens} prompt tokens, {run.load.output_tokens} max output tokens"
+    )
     caption = (
-        f"{run.load.input_tokens} prompt tokens, {run.load.output_tokens} max output tokens, prefix cache {run.load.prefix_cache}"
+        f"{shape}, prefix cache {run.load.prefix_cache}"
         f"{', ignore_eos' if run.load.ignore_eos else ''}; latencies ms, p50 / p99"
     )
     if run.ceiling:
