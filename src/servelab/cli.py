@@ -39,8 +39,9 @@ from servelab.plan.quant import get_format, kv_dtype_bytes
 from servelab.records import RequestRecord
 from servelab.report.bootlog_table import bootlog_table
 from servelab.report.plan_table import padding_table, plan_table
-from servelab.report.table import bench_table, server_table, suite_table
-from servelab.results import RunResult
+from servelab.grid import CellStats, cell_stats, cells, write_csv
+from servelab.report.table import bench_table, grid_table, server_table, suite_table
+from servelab.results import RunResult, load_run
 from servelab.workloads.suites import Workload, WorkloadFile, load_workloads, pick
 
 app = typer.Typer(help="Measure OpenAI-compatible LLM inference servers correctly.", no_args_is_help=True, add_completion=False)
@@ -401,6 +402,65 @@ def suite(
     console.print(f"runs saved in {base}")
     if any(run is not None and run.failed for _, run, _ in rows):
         fail("some requests failed; see the runs", 1)
+
+
+@app.command()
+def grid(
+    url: Annotated[str | None, typer.Option(help="Server root or API base. Default: the embedded llama.cpp + Gemma 3 270M.")] = None,
+    model: Annotated[str | None, typer.Option(help="Served model name; default the first /v1/models lists.")] = None,
+    api_key_env: Annotated[str, typer.Option(help="Environment variable that holds the API key.")] = "SERVELAB_API_KEY",
+    tokenizer: Annotated[str | None, typer.Option(help="Local Hugging Face tokenizer; default the server's /tokenize.")] = None,
+    pp: Annotated[str, typer.Option(help="New prompt tokens per request (chat template included), e.g. 512,2048.")] = "512",
+    tg: Annotated[str, typer.Option(help="Generated tokens per request, e.g. 128.")] = "128",
+    depth: Annotated[str, typer.Option(help="Tokens of earlier conversation before the prompt, e.g. 0,4096,16384.")] = "0",
+    concurrency: Annotated[str, typer.Option(help="Concurrent requests per cell, e.g. 1,2,5,10.")] = "1",
+    runs: Annotated[int, typer.Option(min=1, help="Measured requests per stream in each cell.")] = 3,
+    seed: Annotated[int, typer.Option(help="Seed of the cell order (shuffled) and of the prompts.")] = 0,
+    output: Annotated[Path | None, typer.Option(help="Grid directory; rerun with the same one to resume (finished cells are skipped).")] = None,
+    parallel: Annotated[int, typer.Option(min=1, help="Embedded server only: llama-server slots.")] = DEFAULT_PARALLEL,
+    ctx_size: Annotated[int, typer.Option(min=256, help="Embedded server only: total context, shared by the slots.")] = DEFAULT_CTX_SIZE,
+) -> None:
+    """pp/tg speeds over depth × concurrency (llama-bench style), resumable; writes grid.csv."""
+    _sigterm_as_sigint()
+    rows: list[CellStats] = []
+    try:
+        order = cells(parse_int_list(pp, "--pp"), parse_int_list(tg, "--tg"), [int(d) for d in depth.split(",") if d.strip()] or [0],
+                      parse_int_list(concurrency, "--concurrency"), seed)  # fmt: skip
+        api_key = os.environ.get(api_key_env) or None
+        base = output or _default_run_dir("grid")
+        with ExitStack() as stack, _runner() as runner:
+            url, server, _ = _endpoint(stack, url, base, parallel, ctx_size)
+            for cell in order:
+                out = base / cell.name
+                if (out / "run.json").exists() and load_run(out)[0].status == "complete":
+                    console.print(f"{cell.name}: done before, skipped")
+                    rows.append(cell_stats(cell, load_run(out)[1]))
+                    continue
+                options = BenchOptions(  # `runs` batches of `concurrency` requests started together
+                    concurrency=[cell.concurrency] * runs, requests=cell.concurrency, warmup=1, input_tokens=cell.depth + cell.pp,
+                    output_tokens=cell.tg, ignore_eos=True, seed=seed, tokenizer_path=tokenizer,
+                    prefix_cache="shared-prefix" if cell.depth else "cold", shared_prefix_tokens=max(cell.depth, 1),
+                )  # fmt: skip
+                try:
+                    runner.run(_bench(url, model, api_key, options, out, server, (None, None, "bf16")))
+                except KeyboardInterrupt:
+                    raise
+                except ServelabError as exc:  # recorded, and the grid goes on
+                    out.mkdir(parents=True, exist_ok=True)
+                    (out / "error.txt").write_text(str(exc) + "\n")
+                    err_console.print(f"[red]{cell.name} failed:[/] {exc}", soft_wrap=True)
+                    continue
+                rows.append(cell_stats(cell, load_run(out)[1]))
+    except ServelabError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        fail("interrupted; finished cells are saved, rerun with the same --output to resume", 130)
+    rows.sort(key=lambda s: (s.cell.pp, s.cell.tg, s.cell.depth, s.cell.concurrency))
+    write_csv(rows, base / "grid.csv")
+    console.print(grid_table(rows))
+    console.print(f"cells saved in {base}; table in {base / 'grid.csv'}")
+    if len(rows) < len(order) or any(s.failed for s in rows):
+        fail("some cells or requests failed; rerun with the same --output to retry them", 1)
 
 
 plan_app = typer.Typer(help="Memory fit, KV capacity, concurrency and speed ceilings before launching a server.")

@@ -130,3 +130,22 @@ def suite_table(rows: list, runs: int) -> Table:
             spread(lv.e2e_ms, 0), f"{lv.ok} / {lv.failed_requests + lv.incomplete}", style="red" if lv.failed else None,
         )  # fmt: skip
     return table
+
+
+def grid_table(rows: list) -> Table:
+    """One row per grid cell: pp and tg t/s per request (mean ± std) and in total, llama-bench style."""
+    table = Table(title="pp/tg grid (tok/s, mean ± std: per request, and in total per batch)")
+    for name in ("test", "c", "prefill tok/req", "pp t/s (req)", "pp t/s (total)", "tg t/s (req)", "tg t/s (total)", "TTFT ms", "failed"):
+        table.add_column(name, justify="right")
+
+    def pm(mean: float | None, std: float | None) -> str:
+        return "–" if mean is None else f"{mean:,.1f} ± {std:,.1f}"
+
+    for s in rows:
+        c = s.cell
+        table.add_row(
+            f"pp{c.pp} tg{c.tg}" + (f" @ d{c.depth}" if c.depth else ""), str(c.concurrency), _num(s.prefill_tokens, 0),
+            pm(s.pp_req_mean, s.pp_req_std), pm(s.pp_total, s.pp_total_std), pm(s.tg_req_mean, s.tg_req_std), pm(s.tg_total, s.tg_total_std),
+            _num(s.ttft_ms_mean), str(s.failed), style="red" if s.failed else None,
+        )  # fmt: skip
+    return table

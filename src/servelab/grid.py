@@ -1,0 +1,138 @@
+"""``servelab grid``: prefill (pp) and generation (tg) speed over context depth × concurrency, llama-bench style.
+
+A cell is (pp, tg, depth, concurrency). Its requests carry ``depth`` tokens of earlier
+conversation (the same for every request of the cell, so a prefix cache can hold it, as llama-bench's
+``-d`` does with its KV cache) followed by ``pp`` new prompt tokens, and generate exactly ``tg`` tokens.
+Per cell (docs/metrics.md, "Grid"):
+
+- pp t/s (req) = prompt tokens the server computed (prompt − cached) ÷ TTFT, per request;
+- tg t/s (req) = (output tokens − 1) ÷ (last token − first token), per request;
+- pp t/s (total) = Σ computed prompt tokens ÷ (last first-token − first start) of one batch;
+- tg t/s (total) = Σ (output tokens − 1) ÷ (last token − first first-token) of one batch
+  (llama-benchy's formula).
+
+A cell runs ``runs`` batches of ``concurrency`` requests started together. Per-request figures are
+mean ± std over every request of the cell, totals mean ± std over its batches.
+Cells run in a shuffled, seeded order so thermal drift does not line up with load. Each cell is a
+run directory under the grid's directory; a rerun skips cells whose run is complete, and a cell
+that fails is recorded (``error.txt``) while the grid goes on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from servelab.records import RequestRecord
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One grid cell."""
+
+    pp: int
+    tg: int
+    depth: int
+    concurrency: int
+
+    @property
+    def name(self) -> str:
+        """Directory name of the cell's run."""
+        return f"pp{self.pp}-tg{self.tg}-d{self.depth}-c{self.concurrency}"
+
+
+def cells(pp: list[int], tg: list[int], depth: list[int], concurrency: list[int], seed: int) -> list[Cell]:
+    """Every combination, in a shuffled order fixed by ``seed``."""
+    out = [Cell(*c) for c in itertools.product(pp, tg, depth, concurrency)]
+    random.Random(seed).shuffle(out)
+    return out
+
+
+@dataclass
+class CellStats:
+    """pp and tg speeds of one cell (tok/s; per-request mean and std, and aggregate)."""
+
+    cell: Cell
+    requests: int
+    failed: int
+    prefill_tokens: float  # mean prompt tokens the server computed per request (cached ones excluded)
+    pp_req_mean: float | None
+    pp_req_std: float | None
+    pp_total: float | None
+    pp_total_std: float | None
+    tg_req_mean: float | None
+    tg_req_std: float | None
+    tg_total: float | None
+    tg_total_std: float | None
+    ttft_ms_mean: float | None
+
+
+def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def _ok(r: RequestRecord) -> bool:
+    return r.status == "ok" and r.start is not None and r.first_token is not None
+
+
+def _decodes(r: RequestRecord) -> bool:
+    return _ok(r) and (r.output_tokens or 0) > 1 and len(r.chunk_times) > 1 and r.chunk_times[-1] > r.chunk_times[0]
+
+
+def _computed(r: RequestRecord) -> int:
+    return (r.prompt_tokens or 0) - (r.cached_prompt_tokens or 0)
+
+
+def _batch_totals(batch: list[RequestRecord]) -> tuple[float | None, float | None]:
+    """(pp total, tg total) of one batch of requests started together."""
+    ok = [r for r in batch if _ok(r)]
+    dec = [r for r in batch if _decodes(r)]
+    pp_span = max((r.first_token for r in ok), default=0) - min((r.start for r in ok), default=0)
+    tg_span = max((r.start + r.chunk_times[-1] for r in dec), default=0) - min((r.first_token for r in dec), default=0)
+    pp = sum(_computed(r) for r in ok) / pp_span if ok and pp_span > 0 else None
+    tg = sum(r.output_tokens - 1 for r in dec) / tg_span if dec and tg_span > 0 else None
+    return pp, tg
+
+
+def cell_stats(cell: Cell, records: list[RequestRecord]) -> CellStats:
+    """The cell's figures from its measured records (see the module docstring)."""
+    measured = sorted((r for r in records if r.phase == "measured"), key=lambda r: r.index)
+    batches = [measured[i : i + cell.concurrency] for i in range(0, len(measured), cell.concurrency)]
+    ok = [r for r in measured if _ok(r)]
+    pp = [_computed(r) / (r.first_token - r.start) for r in ok if r.first_token > r.start]
+    tg = [(r.output_tokens - 1) / (r.chunk_times[-1] - r.chunk_times[0]) for r in measured if _decodes(r)]
+    totals = [_batch_totals(b) for b in batches]
+    pp_req, pp_req_std = _mean_std(pp)
+    tg_req, tg_req_std = _mean_std(tg)
+    pp_tot, pp_tot_std = _mean_std([p for p, _ in totals if p is not None])
+    tg_tot, tg_tot_std = _mean_std([t for _, t in totals if t is not None])
+    return CellStats(
+        cell=cell, requests=len(measured), failed=len(measured) - len(ok),
+        prefill_tokens=statistics.fmean(_computed(r) for r in ok) if ok else 0.0,
+        pp_req_mean=pp_req, pp_req_std=pp_req_std, pp_total=pp_tot, pp_total_std=pp_tot_std,
+        tg_req_mean=tg_req, tg_req_std=tg_req_std, tg_total=tg_tot, tg_total_std=tg_tot_std,
+        ttft_ms_mean=statistics.fmean((r.first_token - r.start) * 1e3 for r in ok) if ok else None,
+    )  # fmt: skip
+
+
+CSV_COLUMNS = ("pp", "tg", "depth", "concurrency", "requests", "failed", "prefill_tokens", "pp_req_mean", "pp_req_std",
+               "pp_total", "pp_total_std", "tg_req_mean", "tg_req_std", "tg_total", "tg_total_std", "ttft_ms_mean")  # fmt: skip
+
+
+def write_csv(rows: list[CellStats], path: Path) -> None:
+    """The grid as CSV, one line per cell (columns ``CSV_COLUMNS``, speeds in tok/s)."""
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_COLUMNS)
+        for s in rows:
+            c = s.cell
+            w.writerow([c.pp, c.tg, c.depth, c.concurrency, s.requests, s.failed, round(s.prefill_tokens, 1)]
+                       + ["" if v is None else round(v, 3) for v in (s.pp_req_mean, s.pp_req_std, s.pp_total, s.pp_total_std,
+                                                                      s.tg_req_mean, s.tg_req_std, s.tg_total, s.tg_total_std, s.ttft_ms_mean)])  # fmt: skip
