@@ -86,3 +86,27 @@ def test_duration_bounded_mix_draws_workloads_and_states_its_window(llama, tmp_p
 def test_unknown_mix_is_one_line():
     res = cli.invoke(app, ["bench", "--url", "http://127.0.0.1:9", "--mix", "nope"])
     assert res.exit_code == 2 and "--mix 'nope': unknown" in res.output
+
+
+def test_dataset_prompts_in_file_order_with_their_output_lengths(llama, tmp_path):
+    ds = tmp_path / "d.jsonl"
+    ds.write_text('{"prompt": "Name three rivers of Europe.", "output_tokens": 6}\n'
+                  '{"conversations": [{"from": "human", "value": "What is a ledger?"}, {"from": "gpt", "value": "A record book."}]}\n'
+                  '{"prompt": "' + "word " * 5000 + '"}\n')  # fmt: skip
+    out = tmp_path / "run"
+    res = cli.invoke(app, ["bench", "--url", llama.url, "--dataset", str(ds), "--concurrency", "1", "--requests", "4", "--warmup", "0", "--output", str(out)])
+    assert res.exit_code == 0, res.output
+    run, records = load_run(out)
+    measured = [r for r in records if r.phase == "measured"]
+    assert [r.max_tokens for r in measured] == [6, 4, 6, 4]  # the reply "A record book." sets 4 tokens; the long one is left out
+    assert all(r.prompt_tokens == r.expected_prompt_tokens and r.workload == "dataset" for r in measured)
+    assert any("1 of 3 dataset prompts left out" in n for n in run.notes)
+
+
+@pytest.mark.parametrize(("line", "message"), [("not json", "line 1: not JSON"), ('{"x": 1}', 'line 1: needs a "prompt"'),
+                                                ('{"prompt": "a", "output_tokens": -1}', "output_tokens must be")])  # fmt: skip
+def test_bad_dataset_line_is_named(tmp_path, line, message):
+    ds = tmp_path / "d.jsonl"
+    ds.write_text(line + "\n")
+    res = cli.invoke(app, ["bench", "--url", "http://127.0.0.1:9", "--dataset", str(ds)])
+    assert res.exit_code == 2 and message in res.output

@@ -38,6 +38,7 @@ from servelab.records import RequestRecord
 from servelab.results import CeilingInfo, LoadSpec, PromptCheck, RunResult, RunWriter
 from servelab.tokenizer import LocalTokenizer, ServerTokenizer, Tokenizer
 from servelab.workloads.corpus import Prompt, PromptBuilder
+from servelab.workloads.datasets import DatasetEntry
 from servelab.workloads.suites import Workload
 
 CALIBRATION_TOKENS = 32
@@ -70,6 +71,7 @@ class BenchOptions:
     lang: str = "en"
     instruction: str = ""
     question: str = ""
+    dataset: list[DatasetEntry] | None = None  # prompts from a file (``--dataset``); override the shape above
     mix: dict[str, float] | None = None  # workload name → weight (``--mix``); overrides the shape above
     workloads: dict[str, Workload] | None = None  # where the mix's names are looked up
 
@@ -182,6 +184,7 @@ class Bench:
         self.notes: list[str] = []
         self.shapes: list[tuple[Workload, float]] = []
         self.builders: dict[str, PromptBuilder] = {}
+        self.dataset: list[tuple[str, int]] | None = None
         self.writer: RunWriter | None = None
         self.server_stats: ServerStats | None = None
         self.shared_prefix = ""  # --prefix-cache shared-prefix: the text every prompt starts with
@@ -218,7 +221,10 @@ class Bench:
             asyncio.CancelledError / KeyboardInterrupt: after saving the run as partial.
         """
         o = self.opts
-        self._fit_shapes()
+        if o.dataset is None:
+            self._fit_shapes()
+        else:  # fitted entry by entry once the template is known
+            self.shapes = [(Workload(name="dataset", input_tokens=1, max_tokens=o.output_tokens), 1.0)]
         timeout = aiohttp.ClientTimeout(total=60)
         async with aiohttp.ClientSession(timeout=timeout) as tok_session:
             tokenizer = choose_tokenizer(self.endpoint, tok_session, o.tokenizer_path)
@@ -226,6 +232,7 @@ class Bench:
             builder = PromptBuilder(tokenizer, seed=o.seed, lang=o.lang)
             await builder.prepare()
             self.builders = {o.lang: builder}
+            self.shapes_builder = builder
             for shape, _ in self.shapes:
                 if shape.lang not in self.builders:
                     self.builders[shape.lang] = PromptBuilder(tokenizer, seed=o.seed, lang=shape.lang)
@@ -251,6 +258,9 @@ class Bench:
                         shared = await PromptBuilder(tokenizer, seed=o.seed + 1).build_prepared(o.shared_prefix_tokens, f"[{self.tag}-shared]")
                         self.shared_prefix = shared.text + "\n\n"
                     run.prompt_check = await self._calibrate(client, builder)
+                    if o.dataset is not None:
+                        await self._fit_dataset(builder, tokenizer)
+                        run.notes = list(self.notes)
                     warm_prompt = await self._build(self.shapes[0][0], f"[{self.tag}]") if o.prefix_cache == "warm" else None
                     for rate in o.rates or []:
                         await self._rate_level(client, rate, warm_prompt)
@@ -321,7 +331,7 @@ class Bench:
             return PromptCheck(template_overhead_tokens=0, overhead_source="unknown: the server reports no usage")
         overhead = rec.prompt_tokens - prompt.tokens
         smallest = min(shape.input_tokens for shape, _ in self.shapes)
-        if overhead + CALIBRATION_TOKENS >= smallest:
+        if o.dataset is None and overhead + CALIBRATION_TOKENS >= smallest:
             raise ServelabError(f"--input-tokens {smallest} is too small: the chat template alone adds {overhead} tokens")
         templated = await builder.tokenizer.chat_count(prompt.text, o.chat_template_kwargs) == rec.prompt_tokens
         for b in self.builders.values():
@@ -350,6 +360,28 @@ class Bench:
         self.shapes = fitting
         self.decode_context = round(sum(w * (s.input_tokens + s.max_tokens // 2) for s, w in fitting) / sum(w for _, w in fitting))
 
+    async def _fit_dataset(self, builder: PromptBuilder, tokenizer: Tokenizer) -> None:
+        """Count each dataset prompt (template included) and its output length; keep those that fit.
+
+        Raises:
+            DoesNotFit: no entry fits the server's context.
+        """
+        o = self.opts
+        limit = self.endpoint.info.max_model_len
+        self.dataset = []
+        for entry in o.dataset:
+            tokens = await builder.count(f"[{self.tag}-0000] {entry.prompt}")
+            out = entry.output_tokens or (len(await tokenizer.encode(entry.reply)) if entry.reply else o.output_tokens)
+            if limit is not None and tokens + out > limit:
+                continue
+            self.dataset.append((entry.prompt, max(1, out)))
+        left_out = len(o.dataset) - len(self.dataset)
+        if left_out:
+            self.notes.append(f"{left_out} of {len(o.dataset)} dataset prompts left out: prompt + output above the {limit}-token context")
+        if not self.dataset:
+            raise DoesNotFit(f"no prompt of the dataset fits the server's {limit}-token context")
+        self.decode_context = round(statistics.fmean(len(p) / 4 + m / 2 for p, m in self.dataset))  # rough: ~4 characters per token
+
     async def _build(self, shape: Workload, nonce: str) -> Prompt:
         """One prompt of a shape: shared prefix, nonce, instruction, corpus slice, question."""
         builder = self.builders[shape.lang]
@@ -360,6 +392,14 @@ class Bench:
         nonce (cold), or the one shared prompt (warm)."""
         if warm is not None:
             return [(warm, self.shapes[0][0])] * n
+        if self.dataset is not None:  # file order, cycling; the nonce keeps repeats out of the prefix cache
+            out = []
+            for i in range(n):
+                text, max_tokens = self.dataset[i % len(self.dataset)]
+                nonce = f"[{self.tag}-{self._index + i}] " if self.opts.prefix_cache == "cold" else ""
+                prompt = Prompt(nonce + text, await self.shapes_builder.count(nonce + text))
+                out.append((prompt, Workload(name="dataset", input_tokens=prompt.tokens, max_tokens=max_tokens)))
+            return out
         rng = random.Random(self.opts.seed + self._index)
         chosen = rng.choices([s for s, _ in self.shapes], weights=[w for _, w in self.shapes], k=n)
         sem = asyncio.Semaphore(BUILD_PARALLELISM)

@@ -42,6 +42,7 @@ from servelab.report.plan_table import padding_table, plan_table
 from servelab.grid import CellStats, cell_stats, cells, write_csv
 from servelab.report.table import bench_table, grid_table, server_table, suite_table
 from servelab.results import RunResult, load_run
+from servelab.workloads.datasets import load_dataset
 from servelab.workloads.suites import Workload, WorkloadFile, load_workloads, pick
 
 app = typer.Typer(help="Measure OpenAI-compatible LLM inference servers correctly.", no_args_is_help=True, add_completion=False)
@@ -251,6 +252,7 @@ def bench(
     mix: Annotated[str | None, typer.Option(help="Draw each request from a weighted mix of named workloads: uniform_short, mixed_typical, long_only, a mix of --workloads-file, or a YAML file with one mix.")] = None,
     workers: Annotated[int | None, typer.Option(min=1, help="One level with this many requests in flight (the usual pairing with --mix and --duration).")] = None,
     workloads_file: Annotated[Path | None, typer.Option(help="YAML with your own workloads and mixes.")] = None,
+    dataset: Annotated[Path | None, typer.Option(help="JSONL of prompts ({\"prompt\", \"output_tokens\"?}) or ShareGPT conversations, used in file order.")] = None,
     rate: Annotated[str | None, typer.Option(help="Open loop instead: arrival rates in requests/s, e.g. 0.5,1,2 (one level each; --concurrency is then unused).")] = None,
     burstiness: Annotated[float, typer.Option(min=0.01, help="Open loop: gamma shape of the arrival gaps; 1 = Poisson, < 1 burstier.")] = 1.0,
     max_concurrency: Annotated[int | None, typer.Option(min=1, help="Open loop: at most this many requests in flight; the rest wait on the client side (reported apart from TTFT).")] = None,
@@ -284,6 +286,7 @@ def bench(
             concurrency=[workers] if workers else parse_int_list(concurrency, "--concurrency"),
             mix=mix_weights,
             workloads=workloads,
+            dataset=load_dataset(dataset) if dataset else None,
             rates=parse_float_list(rate, "--rate") if rate else None,
             burstiness=burstiness,
             max_concurrency=max_concurrency,
