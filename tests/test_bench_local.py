@@ -285,3 +285,29 @@ def test_shared_prefix_is_cached_and_the_rest_is_not(tmp_path):
     assert all(180 <= r["cached_prompt_tokens"] < 280 for r in measured)  # the shared part, not the unique rest
     assert result.load.prefix_cache == "shared-prefix" and result.load.shared_prefix_tokens == 200
     assert not [f for f in result.findings if f.kind == "prefix_cache_contamination"]
+
+
+def test_rerun_of_an_interrupted_sweep_measures_only_missing_levels(llama, tmp_path):
+    out = tmp_path / "run"
+
+    def opts():
+        return BenchOptions(concurrency=[1, 2], requests=2, warmup=0, input_tokens=64, output_tokens=4)
+
+    async def interrupted():  # cancelled (as Ctrl-C does) at the first measured record of c=2
+        hooks = Hooks()
+        task = asyncio.ensure_future(_bench(llama.url, opts(), out, hooks))
+        hooks.action, hooks.after = (lambda: task.cancel()), 3
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run(interrupted())
+    partial, _ = load_run(out)
+    assert partial.status == "partial" and [lv.concurrency for lv in partial.levels] == [1]
+    hooks = Hooks()
+    resumed = run(_bench(llama.url, opts(), out, hooks))
+    assert resumed.status == "complete" and [lv.concurrency for lv in resumed.levels] == [1, 2]
+    assert {r.concurrency for r in hooks.records if r.phase == "measured"} == {2}  # c=1 was not measured again
+    assert any("resumed" in n for n in resumed.notes)
+    other = BenchOptions(concurrency=[4], requests=2, warmup=0, input_tokens=64, output_tokens=4)
+    with pytest.raises(ServelabError, match="another load"):  # a different sweep is never mixed into it
+        run(_bench(llama.url, other, out, Hooks()))

@@ -54,3 +54,35 @@ def test_grid_runs_resumes_and_records_a_failing_cell(llama, tmp_path):
     assert bad.exit_code == 1
     assert (out / "pp5000-tg8-d0-c1" / "error.txt").read_text().startswith("a request needs 5000 prompt")
     assert "pp64 tg8" in " ".join(bad.output.split())  # the other cell is still reported
+
+
+FIX = __import__("pathlib").Path(__file__).parent / "fixtures" / "llama-benchy" / "gemma-270m-0.4.0.md"
+
+
+def test_import_llama_benchy_markdown_output():
+    from servelab.grid import read_llama_benchy
+
+    rows = read_llama_benchy(FIX)
+    assert [(r.cell.pp, r.cell.tg, r.cell.depth, r.cell.concurrency) for r in rows] == [(512, 128, 0, 1), (512, 128, 0, 2), (512, 128, 0, 4)]
+    c4 = rows[2]
+    assert (c4.pp_total, c4.pp_total_std, c4.pp_req_mean) == (807.12, 22.40, 202.00)
+    assert (c4.tg_total, c4.tg_req_mean, c4.ttft_ms_mean) == (106.99, 26.76, 2316.02)
+
+
+def test_llama_benchy_csv_round_trip(tmp_path):
+    from servelab.grid import read_llama_benchy, write_llama_benchy_csv
+
+    rows = read_llama_benchy(FIX)
+    write_llama_benchy_csv(rows, "gemma", tmp_path / "lb.csv")
+    header = (tmp_path / "lb.csv").read_text().splitlines()[0]
+    assert header == "model,test,t/s (total),t/s (req),peak t/s,peak t/s (req),ttfr (ms),est_ppt (ms),e2e_ttft (ms)"
+    back = read_llama_benchy(tmp_path / "lb.csv")
+    assert [(r.cell, r.pp_total, r.tg_req_mean) for r in back] == [(r.cell, r.pp_total, r.tg_req_mean) for r in rows]
+
+
+def test_cli_import_and_bad_file(tmp_path):
+    res = cli.invoke(app, ["grid", "--import-llama-benchy", str(FIX), "--output", str(tmp_path / "g")])
+    assert res.exit_code == 0 and "807.1 ± 22.4" in res.output and (tmp_path / "g" / "grid.csv").exists()
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    res = cli.invoke(app, ["grid", "--import-llama-benchy", str(tmp_path / "bad.csv")])
+    assert res.exit_code == 2 and "no llama-benchy header" in res.output

@@ -237,7 +237,8 @@ class Bench:
                 if shape.lang not in self.builders:
                     self.builders[shape.lang] = PromptBuilder(tokenizer, seed=o.seed, lang=shape.lang)
                     await self.builders[shape.lang].prepare()
-            run = RunResult(endpoint=self.endpoint.info, load=self._load_spec(), notes=list(self.notes))
+            run = self._resume() or RunResult(endpoint=self.endpoint.info, load=self._load_spec(), notes=list(self.notes))
+            done = {(lv.rate_rps, lv.concurrency) for lv in run.levels}
             if o.ceiling is not None:
                 c = o.ceiling
                 run.ceiling = CeilingInfo(model=c.spec.name, hardware=c.hardware.name, quant=c.fmt.name, context_tokens=self.decode_context)
@@ -263,9 +264,11 @@ class Bench:
                         run.notes = list(self.notes)
                     warm_prompt = await self._build(self.shapes[0][0], f"[{self.tag}]") if o.prefix_cache == "warm" else None
                     for rate in o.rates or []:
-                        await self._rate_level(client, rate, warm_prompt)
+                        if (rate, o.max_concurrency or 0) not in done:
+                            await self._rate_level(client, rate, warm_prompt)
                     for level in [] if o.rates else o.concurrency:
-                        await self._level(client, level, warm_prompt)
+                        if (None, level) not in done:
+                            await self._level(client, level, warm_prompt)
             except ServerGone as exc:
                 self._conclude(run)
                 self.writer.finish(complete=False, reason=str(exc))
@@ -338,6 +341,28 @@ class Bench:
             b.use_template(overhead, templated=templated, chat_template_kwargs=o.chat_template_kwargs)
         source = "server chat-template tokenization, checked by a calibration request" if templated else "usage of a calibration request"
         return PromptCheck(template_overhead_tokens=overhead, overhead_source=source)
+
+    def _resume(self) -> RunResult | None:
+        """An earlier run of the same load in the run directory: kept with its finished levels (those
+        without failures), so that rerunning an interrupted sweep measures only what is missing.
+
+        Raises:
+            ServelabError: the directory holds a run of a different load (it is never overwritten).
+        """
+        path = self.run_dir / "run.json"
+        if not path.exists():
+            return None
+        try:
+            earlier = RunResult.model_validate_json(path.read_text(encoding="utf-8"))
+        except ValueError:
+            raise ServelabError(f"{path} is not a servelab run; use another --output") from None
+        if earlier.load != self._load_spec() or earlier.endpoint.model != self.endpoint.info.model:
+            raise ServelabError(f"{self.run_dir} holds a run of another load or model; use another --output")
+        earlier.levels = [lv for lv in earlier.levels if not lv.failed]
+        earlier.status, earlier.partial_reason = "partial", "resumed: still running"
+        self.notes.append(f"resumed {self.run_dir}: {len(earlier.levels)} finished levels kept")
+        earlier.notes = list(dict.fromkeys([*earlier.notes, *self.notes]))
+        return earlier
 
     def _fit_shapes(self) -> None:
         """Keep the request shapes that fit the server's context; drop the rest of a mix with a warning.

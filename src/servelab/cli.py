@@ -39,7 +39,7 @@ from servelab.plan.quant import get_format, kv_dtype_bytes
 from servelab.records import RequestRecord
 from servelab.report.bootlog_table import bootlog_table
 from servelab.report.plan_table import padding_table, plan_table
-from servelab.grid import CellStats, cell_stats, cells, write_csv
+from servelab.grid import CellStats, cell_stats, cells, read_llama_benchy, write_csv, write_llama_benchy_csv
 from servelab.report.table import bench_table, grid_table, server_table, suite_table
 from servelab.results import RunResult, load_run
 from servelab.workloads.datasets import load_dataset
@@ -420,11 +420,22 @@ def grid(
     runs: Annotated[int, typer.Option(min=1, help="Measured requests per stream in each cell.")] = 3,
     seed: Annotated[int, typer.Option(help="Seed of the cell order (shuffled) and of the prompts.")] = 0,
     output: Annotated[Path | None, typer.Option(help="Grid directory; rerun with the same one to resume (finished cells are skipped).")] = None,
+    import_llama_benchy: Annotated[Path | None, typer.Option(help="Show a llama-benchy result (its CSV or Markdown table) as a servelab grid instead of measuring.")] = None,
     parallel: Annotated[int, typer.Option(min=1, help="Embedded server only: llama-server slots.")] = DEFAULT_PARALLEL,
     ctx_size: Annotated[int, typer.Option(min=256, help="Embedded server only: total context, shared by the slots.")] = DEFAULT_CTX_SIZE,
 ) -> None:
-    """pp/tg speeds over depth × concurrency (llama-bench style), resumable; writes grid.csv."""
+    """pp/tg speeds over depth × concurrency (llama-bench style), resumable; writes grid.csv and llama-benchy.csv."""
     _sigterm_as_sigint()
+    if import_llama_benchy is not None:
+        try:
+            imported = read_llama_benchy(import_llama_benchy)
+        except (OSError, ValueError) as exc:
+            fail(f"--import-llama-benchy: {exc}")
+        console.print(grid_table(imported))
+        if output is not None:
+            output.mkdir(parents=True, exist_ok=True)
+            write_csv(imported, output / "grid.csv")
+        return
     rows: list[CellStats] = []
     try:
         order = cells(parse_int_list(pp, "--pp"), parse_int_list(tg, "--tg"), [int(d) for d in depth.split(",") if d.strip()] or [0],
@@ -460,8 +471,10 @@ def grid(
         fail("interrupted; finished cells are saved, rerun with the same --output to resume", 130)
     rows.sort(key=lambda s: (s.cell.pp, s.cell.tg, s.cell.depth, s.cell.concurrency))
     write_csv(rows, base / "grid.csv")
+    served = next((load_run(base / s.cell.name)[0].endpoint.model for s in rows), "model")
+    write_llama_benchy_csv(rows, served, base / "llama-benchy.csv")
     console.print(grid_table(rows))
-    console.print(f"cells saved in {base}; table in {base / 'grid.csv'}")
+    console.print(f"cells saved in {base}; tables in {base / 'grid.csv'} and, in llama-benchy's columns, {base / 'llama-benchy.csv'}")
     if len(rows) < len(order) or any(s.failed for s in rows):
         fail("some cells or requests failed; rerun with the same --output to retry them", 1)
 

@@ -20,8 +20,10 @@ that fails is recorded (``error.txt``) while the grid goes on.
 
 from __future__ import annotations
 
+import csv
 import itertools
 import random
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +70,7 @@ class CellStats:
     tg_total: float | None
     tg_total_std: float | None
     ttft_ms_mean: float | None
+    ttft_ms_std: float | None = None
 
 
 def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
@@ -110,13 +113,14 @@ def cell_stats(cell: Cell, records: list[RequestRecord]) -> CellStats:
     pp_req, pp_req_std = _mean_std(pp)
     tg_req, tg_req_std = _mean_std(tg)
     pp_tot, pp_tot_std = _mean_std([p for p, _ in totals if p is not None])
+    ttft = _mean_std([(r.first_token - r.start) * 1e3 for r in ok])
     tg_tot, tg_tot_std = _mean_std([t for _, t in totals if t is not None])
     return CellStats(
         cell=cell, requests=len(measured), failed=len(measured) - len(ok),
         prefill_tokens=statistics.fmean(_computed(r) for r in ok) if ok else 0.0,
         pp_req_mean=pp_req, pp_req_std=pp_req_std, pp_total=pp_tot, pp_total_std=pp_tot_std,
         tg_req_mean=tg_req, tg_req_std=tg_req_std, tg_total=tg_tot, tg_total_std=tg_tot_std,
-        ttft_ms_mean=statistics.fmean((r.first_token - r.start) * 1e3 for r in ok) if ok else None,
+        ttft_ms_mean=ttft[0], ttft_ms_std=ttft[1],
     )  # fmt: skip
 
 
@@ -126,8 +130,6 @@ CSV_COLUMNS = ("pp", "tg", "depth", "concurrency", "requests", "failed", "prefil
 
 def write_csv(rows: list[CellStats], path: Path) -> None:
     """The grid as CSV, one line per cell (columns ``CSV_COLUMNS``, speeds in tok/s)."""
-    import csv
-
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(CSV_COLUMNS)
@@ -136,3 +138,80 @@ def write_csv(rows: list[CellStats], path: Path) -> None:
             w.writerow([c.pp, c.tg, c.depth, c.concurrency, s.requests, s.failed, round(s.prefill_tokens, 1)]
                        + ["" if v is None else round(v, 3) for v in (s.pp_req_mean, s.pp_req_std, s.pp_total, s.pp_total_std,
                                                                       s.tg_req_mean, s.tg_req_std, s.tg_total, s.tg_total_std, s.ttft_ms_mean)])  # fmt: skip
+
+
+# llama-benchy's result columns (its 0.4 table: model, test, t/s (total), t/s (req), peak t/s,
+# peak t/s (req), ttfr (ms), est_ppt (ms), e2e_ttft (ms); test names "pp512 @ d4096 (c2)", "tg128 (c1)";
+# values "mean ± std"). Source: ../shared/reference/baseline-clients.md §6 (llama-benchy 0.4.0 output).
+LLAMA_BENCHY_COLUMNS = ("model", "test", "t/s (total)", "t/s (req)", "peak t/s", "peak t/s (req)", "ttfr (ms)", "est_ppt (ms)", "e2e_ttft (ms)")
+_TEST = re.compile(r"^(pp|tg)(\d+)(?: @ d(\d+))?(?: \(c(\d+)\))?$")
+
+
+def _pm(mean: float | None, std: float | None) -> str:
+    return "" if mean is None else f"{mean:.2f} ± {(std or 0):.2f}"
+
+
+def write_llama_benchy_csv(rows: list[CellStats], model: str, path: Path) -> None:
+    """The grid in llama-benchy's columns: a pp row and a tg row per cell (no peak figures: servelab has none)."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(LLAMA_BENCHY_COLUMNS)
+        for s in rows:
+            c = s.cell
+            depth = f" @ d{c.depth}" if c.depth else ""
+            ttft = _pm(s.ttft_ms_mean, s.ttft_ms_std)
+            w.writerow([model, f"pp{c.pp}{depth} (c{c.concurrency})", _pm(s.pp_total, s.pp_total_std), _pm(s.pp_req_mean, s.pp_req_std), "", "", ttft, ttft, ttft])
+            w.writerow([model, f"tg{c.tg}{depth} (c{c.concurrency})", _pm(s.tg_total, s.tg_total_std), _pm(s.tg_req_mean, s.tg_req_std), "", "", "", "", ""])
+
+
+def _value(text: str) -> tuple[float | None, float | None]:
+    parts = [p.strip().replace(",", "") for p in text.split("±")]
+    try:
+        return (float(parts[0]), float(parts[1]) if len(parts) > 1 else 0.0) if parts[0] else (None, None)
+    except ValueError:
+        return None, None
+
+
+def read_llama_benchy(path: Path) -> list[CellStats]:
+    """Cells from a llama-benchy result: its CSV, or its Markdown table (``|``-separated), pp and tg
+    rows of the same depth and concurrency paired in order.
+
+    Raises:
+        ValueError: no llama-benchy header, or a test name it cannot read (the message names the line).
+    """
+    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    rows: list[list[str]] = []
+    header = None
+    for n, line in enumerate(lines, 1):
+        cells_ = [c.strip() for c in (line.strip().strip("|").split("|") if "|" in line else next(csv.reader([line])))]
+        if header is None:
+            if "test" in cells_ and any(c.startswith("t/s") for c in cells_):
+                header = cells_
+            continue
+        if set(line.replace("|", "").strip()) <= set(":- "):
+            continue  # the Markdown separator
+        rows.append([n, *cells_])
+    if header is None:
+        raise ValueError(f"{path}: no llama-benchy header (a 'test' and a 't/s' column)")
+    col = {name: i + 1 for i, name in enumerate(header)}
+    total = col.get("t/s (total)", col.get("t/s"))
+    req = col.get("t/s (req)", total)
+    ttfr = col.get("e2e_ttft (ms)", col.get("ttfr (ms)"))
+    pending: dict[tuple[int, int], tuple[int, tuple, tuple, tuple]] = {}
+    out = []
+    for row in rows:
+        n, test = row[0], row[col["test"]]
+        m = _TEST.match(test)
+        if not m:
+            raise ValueError(f"{path} line {n}: test {test!r} is not ppN/tgN [@ dD] [(cC)]")
+        kind, size, depth, conc = m.group(1), int(m.group(2)), int(m.group(3) or 0), int(m.group(4) or 1)
+        if kind == "pp":
+            pending[(depth, conc)] = (size, _value(row[total]), _value(row[req]), _value(row[ttfr]) if ttfr else (None, None))
+            continue
+        pp, pp_tot, pp_req, ttft = pending.pop((depth, conc), (0, (None, None), (None, None), (None, None)))
+        tg_tot, tg_req = _value(row[total]), _value(row[req])
+        out.append(CellStats(cell=Cell(pp, size, depth, conc), requests=0, failed=0, prefill_tokens=float(pp),
+                             pp_req_mean=pp_req[0], pp_req_std=pp_req[1], pp_total=pp_tot[0], pp_total_std=pp_tot[1],
+                             tg_req_mean=tg_req[0], tg_req_std=tg_req[1], tg_total=tg_tot[0], tg_total_std=tg_tot[1],
+                             ttft_ms_mean=ttft[0], ttft_ms_std=ttft[1]))  # fmt: skip
+    return out
