@@ -68,7 +68,7 @@ def test_duration_bounded_mix_draws_workloads_and_states_its_window(llama, tmp_p
                  "  too_long: {input_tokens: 5000, max_tokens: 8}\nmixes:\n  both: {short_en: 1, short_hu: 1, too_long: 1}\n")  # fmt: skip
     out = tmp_path / "run"
     res = cli.invoke(app, ["bench", "--url", llama.url, "--mix", str(f), "--workers", "2", "--duration", "4s", "--output", str(out)])
-    assert res.exit_code in (0, 1), res.output  # 1 when requests were still in flight at the deadline
+    assert res.exit_code == 0, res.output  # requests still in flight at the deadline are incomplete, not failures
     run, records = load_run(out)
     level = run.levels[0]
     assert level.window_s == pytest.approx(4.0) and level.concurrency == 2

@@ -19,10 +19,14 @@ def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Fin
     out: list[Finding] = []
     for lv in run.levels:
         c, s = lv.concurrency, lv.server
-        if lv.failed_requests or lv.incomplete:
+        if lv.failed_requests:
             out.append(Finding(kind="failed_requests", severity="error",
-                               message=f"c={c}: {lv.failed_requests} failed and {lv.incomplete} incomplete of {lv.ok + lv.failed_requests + lv.incomplete} measured requests",
+                               message=f"c={c}: {lv.failed_requests} of {lv.ok + lv.failed_requests + lv.incomplete} measured requests failed ({', '.join(f'{k} ×{n}' for k, n in lv.error_kinds.items())})",
                                evidence={"concurrency": c, "error_kinds": lv.error_kinds}))  # fmt: skip
+        if lv.incomplete:
+            out.append(Finding(kind="incomplete_requests", severity="info",
+                               message=f"c={c}: {lv.incomplete} requests were still in flight at the end ({lv.window_s and round(lv.window_s, 2)} s window): counted as incomplete, their tokens in the window count toward throughput",
+                               evidence={"concurrency": c, "incomplete": lv.incomplete}))  # fmt: skip
         if s is None:
             continue
         if run.load.prefix_cache == "cold" and (s.prefix_cache_hit_rate or 0) > PREFIX_HIT_TOLERANCE:

@@ -97,8 +97,9 @@ class LevelSummary(BaseModel):
 
     @property
     def failed(self) -> bool:
-        """True when any request at this level failed or was cut off."""
-        return self.failed_requests > 0 or self.incomplete > 0
+        """True when any request at this level failed. (Requests still in flight at the end of a
+        duration are ``incomplete``, expected and counted; an interrupted run is marked partial.)"""
+        return self.failed_requests > 0
 
 
 def _decode_span(r: RequestRecord) -> float | None:
