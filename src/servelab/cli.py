@@ -242,12 +242,21 @@ async def _bench(
     return bench, run_dir
 
 
+# Options that bench, suite and grid share (one declaration each).
+UrlOpt = Annotated[str | None, typer.Option("--url", help="Server root or API base (http://host:8000 or …/v1). Default: start the embedded llama.cpp + Gemma 3 270M.")]
+ModelOpt = Annotated[str | None, typer.Option("--model", help="Served model name; default the first /v1/models lists.")]
+ApiKeyEnvOpt = Annotated[str, typer.Option("--api-key-env", help="Environment variable that holds the API key (never written anywhere).")]
+TokenizerOpt = Annotated[str | None, typer.Option("--tokenizer", help="Local Hugging Face tokenizer (tokenizer.json or its directory); default the server's /tokenize.")]
+ParallelOpt = Annotated[int, typer.Option("--parallel", min=1, help="Embedded server only: llama-server slots.")]
+CtxSizeOpt = Annotated[int, typer.Option("--ctx-size", min=256, help="Embedded server only: total context, shared by the slots.")]
+
+
 @app.command()
 def bench(
-    url: Annotated[str | None, typer.Option(help="Server root or API base (http://host:8000 or …/v1). Default: start the embedded llama.cpp + Gemma 3 270M.")] = None,
-    model: Annotated[str | None, typer.Option(help="Served model name; default the first /v1/models lists.")] = None,
-    api_key_env: Annotated[str, typer.Option(help="Environment variable that holds the API key (never written anywhere).")] = "SERVELAB_API_KEY",
-    tokenizer: Annotated[str | None, typer.Option(help="Local Hugging Face tokenizer (tokenizer.json or its directory); default the server's /tokenize.")] = None,
+    url: UrlOpt = None,
+    model: ModelOpt = None,
+    api_key_env: ApiKeyEnvOpt = "SERVELAB_API_KEY",
+    tokenizer: TokenizerOpt = None,
     concurrency: Annotated[str, typer.Option(help="Concurrency levels: requests kept in flight, e.g. 1,2,4,8.")] = "1,2,4",
     mix: Annotated[str | None, typer.Option(help="Draw each request from a weighted mix of named workloads: uniform_short, mixed_typical, long_only, a mix of --workloads-file, or a YAML file with one mix.")] = None,
     workers: Annotated[int | None, typer.Option(min=1, help="One level with this many requests in flight (the usual pairing with --mix and --duration).")] = None,
@@ -268,8 +277,8 @@ def bench(
     output: Annotated[Path | None, typer.Option(help="Run directory (default servelab-runs/<time>-<model>).")] = None,
     request_timeout: Annotated[float, typer.Option(min=1, help="Seconds before a request fails with 'timeout'.")] = 600.0,
     seed: Annotated[int, typer.Option(help="Seed for prompt slicing.")] = 0,
-    parallel: Annotated[int, typer.Option(min=1, help="Embedded server only: llama-server slots.")] = DEFAULT_PARALLEL,
-    ctx_size: Annotated[int, typer.Option(min=256, help="Embedded server only: total context, shared by the slots.")] = DEFAULT_CTX_SIZE,
+    parallel: ParallelOpt = DEFAULT_PARALLEL,
+    ctx_size: CtxSizeOpt = DEFAULT_CTX_SIZE,
     hardware: Annotated[str | None, typer.Option(help="Hardware profile or YAML (see servelab plan): adds a '% of ceiling' column.")] = None,
     model_config: Annotated[str | None, typer.Option(help="Model for the ceiling: catalog name or config.json (default the served name).")] = None,
     quant: Annotated[str | None, typer.Option(help="Weight format for the ceiling (default bf16; gguf-q4_k_m for the embedded model).")] = None,
@@ -364,17 +373,17 @@ def serve_local(
 
 @app.command()
 def suite(
-    url: Annotated[str | None, typer.Option(help="Server root or API base. Default: the embedded llama.cpp + Gemma 3 270M.")] = None,
-    model: Annotated[str | None, typer.Option(help="Served model name; default the first /v1/models lists.")] = None,
-    api_key_env: Annotated[str, typer.Option(help="Environment variable that holds the API key.")] = "SERVELAB_API_KEY",
-    tokenizer: Annotated[str | None, typer.Option(help="Local Hugging Face tokenizer; default the server's /tokenize.")] = None,
+    url: UrlOpt = None,
+    model: ModelOpt = None,
+    api_key_env: ApiKeyEnvOpt = "SERVELAB_API_KEY",
+    tokenizer: TokenizerOpt = None,
     only: Annotated[str | None, typer.Option(help="Workloads to run, e.g. qa,code,rag_8k (default all but rag_128k).")] = None,
     workloads_file: Annotated[Path | None, typer.Option(help="YAML with your own workloads and mixes (see README).")] = None,
     runs: Annotated[int, typer.Option(min=1, help="Measured runs per workload, after one warm-up.")] = 3,
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos/--no-ignore-eos", help="Force max_tokens outputs (default: natural answers).")] = False,
     output: Annotated[Path | None, typer.Option(help="Directory for the runs, one per workload (default servelab-runs/<time>-suite).")] = None,
-    parallel: Annotated[int, typer.Option(min=1, help="Embedded server only: llama-server slots.")] = DEFAULT_PARALLEL,
-    ctx_size: Annotated[int, typer.Option(min=256, help="Embedded server only: total context, shared by the slots.")] = DEFAULT_CTX_SIZE,
+    parallel: ParallelOpt = DEFAULT_PARALLEL,
+    ctx_size: CtxSizeOpt = DEFAULT_CTX_SIZE,
 ) -> None:
     """Single-stream suite: for each workload 1 warm-up + N runs; median and spread of decode tok/s, TTFT, E2E."""
     _sigterm_as_sigint()
@@ -409,10 +418,10 @@ def suite(
 
 @app.command()
 def grid(
-    url: Annotated[str | None, typer.Option(help="Server root or API base. Default: the embedded llama.cpp + Gemma 3 270M.")] = None,
-    model: Annotated[str | None, typer.Option(help="Served model name; default the first /v1/models lists.")] = None,
-    api_key_env: Annotated[str, typer.Option(help="Environment variable that holds the API key.")] = "SERVELAB_API_KEY",
-    tokenizer: Annotated[str | None, typer.Option(help="Local Hugging Face tokenizer; default the server's /tokenize.")] = None,
+    url: UrlOpt = None,
+    model: ModelOpt = None,
+    api_key_env: ApiKeyEnvOpt = "SERVELAB_API_KEY",
+    tokenizer: TokenizerOpt = None,
     pp: Annotated[str, typer.Option(help="New prompt tokens per request (chat template included), e.g. 512,2048.")] = "512",
     tg: Annotated[str, typer.Option(help="Generated tokens per request, e.g. 128.")] = "128",
     depth: Annotated[str, typer.Option(help="Tokens of earlier conversation before the prompt, e.g. 0,4096,16384.")] = "0",
@@ -421,8 +430,8 @@ def grid(
     seed: Annotated[int, typer.Option(help="Seed of the cell order (shuffled) and of the prompts.")] = 0,
     output: Annotated[Path | None, typer.Option(help="Grid directory; rerun with the same one to resume (finished cells are skipped).")] = None,
     import_llama_benchy: Annotated[Path | None, typer.Option(help="Show a llama-benchy result (its CSV or Markdown table) as a servelab grid instead of measuring.")] = None,
-    parallel: Annotated[int, typer.Option(min=1, help="Embedded server only: llama-server slots.")] = DEFAULT_PARALLEL,
-    ctx_size: Annotated[int, typer.Option(min=256, help="Embedded server only: total context, shared by the slots.")] = DEFAULT_CTX_SIZE,
+    parallel: ParallelOpt = DEFAULT_PARALLEL,
+    ctx_size: CtxSizeOpt = DEFAULT_CTX_SIZE,
 ) -> None:
     """pp/tg speeds over depth × concurrency (llama-bench style), resumable; writes grid.csv and llama-benchy.csv."""
     _sigterm_as_sigint()
