@@ -86,3 +86,10 @@ def test_cli_import_and_bad_file(tmp_path):
     (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
     res = cli.invoke(app, ["grid", "--import-llama-benchy", str(tmp_path / "bad.csv")])
     assert res.exit_code == 2 and "no llama-benchy header" in res.output
+
+
+@pytest.mark.parametrize("option,value", [("--depth", "abc"), ("--depth", "-1"), ("--pp", "0")])
+def test_bad_grid_list_is_one_line(option, value, tmp_path):
+    res = cli.invoke(app, ["grid", "--url", "http://127.0.0.1:9", option, value, "--output", str(tmp_path / "g")])
+    assert res.exit_code == 2 and option in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "g").exists()  # refused before any server is contacted

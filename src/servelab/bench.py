@@ -232,7 +232,6 @@ class Bench:
             builder = PromptBuilder(tokenizer, seed=o.seed, lang=o.lang)
             await builder.prepare()
             self.builders = {o.lang: builder}
-            self.shapes_builder = builder
             for shape, _ in self.shapes:
                 if shape.lang not in self.builders:
                     self.builders[shape.lang] = PromptBuilder(tokenizer, seed=o.seed, lang=shape.lang)
@@ -422,7 +421,7 @@ class Bench:
             for i in range(n):
                 text, max_tokens = self.dataset[i % len(self.dataset)]
                 nonce = f"[{self.tag}-{self._index + i}] " if self.opts.prefix_cache == "cold" else ""
-                prompt = Prompt(nonce + text, await self.shapes_builder.count(nonce + text))
+                prompt = Prompt(nonce + text, await self.builders[self.opts.lang].count(nonce + text))
                 out.append((prompt, Workload(name="dataset", input_tokens=prompt.tokens, max_tokens=max_tokens)))
             return out
         rng = random.Random(self.opts.seed + self._index)
@@ -450,8 +449,7 @@ class Bench:
         self.hooks.phase_started(level, phase, count, duration_s)
         prompts = await self._prompts(pool, warm)
         watch = MetricsWatch(self.endpoint.info.metrics_url if phase == "measured" else None, self.endpoint.info.engine, self.endpoint.headers())
-
-        self._phase_records: list[RequestRecord] = []
+        records: list[RequestRecord] = []  # as sent, for the GPU energy per token even if the phase fails
 
         def make(i: int) -> tuple[RequestRecord, bytes]:
             prompt, shape = prompts[i % len(prompts)]
@@ -461,7 +459,7 @@ class Bench:
                 prompt = Prompt(prompt.text.replace(f"[{self.tag}-", f"[{self.tag}-r{i}-", 1), prompt.tokens)
             rec = self._record(level, phase, prompt, shape.max_tokens)
             rec.workload = shape.name or None
-            self._phase_records.append(rec)
+            records.append(rec)
             rec.queued = time.perf_counter() - client.origin
             body = chat_body(self.endpoint, prompt.text, max_tokens=shape.max_tokens, ignore_eos=self.ignore_eos,
                              cold=o.prefix_cache == "cold", chat_template_kwargs=o.chat_template_kwargs)  # fmt: skip
@@ -483,7 +481,7 @@ class Bench:
                 )  # fmt: skip
         finally:
             self.server_stats = await watch.stop()
-            self.gpu_stats = await gpu.stop(sum(r.output_tokens or 0 for r in self._phase_records))
+            self.gpu_stats = await gpu.stop(sum(r.output_tokens or 0 for r in records))
         return result
 
     async def _level(self, client: StreamClient, level: int, warm: Prompt | None) -> None:

@@ -57,15 +57,16 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def parse_int_list(value: str, option: str) -> list[int]:
-    """``"1,2,4"`` → ``[1, 2, 4]``; every item a positive integer.
+def parse_int_list(value: str, option: str, minimum: int = 1) -> list[int]:
+    """``"1,2,4"`` → ``[1, 2, 4]``; every item an integer ≥ ``minimum`` (0 or 1).
 
     Raises:
         ServelabError: naming ``option`` and the bad item.
     """
     items = [v.strip() for v in value.split(",") if v.strip()]
-    if not items or not all(v.isdigit() and int(v) > 0 for v in items):
-        raise ServelabError(f"{option} {value!r}: give positive integers separated by commas, e.g. 1,2,4")
+    if not items or not all(v.isdigit() and int(v) >= minimum for v in items):
+        kind = "positive integers" if minimum > 0 else "integers ≥ 0"
+        raise ServelabError(f"{option} {value!r}: give {kind} separated by commas, e.g. {minimum},2,4")
     return [int(v) for v in items]
 
 
@@ -447,7 +448,7 @@ def grid(
         return
     rows: list[CellStats] = []
     try:
-        order = cells(parse_int_list(pp, "--pp"), parse_int_list(tg, "--tg"), [int(d) for d in depth.split(",") if d.strip()] or [0],
+        order = cells(parse_int_list(pp, "--pp"), parse_int_list(tg, "--tg"), parse_int_list(depth, "--depth", minimum=0),
                       parse_int_list(concurrency, "--concurrency"), seed)  # fmt: skip
         api_key = os.environ.get(api_key_env) or None
         base = output or _default_run_dir("grid")
@@ -455,10 +456,12 @@ def grid(
             url, server, _ = _endpoint(stack, url, base, parallel, ctx_size)
             for cell in order:
                 out = base / cell.name
-                if (out / "run.json").exists() and load_run(out)[0].status == "complete":
-                    console.print(f"{cell.name}: done before, skipped")
-                    rows.append(cell_stats(cell, load_run(out)[1]))
-                    continue
+                if (out / "run.json").exists():
+                    earlier, records = load_run(out)
+                    if earlier.status == "complete":
+                        console.print(f"{cell.name}: done before, skipped")
+                        rows.append(cell_stats(cell, records))
+                        continue
                 options = BenchOptions(  # `runs` batches of `concurrency` requests started together
                     concurrency=[cell.concurrency] * runs, requests=cell.concurrency, warmup=1, input_tokens=cell.depth + cell.pp,
                     output_tokens=cell.tg, ignore_eos=True, seed=seed, tokenizer_path=tokenizer,
