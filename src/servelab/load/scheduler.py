@@ -41,6 +41,34 @@ class Phase:
     window: tuple[float, float] | None = None
 
 
+async def _send(
+    client: StreamClient,
+    record: RequestRecord,
+    body: bytes,
+    phase: Phase,
+    on_record: Callable[[RequestRecord], None],
+    alive: Callable[[], Awaitable[bool]],
+    sem: asyncio.Semaphore | None = None,
+) -> None:
+    """Send one request (inside ``sem`` if given); keep its record however it ends (done, failed or
+    cancelled); after a connection-level failure ask ``alive``.
+
+    Raises:
+        ServerGone: the request failed to connect and the server no longer answers.
+    """
+    try:
+        if sem is None:
+            await client.send(record, body)
+        else:
+            async with sem:
+                await client.send(record, body)
+    finally:
+        phase.records.append(record)
+        on_record(record)
+    if record.error_kind in CONNECTION_ERRORS and not await alive():
+        raise ServerGone(f"the server stopped answering ({record.error_kind}: {record.error})")
+
+
 async def closed_loop(
     client: StreamClient,
     make: Callable[[int], tuple[RequestRecord, bytes]],
@@ -50,7 +78,6 @@ async def closed_loop(
     duration_s: float | None = None,
     on_record: Callable[[RequestRecord], None],
     alive: Callable[[], Awaitable[bool]],
-    ramp_s: float = 0.0,
 ) -> Phase:
     """Run one phase of closed-loop load.
 
@@ -62,8 +89,6 @@ async def closed_loop(
         duration_s: stop launching and cancel what is in flight after this many seconds.
         on_record: called once per request as it completes, fails or is cancelled.
         alive: asked after a connection-level failure; False ends the phase with ServerGone.
-        ramp_s: start the workers evenly over this many seconds instead of all at once
-            (worker k waits k·ramp_s/concurrency before its first request).
 
     Returns:
         The phase's records and, with a duration, its fixed window.
@@ -80,23 +105,14 @@ async def closed_loop(
     t_begin = time.perf_counter() - client.origin
     deadline = None if duration_s is None else t_begin + duration_s
 
-    async def worker(k: int) -> None:
-        if ramp_s:
-            await asyncio.sleep(k * ramp_s / concurrency)
+    async def worker() -> None:
         while True:
             i = next(indices)
             if count is not None and i >= count:
                 return
-            record, body = make(i)
-            try:
-                await client.send(record, body)
-            finally:
-                phase.records.append(record)
-                on_record(record)
-            if record.error_kind in CONNECTION_ERRORS and not await alive():
-                raise ServerGone(f"the server stopped answering ({record.error_kind}: {record.error})")
+            await _send(client, *make(i), phase, on_record, alive)
 
-    tasks = [asyncio.create_task(worker(k)) for k in range(concurrency)]
+    tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
     try:
         if deadline is None:
             await asyncio.gather(*tasks)
@@ -158,16 +174,9 @@ async def open_loop(
 
     async def one(record: RequestRecord, body: bytes) -> None:
         try:
-            if sem is None:
-                await client.send(record, body)
-            else:
-                async with sem:
-                    await client.send(record, body)
-        finally:
-            phase.records.append(record)
-            on_record(record)
-        if record.error_kind in CONNECTION_ERRORS and not await alive():
-            gone.append(ServerGone(f"the server stopped answering ({record.error_kind}: {record.error})"))
+            await _send(client, record, body, phase, on_record, alive, sem)
+        except ServerGone as exc:
+            gone.append(exc)
 
     arrival = t_begin
     try:
