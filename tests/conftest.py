@@ -36,6 +36,25 @@ def scrape(url: str) -> dict[str, float]:
     return {s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples if not s.labels}
 
 
+def scrape_idle(url: str, timeout_s: float = 30.0) -> dict[str, float]:
+    """``scrape(url)`` once no request is in flight on the server: an earlier test's cancelled
+    requests may still be generating (and counting tokens) after their client gave up.
+
+    Raises:
+        TimeoutError: still busy after ``timeout_s``.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        samples = scrape(url)
+        if samples["llamacpp:requests_processing"] == 0 and samples["llamacpp:requests_deferred"] == 0:
+            return samples
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url} still busy after {timeout_s} s: {samples}")
+        time.sleep(0.05)  # polling a condition, not waiting for one to happen by itself
+
+
 def run(coro):
     """Run a coroutine on a fresh event loop (tests stay synchronous)."""
     return asyncio.run(coro)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import read_jsonl, run, scrape
+from conftest import read_jsonl, run, scrape, scrape_idle
 from servelab.bench import Bench, BenchOptions
 from servelab.cli import app
 from servelab.endpoint import discover
@@ -55,7 +55,7 @@ async def _bench(url, opts, run_dir, hooks, server=None):
 
 
 def test_client_and_server_token_counts_agree(llama, tmp_path):
-    before = scrape(llama.url)
+    before = scrape_idle(llama.url)
     opts = BenchOptions(concurrency=[1, 3], requests=4, input_tokens=200, output_tokens=24)
     hooks = Hooks()
     result = run(_bench(llama.url, opts, tmp_path / "run", hooks))
@@ -96,7 +96,7 @@ def test_warm_prefix_cache_is_hit_and_cold_is_not(llama, tmp_path):
 
 
 def test_overlong_request_fails_fast_with_the_numbers(llama):
-    before = scrape(llama.url)
+    before = scrape_idle(llama.url)
     t0 = time.monotonic()
     res = cli.invoke(app, ["bench", "--url", llama.url, "--input-tokens", "5000", "--output-tokens", "100"])
     assert res.exit_code == 2
