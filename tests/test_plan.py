@@ -153,6 +153,11 @@ def test_cli_answers_the_spark_question_in_one_command():
     assert out["fits"] and out["max_concurrency"] >= 1 and 20 < out["decode_tok_s_ceiling"] < 100
 
 
+def test_cli_title_counts_the_gpus_of_the_tp_group():
+    res = cli.invoke(app, ["plan", "--model", "qwen3-32b", "--tp", "4", "--nodes", "2"])
+    assert res.exit_code == 0 and "4 × NVIDIA H100 SXM5 80GB (TP 4, 2 nodes)" in " ".join(res.output.split())
+
+
 def test_cli_unknown_names_get_the_closest():
     res = cli.invoke(app, ["plan", "--model", "qwen3-8", "--hardware", "h100-sxm"])
     assert res.exit_code == 2 and "qwen3-8b" in res.output and "Traceback" not in res.output
@@ -172,6 +177,9 @@ def test_user_hardware_yaml(tmp_path):
     (tmp_path / "bad.yaml").write_text("name: my box\nmemory_gib: -1\nbandwidth_gbs: 1000\n")
     with pytest.raises(ServelabError, match="memory_gib"):
         load_hardware(str(tmp_path / "bad.yaml"))
+    (tmp_path / "broken.yaml").write_text("name: [my box\n")
+    with pytest.raises(ServelabError, match=r"^--hardware .*broken.yaml: not valid YAML at line 2$"):
+        load_hardware(str(tmp_path / "broken.yaml"))
 
 
 def test_unified_memory_overcommit_is_flagged():

@@ -88,6 +88,15 @@ def test_unknown_mix_is_one_line():
     assert res.exit_code == 2 and "--mix 'nope': unknown" in res.output
 
 
+def test_mix_file_errors_name_the_mix_option(tmp_path):
+    (tmp_path / "broken.yaml").write_text("mixes: [\n")
+    (tmp_path / "two.yaml").write_text("mixes: {a: {qa: 1}, b: {code: 1}}\n")
+    res = cli.invoke(app, ["bench", "--url", "http://127.0.0.1:9", "--mix", str(tmp_path / "broken.yaml")])
+    assert res.exit_code == 2 and "--mix" in res.output and "not valid YAML at line 2" in res.output
+    res = cli.invoke(app, ["bench", "--url", "http://127.0.0.1:9", "--mix", str(tmp_path / "two.yaml")])
+    assert res.exit_code == 2 and "defines 2 mixes" in res.output
+
+
 def test_dataset_prompts_in_file_order_with_their_output_lengths(llama, tmp_path):
     ds = tmp_path / "d.jsonl"
     ds.write_text('{"prompt": "Name three rivers of Europe.", "output_tokens": 6}\n'

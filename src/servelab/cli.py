@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Annotated, Literal, NoReturn
 
 import typer
-import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -43,7 +42,7 @@ from servelab.grid import CellStats, cell_stats, cells, read_llama_benchy, write
 from servelab.report.table import bench_table, grid_table, server_table, suite_table
 from servelab.results import RunResult, load_run
 from servelab.workloads.datasets import load_dataset
-from servelab.workloads.suites import Workload, WorkloadFile, load_workloads, pick
+from servelab.workloads.suites import Workload, load_workloads, pick, read_workload_file, with_builtins
 
 app = typer.Typer(help="Measure OpenAI-compatible LLM inference servers correctly.", no_args_is_help=True, add_completion=False)
 # Tables are wide; when output is not a terminal (a file, CI) do not squeeze them to 80 columns.
@@ -80,11 +79,11 @@ def resolve_mix(mix: str | None, workloads_file: Path | None) -> tuple[dict[str,
     if mix is None:
         return None, None
     if Path(mix).is_file():
-        workloads, mixes = load_workloads(Path(mix))
-        own = WorkloadFile.model_validate(yaml.safe_load(Path(mix).read_text()) or {}).mixes
-        if len(own) != 1:
-            raise ServelabError(f"--mix {mix}: the file defines {len(own)} mixes; name one with --mix NAME --workloads-file {mix}")
-        return own[next(iter(own))], workloads
+        parsed = read_workload_file(Path(mix), "--mix")
+        if len(parsed.mixes) != 1:
+            raise ServelabError(f"--mix {mix}: the file defines {len(parsed.mixes)} mixes; name one with --mix NAME --workloads-file {mix}")
+        workloads, _ = with_builtins(parsed)
+        return next(iter(parsed.mixes.values())), workloads
     workloads, mixes = load_workloads(workloads_file)
     if mix not in mixes:
         raise ServelabError(f"--mix {mix!r}: unknown; known: {', '.join(mixes)}")
@@ -504,7 +503,7 @@ def plan(
     kv_dtype: Annotated[str, typer.Option(help="KV-cache dtype: auto (bf16) or fp8.")] = "auto",
     max_model_len: Annotated[int | None, typer.Option(min=1, help="Context per request (default the model's maximum).")] = None,
     gpu_memory_utilization: Annotated[float, typer.Option(help="Fraction of memory the server may take (vLLM's flag; its default is 0.92 since 0.2x, 0.9 in 0.11).")] = 0.92,
-    nodes: Annotated[int, typer.Option(min=1, help="Nodes (GPUs) the model is spread over.")] = 1,
+    nodes: Annotated[int, typer.Option(min=1, help="Nodes (machines) the TP group spans; --tp defaults to one GPU per node.")] = 1,
     tp: Annotated[int | None, typer.Option(min=1, help="Tensor-parallel size (default = nodes).")] = None,
     concurrency: Annotated[str, typer.Option(help="Batch sizes for ceilings and longest context.")] = "1,4,16,64",
     overhead_gib: Annotated[float | None, typer.Option(min=0, help="Runtime overhead per GPU, GiB (default estimated).")] = None,

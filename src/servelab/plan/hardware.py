@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError
 
 from servelab.errors import ServelabError
+from servelab.yamlfile import read_yaml
 
 GIB = 2**30
 
@@ -54,11 +55,9 @@ def load_hardware(ref: str) -> Hardware:
     """
     path = Path(ref)
     if path.is_file():
+        data = read_yaml(path, "--hardware")
         try:
-            data = yaml.safe_load(path.read_text())
             return Hardware(**data)
-        except yaml.YAMLError as exc:
-            raise ServelabError(f"--hardware {ref}: not valid YAML ({exc})") from None
         except (TypeError, ValidationError) as exc:
             first = exc.errors()[0] if isinstance(exc, ValidationError) else {"loc": ("?",), "msg": str(exc)}
             raise ServelabError(f"--hardware {ref}: field {'.'.join(map(str, first['loc']))}: {first['msg']}") from None

@@ -14,7 +14,8 @@ def _gib(x: float) -> str:
 
 def plan_table(plan: Plan) -> Table:
     """One table: the model, memory plan, capacity and ceilings, one fact per row with its unit."""
-    t = Table(title=f"{plan.model} · {plan.quant} · {plan.nodes} × {plan.hardware} (TP {plan.tp})", show_header=False)
+    nodes = f", {plan.nodes} nodes" if plan.nodes > 1 else ""
+    t = Table(title=f"{plan.model} · {plan.quant} · {plan.tp} × {plan.hardware} (TP {plan.tp}{nodes})", show_header=False)
     t.add_column("what")
     t.add_column("value", justify="right")
     kinds = ", ".join(f"{n} {k}" for k, n in plan.layer_kinds.items())

@@ -21,10 +21,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, Field, ValidationError
 
 from servelab.errors import ServelabError
+from servelab.yamlfile import read_yaml
 
 
 class Workload(BaseModel, extra="forbid"):
@@ -74,35 +74,43 @@ class WorkloadFile(BaseModel, extra="forbid"):
     mixes: dict[str, dict[str, float]] = Field(default_factory=dict)
 
 
-def load_workloads(path: Path | None) -> tuple[dict[str, Workload], dict[str, dict[str, float]]]:
-    """Built-in workloads and mixes, plus (overriding) those of a YAML file.
+def read_workload_file(path: Path, option: str = "--workloads-file") -> WorkloadFile:
+    """The user's workloads and mixes from the YAML file at ``path`` (given with ``option``).
 
     Raises:
-        ServelabError: unreadable or malformed file, in one line naming the field; a mix that names
-            an unknown workload.
+        ServelabError: unreadable or malformed file, in one line naming the field.
+    """
+    try:
+        return WorkloadFile.model_validate(read_yaml(path, option) or {})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ServelabError(f"{option} {path}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+
+def with_builtins(parsed: WorkloadFile) -> tuple[dict[str, Workload], dict[str, dict[str, float]]]:
+    """Built-in workloads and mixes, plus (overriding) those of a user file.
+
+    Raises:
+        ServelabError: a mix that names an unknown workload.
     """
     workloads, mixes = dict(BUILTIN), dict(BUILTIN_MIXES)
-    if path is not None:
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-            parsed = WorkloadFile.model_validate(data)
-        except OSError as exc:
-            raise ServelabError(f"--workloads-file {path}: {exc.strerror}") from None
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}" if mark else ""
-            raise ServelabError(f"--workloads-file {path}: not valid YAML{where}") from None
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            raise ServelabError(f"--workloads-file {path}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
-        for name, w in parsed.workloads.items():
-            workloads[name] = w.model_copy(update={"name": name})
-        mixes.update(parsed.mixes)
+    for name, w in parsed.workloads.items():
+        workloads[name] = w.model_copy(update={"name": name})
+    mixes.update(parsed.mixes)
     for mix, weights in mixes.items():
         unknown = [w for w in weights if w not in workloads]
         if unknown:
             raise ServelabError(f"mix {mix!r} names unknown workloads: {', '.join(unknown)}; known: {', '.join(workloads)}")
     return workloads, mixes
+
+
+def load_workloads(path: Path | None) -> tuple[dict[str, Workload], dict[str, dict[str, float]]]:
+    """Built-in workloads and mixes, plus (overriding) those of the ``--workloads-file`` at ``path``.
+
+    Raises:
+        ServelabError: as :func:`read_workload_file` and :func:`with_builtins`.
+    """
+    return with_builtins(read_workload_file(path) if path is not None else WorkloadFile())
 
 
 def pick(names: str | None, workloads: dict[str, Workload]) -> list[Workload]:
