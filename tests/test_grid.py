@@ -86,6 +86,12 @@ def test_cli_import_and_bad_file(tmp_path):
     (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
     res = cli.invoke(app, ["grid", "--import-llama-benchy", str(tmp_path / "bad.csv")])
     assert res.exit_code == 2 and "no llama-benchy header" in res.output
+    (tmp_path / "short.csv").write_text("model,test,t/s (total),t/s (req)\nm,pp512\n")
+    res = cli.invoke(app, ["grid", "--import-llama-benchy", str(tmp_path / "short.csv")])
+    assert res.exit_code == 0 and "Traceback" not in res.output
+    (tmp_path / "cut.csv").write_text("model,test,t/s (total),t/s (req)\nm\n")
+    res = cli.invoke(app, ["grid", "--import-llama-benchy", str(tmp_path / "cut.csv")])
+    assert res.exit_code == 2 and "line 2: test ''" in res.output
 
 
 @pytest.mark.parametrize("option,value", [("--depth", "abc"), ("--depth", "-1"), ("--pp", "0")])

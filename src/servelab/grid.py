@@ -190,7 +190,7 @@ def read_llama_benchy(path: Path) -> list[CellStats]:
             continue
         if set(line.replace("|", "").strip()) <= set(":- "):
             continue  # the Markdown separator
-        rows.append([n, *cells_])
+        rows.append([n, *cells_, *[""] * (len(header) - len(cells_))])  # a short row reads as empty cells
     if header is None:
         raise ValueError(f"{path}: no llama-benchy header (a 'test' and a 't/s' column)")
     col = {name: i + 1 for i, name in enumerate(header)}
