@@ -28,6 +28,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from servelab.metrics.summary import decode_span
 from servelab.records import RequestRecord
 
 
@@ -84,7 +85,7 @@ def _ok(r: RequestRecord) -> bool:
 
 
 def _decodes(r: RequestRecord) -> bool:
-    return _ok(r) and (r.output_tokens or 0) > 1 and len(r.chunk_times) > 1 and r.chunk_times[-1] > r.chunk_times[0]
+    return _ok(r) and decode_span(r) is not None
 
 
 def _computed(r: RequestRecord) -> int:
@@ -108,7 +109,7 @@ def cell_stats(cell: Cell, records: list[RequestRecord]) -> CellStats:
     batches = [measured[i : i + cell.concurrency] for i in range(0, len(measured), cell.concurrency)]
     ok = [r for r in measured if _ok(r)]
     pp = [_computed(r) / (r.first_token - r.start) for r in ok if r.first_token > r.start]
-    tg = [(r.output_tokens - 1) / (r.chunk_times[-1] - r.chunk_times[0]) for r in measured if _decodes(r)]
+    tg = [(r.output_tokens - 1) / decode_span(r) for r in measured if _decodes(r)]
     totals = [_batch_totals(b) for b in batches]
     pp_req, pp_req_std = _mean_std(pp)
     tg_req, tg_req_std = _mean_std(tg)

@@ -102,8 +102,9 @@ class LevelSummary(BaseModel):
         return self.failed_requests > 0
 
 
-def _decode_span(r: RequestRecord) -> float | None:
-    """Seconds from the first to the last token-bearing chunk, or None with fewer than 2 tokens."""
+def decode_span(r: RequestRecord) -> float | None:
+    """Seconds from the first to the last token-bearing chunk, or None with fewer than 2 tokens
+    (or no time between them): the denominator of TPOT and decode tok/s (docs/metrics.md)."""
     if not r.output_tokens or r.output_tokens < 2 or len(r.chunk_times) < 2:
         return None
     span = r.chunk_times[-1] - r.chunk_times[0]
@@ -135,7 +136,7 @@ def summarize(
     window_s = (window[1] - window[0]) if window else None
     # Incomplete requests never got a usage chunk: what they delivered is their chunk count.
     out_tokens = sum(r.output_tokens or 0 for r in ok) + sum(len(r.chunk_times) for r in incomplete)
-    spans = {id(r): _decode_span(r) for r in ok}
+    spans = {id(r): decode_span(r) for r in ok}
     with_ttft = [r for r in ok if r.first_token is not None and r.start is not None]
     summary = LevelSummary(
         concurrency=concurrency,
