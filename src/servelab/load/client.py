@@ -241,6 +241,18 @@ def chat_body(
     return orjson.dumps(body)
 
 
+def connection_reuse(engine: str) -> dict:
+    """aiohttp connector options for an engine's keep-alive behaviour.
+
+    llama-server closes connections although it answers "Keep-Alive: timeout=5" (after every
+    streamed response, and idle ones early), so a pooled connection fails the next POST ("Can not
+    write request body"): one connection per request there. Elsewhere connections are kept
+    (opening one costs the client ~0.5 ms of CPU) but dropped after 2 s idle, before servers drop
+    theirs (uvicorn, under vLLM and SGLang: 5 s), so a stale one is never used.
+    """
+    return {"force_close": True} if engine == "llama.cpp" else {"keepalive_timeout": 2.0}
+
+
 class StreamClient:
     """Sends chat requests with ``stream: true`` and records what came back.
 
@@ -276,15 +288,7 @@ class StreamClient:
     async def __aenter__(self) -> StreamClient:
         trace = aiohttp.TraceConfig()
         trace.on_request_chunk_sent.append(_on_body_sent)
-        # llama-server closes the connection after every streamed response although it answers
-        # "Keep-Alive: timeout=5", so a pooled connection fails the next POST ("Can not write
-        # request body"): one connection per request there. Elsewhere connections are kept
-        # (opening one costs the client ~0.5 ms of CPU) but dropped after 2 s idle, before
-        # servers drop theirs (uvicorn, under vLLM and SGLang: 5 s), so a stale one is never used.
-        keep_alive = self.endpoint.info.engine != "llama.cpp"
-        connector = TimedConnector(
-            limit=self._connections + 4, force_close=not keep_alive, keepalive_timeout=2.0 if keep_alive else None
-        )
+        connector = TimedConnector(limit=self._connections + 4, **connection_reuse(self.endpoint.info.engine))
         self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, trace_configs=[trace])
         return self
 

@@ -1,0 +1,216 @@
+"""The tuning ledger (``servelab compare``): runs side by side, one table per metric.
+
+Rows are runs (a sweep's variants, or run directories given one by one), columns the load levels
+(concurrency, or arrival rate for open-loop runs). Each cell is the level's value and its Δ%
+against the baseline run at the same level; the best value of each column is marked. Δ% and
+"best" are defined in docs/metrics.md ("Ledger").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from rich.table import Table
+from tabulate import tabulate
+
+from servelab.errors import ServelabError
+from servelab.metrics.summary import LevelSummary
+from servelab.results import RunResult, SweepIndex, VariantStatus
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One ledger metric: its title, unit, direction and where it comes from in a level summary."""
+
+    title: str
+    unit: str
+    higher_is_better: bool
+    get: Callable[[LevelSummary], float | None]
+
+
+# Definitions: docs/metrics.md (each names the same field of LevelSummary).
+METRICS = {
+    "output_tok_s": Metric("output throughput", "tok/s", True, lambda lv: lv.output_throughput_tok_s),
+    "request_rps": Metric("request throughput", "req/s", True, lambda lv: lv.request_throughput_rps),
+    "ttft_p50": Metric("TTFT p50", "ms", False, lambda lv: lv.ttft_ms.p50),
+    "ttft_p99": Metric("TTFT p99", "ms", False, lambda lv: lv.ttft_ms.p99),
+    "tpot_p50": Metric("TPOT p50", "ms", False, lambda lv: lv.tpot_ms.p50),
+    "itl_p99": Metric("ITL p99", "ms", False, lambda lv: lv.itl_ms.p99),
+    "e2e_p50": Metric("E2E latency p50", "ms", False, lambda lv: lv.e2e_ms.p50),
+    "decode_tok_s_p50": Metric("decode tok/s per request p50", "tok/s", True, lambda lv: lv.decode_tok_s.p50),
+}
+DEFAULT_METRICS = ["output_tok_s", "ttft_p50", "tpot_p50", "ttft_p99"]
+
+
+@dataclass
+class Entry:
+    """One row: a run, or a variant that produced none (failed to start)."""
+
+    label: str
+    run: RunResult | None
+    status: str  # complete, partial, failed-to-start
+
+
+def _load(model: type[BaseModel], path: Path) -> Any:
+    """``path`` parsed as ``model``.
+
+    Raises:
+        ServelabError: unreadable, or not that kind of servelab document (naming the file).
+    """
+    try:
+        return model.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        raise ServelabError(f"{path}: not a servelab {path.name} ({exc.errors()[0]['msg']})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ServelabError(f"{path}: cannot read it ({exc})") from None
+
+
+def _read(directory: Path) -> Entry:
+    """The entry of one run directory, or of a variant that has no run (failed to start)."""
+    if (directory / "run.json").is_file():
+        run = _load(RunResult, directory / "run.json")
+        return Entry(run.recipe.variant if run.recipe else directory.name, run, run.status)
+    variant = _load(VariantStatus, directory / "variant.json")
+    return Entry(variant.variant, None, variant.status)
+
+
+def collect(paths: list[Path]) -> list[Entry]:
+    """The ledger's rows, in order: each path is a run directory, or a sweep directory (its
+    variants in sweep order), or a folder of run directories (sorted by name).
+
+    Raises:
+        ServelabError: a path is none of these (naming it), or a file in it is malformed.
+    """
+    entries: list[Entry] = []
+    for path in paths:
+        if (path / "run.json").is_file() or (path / "variant.json").is_file():
+            entries.append(_read(path))
+        elif (path / "sweep.json").is_file():
+            index = _load(SweepIndex, path / "sweep.json")
+            entries += [_read(path / d) for d in index.directories if (path / d).is_dir()]
+        elif path.is_dir() and (subs := sorted(d for d in path.iterdir() if (d / "run.json").is_file())):
+            entries += [_read(d) for d in subs]
+        else:
+            raise ServelabError(f"{path}: not a run or sweep directory (no run.json, variant.json or sweep.json)")
+    if not entries:
+        raise ServelabError("nothing to compare: the sweep has no variant directories yet")
+    labels = [e.label for e in entries]
+    for i, e in enumerate(entries):  # the same variant name from two sweeps: tell them apart
+        if labels.count(e.label) > 1:
+            e.label = f"{e.label} #{labels[: i + 1].count(e.label)}"
+    return entries
+
+
+def default_baseline(entries: list[Entry]) -> int:
+    """The first entry with measured levels (a failed first variant cannot be the reference)."""
+    return next((i for i, e in enumerate(entries) if e.run and e.run.levels), 0)
+
+
+def _level(lv: LevelSummary) -> tuple[tuple, str]:
+    """Sort key and column title of a level: closed-loop concurrencies first, then rates."""
+    if lv.rate_rps is not None:
+        return (1, lv.rate_rps), f"{lv.rate_rps:g} req/s"
+    return (0, lv.concurrency), f"c={lv.concurrency}"
+
+
+@dataclass
+class Cell:
+    """One value of the ledger."""
+
+    value: float | None
+    delta_pct: float | None = None  # vs the baseline at the same level
+    best: bool = False
+    failed: bool = False  # requests failed at this level
+
+
+@dataclass
+class Ledger:
+    """One metric's table: columns are levels, rows are entries (cells, or a reason they have none)."""
+
+    metric: Metric
+    columns: list[str]
+    rows: list[tuple[str, list[Cell] | str]]  # (label, cells, or why there are none)
+    baseline: int  # index of the baseline row
+
+
+def build(entries: list[Entry], metric: Metric, baseline: int = 0) -> Ledger:
+    """The ledger of ``metric`` with ``entries[baseline]`` as the Δ% reference (docs/metrics.md "Ledger")."""
+    keys: dict[tuple, str] = {}
+    for e in entries:
+        for lv in e.run.levels if e.run else []:
+            key, title = _level(lv)
+            keys[key] = title
+    order = sorted(keys)
+    table: list[dict[tuple, LevelSummary]] = [{_level(lv)[0]: lv for lv in (e.run.levels if e.run else [])} for e in entries]
+    base = table[baseline]
+    rows: list[tuple[str, list[Cell] | str]] = []
+    for e, levels in zip(entries, table, strict=True):
+        if e.run is None:
+            rows.append((e.label, f"{e.status.replace('-', ' ')} (the error is in its variant.json)"))
+            continue
+        cells = []
+        for key in order:
+            lv = levels.get(key)
+            value = metric.get(lv) if lv else None
+            ref = metric.get(base[key]) if key in base else None
+            delta = 100.0 * (value - ref) / ref if value is not None and ref else None
+            cells.append(Cell(value, delta, failed=bool(lv and lv.failed)))
+        rows.append((e.label + ("" if e.status == "complete" else f" ({e.status})"), cells))
+    for col in range(len(order)):
+        column = [cells[col] for _, cells in rows if not isinstance(cells, str) and cells[col].value is not None]
+        if len(column) > 1:
+            pick = max if metric.higher_is_better else min
+            best = pick(c.value for c in column)
+            for c in column:
+                c.best = c.value == best
+    return Ledger(metric, [keys[k] for k in order], rows, baseline)
+
+
+def _text(cell: Cell, is_base: bool) -> str:
+    if cell.value is None:
+        return "–"
+    digits = 1 if abs(cell.value) >= 10 else 2
+    text = f"{cell.value:,.{digits}f}"
+    if is_base:
+        text += " (base)"
+    elif cell.delta_pct is not None:
+        text += f" ({cell.delta_pct:+.1f}%)"
+    return text + ("†" if cell.failed else "")
+
+
+def ledger_table(ledger: Ledger) -> Table:
+    """The ledger as a Rich table: best per column in bold green with ★, failed levels marked †."""
+    m = ledger.metric
+    direction = "higher" if m.higher_is_better else "lower"
+    table = Table(title=f"{m.title}, {m.unit} ({direction} is better; Δ% vs {ledger.rows[ledger.baseline][0]})")
+    table.add_column("run")
+    for col in ledger.columns:
+        table.add_column(col, justify="right")
+    for i, (label, cells) in enumerate(ledger.rows):
+        if isinstance(cells, str):
+            table.add_row(label, f"[red]{cells}[/]", *[""] * (len(ledger.columns) - 1))
+            continue
+        is_base = i == ledger.baseline
+        table.add_row(label, *[f"[bold green]{_text(c, is_base)} ★[/]" if c.best else _text(c, is_base) for c in cells])
+    return table
+
+
+def ledger_markdown(ledgers: list[Ledger]) -> str:
+    """The ledgers as Markdown: a heading and a GitHub table each; best per column in bold with ★."""
+    parts = []
+    for ledger in ledgers:
+        m = ledger.metric
+        rows = []
+        for i, (label, cells) in enumerate(ledger.rows):
+            if isinstance(cells, str):
+                rows.append([label, cells, *[""] * (len(ledger.columns) - 1)])
+                continue
+            is_base = i == ledger.baseline
+            rows.append([label, *[f"**{_text(c, is_base)}** ★" if c.best else _text(c, is_base) for c in cells]])
+        heading = f"### {m.title}, {m.unit} ({'higher' if m.higher_is_better else 'lower'} is better; Δ% vs {ledger.rows[ledger.baseline][0]})"
+        parts.append(heading + "\n\n" + tabulate(rows, headers=["run", *ledger.columns], tablefmt="github", disable_numparse=True))
+    return "\n\n".join(parts) + "\n\n† requests failed at this level (see the run).\n"

@@ -1,0 +1,101 @@
+"""The tuning ledger (``servelab compare``): Δ% against a baseline, best per column, inputs."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from servelab.cli import app
+from servelab.metrics.summary import Distribution, LevelSummary
+from servelab.report.ledger import METRICS, Entry, build, collect, default_baseline, ledger_markdown
+from servelab.results import EndpointInfo, LoadSpec, RecipeInfo, RunResult, VariantStatus
+
+FIXTURE = Path(__file__).parent / "fixtures" / "runs" / "vllm-0.25-h100-qwen3-8b-run.json"
+cli = CliRunner()
+
+
+def level(c: int, tput: float, ttft: float, failed: int = 0) -> LevelSummary:
+    return LevelSummary(concurrency=c, ok=8, failed_requests=failed, incomplete=0, output_throughput_tok_s=tput, ttft_ms=Distribution(n=8, p50=ttft))
+
+
+def run(name: str, *levels: LevelSummary) -> RunResult:
+    load = LoadSpec(concurrency=[lv.concurrency for lv in levels], warmup=None, input_tokens=256, output_tokens=128, prefix_cache="cold",
+                    ignore_eos=True, seed=0, request_timeout_s=600)  # fmt: skip
+    recipe = RecipeInfo(name="r", engine="vllm", sha256="0", variant=name, command=["vllm"])
+    return RunResult(endpoint=EndpointInfo(url="http://x", engine="vllm", model="m"), load=load, status="complete", recipe=recipe, levels=list(levels))
+
+
+def test_delta_and_best_follow_the_metric_direction():
+    entries = [
+        Entry("a", run("a", level(1, 100.0, 50.0), level(8, 400.0, 90.0)), "complete"),
+        Entry("b", run("b", level(1, 110.0, 40.0), level(8, 380.0, 120.0, failed=2)), "complete"),
+        Entry("c", None, "failed-to-start"),
+    ]
+    tput = build(entries, METRICS["output_tok_s"])
+    assert tput.columns == ["c=1", "c=8"]
+    (_, a), (_, b), (_, c) = tput.rows
+    assert [x.delta_pct for x in b] == pytest.approx([10.0, -5.0])
+    assert [x.best for x in a] == [False, True] and [x.best for x in b] == [True, False]
+    assert b[1].failed and c.startswith("failed to start")
+    ttft = build(entries, METRICS["ttft_p50"], baseline=1)
+    (_, a), (_, b), _ = ttft.rows
+    assert a[0].delta_pct == pytest.approx(25.0) and [x.best for x in b] == [True, False]  # lower is better
+    md = ledger_markdown([tput])
+    assert "| a     | 100.0 (base)" in md and "**110.0 (+10.0%)** ★" in md and "380.0 (-5.0%)†" in md
+    assert default_baseline([Entry("c", None, "failed-to-start"), *entries[:1]]) == 1
+
+
+def test_open_loop_rates_are_their_own_columns():
+    rate = level(0, 50.0, 30.0)
+    rate.rate_rps = 2.0
+    ledger = build([Entry("a", run("a", level(1, 10.0, 5.0), rate), "complete")], METRICS["output_tok_s"])
+    assert ledger.columns == ["c=1", "2 req/s"]
+
+
+def test_collect_reads_runs_sweeps_and_folders(tmp_path):
+    for name in ("one", "two"):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        shutil.copy(FIXTURE, tmp_path / "runs" / name / "run.json")
+    failed = tmp_path / "sweep" / "v=1"
+    failed.mkdir(parents=True)
+    failed.joinpath("variant.json").write_text(VariantStatus(variant="v=1", status="failed-to-start", error="boom",
+                                                             recipe=RecipeInfo(name="r", engine="vllm", sha256="0", variant="v=1", command=["x"])).model_dump_json())  # fmt: skip
+    (tmp_path / "sweep" / "sweep.json").write_text('{"recipe": "r", "sha256": "0", "variants": ["v=1"], "directories": ["v=1"]}')
+    entries = collect([tmp_path / "runs", tmp_path / "runs" / "one", tmp_path / "sweep"])
+    assert [e.label for e in entries] == ["one #1", "two", "one #2", "v=1"]
+    assert entries[0].run is not None and entries[-1].run is None
+
+
+def test_compare_cli_prints_tables_and_writes_markdown(tmp_path):
+    for name in ("base", "tuned"):
+        (tmp_path / name).mkdir()
+        shutil.copy(FIXTURE, tmp_path / name / "run.json")
+    md = tmp_path / "ledger.md"
+    res = cli.invoke(app, ["compare", str(tmp_path / "base"), str(tmp_path / "tuned"), "--metric", "output_tok_s,itl_p99",
+                           "--baseline", "tuned", "--markdown", str(md)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "output throughput, tok/s" in res.output and "ITL p99, ms" in res.output
+    assert md.read_text().count("###") == 2 and "Δ% vs tuned" in md.read_text()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--metric", "speed"], "--metric 'speed' is not a ledger metric"),
+    (["--baseline", "nope"], "--baseline 'nope' is not one of the runs: base"),
+    (["--baseline", "2"], "--baseline '2' is not one of the runs"),
+])  # fmt: skip
+def test_compare_bad_options_are_one_line(tmp_path, args, message):
+    (tmp_path / "base").mkdir()
+    shutil.copy(FIXTURE, tmp_path / "base" / "run.json")
+    res = cli.invoke(app, ["compare", str(tmp_path / "base"), *args])
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
+
+
+def test_compare_names_a_path_that_is_not_a_run(tmp_path):
+    res = cli.invoke(app, ["compare", str(tmp_path)])
+    assert res.exit_code == 2 and f"{tmp_path}: not a run or sweep directory" in res.output
+    (tmp_path / "run.json").write_text('{"levels": 3}')
+    res = cli.invoke(app, ["compare", str(tmp_path)])
+    assert res.exit_code == 2 and f"{tmp_path / 'run.json'}: not a servelab run.json" in " ".join(res.output.split())

@@ -1,0 +1,110 @@
+"""``servelab lint``: each pitfall rule fires on a recipe that has it, with its reason, and not otherwise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from servelab.cli import app
+from servelab.lint import flag_values, lint
+from servelab.recipes import load_recipe
+
+cli = CliRunner()
+
+
+def rules(tmp_path: Path, text: str, hardware: str | None = None) -> dict[str, str]:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(text)
+    recipe = load_recipe(path)
+    return {f.rule: f.message for f in lint(recipe, [recipe.resolve({})], hardware)}
+
+
+CLEAN = """\
+name: clean
+engine: vllm
+model: Qwen/Qwen3-8B
+command: [vllm, serve, "{model}", --max-num-seqs, "64", --max-model-len, "32768"]
+bench:
+  concurrency: [1, 2, 4, 8, 16, 32]
+"""
+
+
+def test_a_clean_recipe_has_no_findings(tmp_path):
+    assert rules(tmp_path, CLEAN, "h100-sxm") == {}
+
+
+def test_enforce_eager(tmp_path):
+    found = rules(tmp_path, CLEAN.replace('"32768"]', '"32768", --enforce-eager]'))
+    assert found == {"enforce-eager": "--enforce-eager turns CUDA graphs off"}
+
+
+def test_max_num_seqs_missing_under_high_concurrency_or_below_the_plan(tmp_path):
+    text = CLEAN.replace('--max-num-seqs, "64", ', "").replace("[1, 2, 4, 8, 16, 32]", "[1, 64, 512]")
+    assert "the bench plan keeps up to 512 requests in flight but --max-num-seqs is not set" in rules(tmp_path, text)["max-num-seqs"]
+    text = CLEAN.replace("[1, 2, 4, 8, 16, 32]", "[1, 128]")
+    assert rules(tmp_path, text)["max-num-seqs"] == "--max-num-seqs 64 is below the plan's 128 requests in flight"
+
+
+def test_concurrencies_that_are_not_capture_sizes(tmp_path):
+    found = rules(tmp_path, CLEAN.replace("[1, 2, 4, 8, 16, 32]", "[1, 5, 10]"))["capture-sizes"]
+    assert "c=5 pads 5 → 8 (38 % wasted); c=10 pads 10 → 16 (38 % wasted)" in found
+    given = CLEAN.replace('"32768"]', '"32768", --cudagraph-capture-sizes, "1", "2", "4"]').replace("[1, 2, 4, 8, 16, 32]", "[1, 4, 8]")
+    assert "c=8 runs without a graph (above the largest size 4)" in rules(tmp_path, given)["capture-sizes"]
+    assert flag_values(["--cudagraph-capture-sizes=1,2,5", "--x"], "--cudagraph-capture-sizes") == ["1", "2", "5"]
+
+
+def test_speculative_decoding_with_prefix_caching(tmp_path):
+    spec = CLEAN.replace('"32768"]', """"32768", --speculative-config, '{{"method": "ngram", "num_speculative_tokens": 3}}']""")
+    assert "spec-with-prefix-cache" in rules(tmp_path, spec)
+    assert "spec-with-prefix-cache" not in rules(tmp_path, spec.replace("--max-num-seqs,", "--no-enable-prefix-caching, --max-num-seqs,"))
+
+
+def test_memory_utilization_on_a_unified_memory_machine(tmp_path):
+    text = CLEAN.replace("--max-num-seqs,", "--gpu-memory-utilization, '0.95', --max-num-seqs,")
+    found = rules(tmp_path, text, "dgx-spark")["unified-memory"]
+    assert found.startswith("--gpu-memory-utilization 0.95 leaves 6.0 GiB of NVIDIA DGX Spark")
+    assert "unified-memory" not in rules(tmp_path, text, "h100-sxm")
+
+
+def test_max_model_len_above_the_planned_kv_capacity(tmp_path):
+    found = rules(tmp_path, CLEAN.replace('"32768"', '"131072"'), "rtx-5090")["max-model-len"]
+    assert found.startswith("max_model_len 131,072 is above the KV capacity servelab plan estimates:")
+    assert "qwen3-8b bf16" in found.lower()
+
+
+def test_readiness_timeout_too_short(tmp_path):
+    found = rules(tmp_path, CLEAN + "ready:\n  timeout_s: 120\n")
+    assert found["ready-timeout"] == "ready.timeout_s 120 s is below 900 s for vllm"
+
+
+def test_llama_server_without_metrics(tmp_path):
+    assert "llama-metrics" in rules(tmp_path, "name: l\nengine: llama.cpp\ncommand: [llama-server, -m, x.gguf]\n")
+
+
+def test_lint_cli_explains_each_finding_and_exits_1(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text(CLEAN.replace('"32768"]', '"32768", --enforce-eager]'))
+    res = cli.invoke(app, ["lint", str(path), "--vary", "max_num_seqs=64,128"])
+    assert res.exit_code == 1
+    assert "warning enforce-eager: max_num_seqs=64: --enforce-eager turns CUDA graphs off" in res.output
+    assert "why: Without CUDA graphs" in res.output
+    path.write_text(CLEAN)
+    assert cli.invoke(app, ["lint", str(path)]).exit_code == 0
+
+
+def test_imported_recipe_notes_are_shown(tmp_path):
+    res = cli.invoke(app, ["lint", str(Path(__file__).resolve().parent.parent / "recipes" / "spark-vllm-docker-gpt-oss-120b.yaml")])
+    assert "warning import: spark-vllm-docker build_args ['--exp-mxfp4'] are not applied" in " ".join(res.output.split())
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("name: x\nengine: vllm\ncommand: [a]\nbogus: 1\n", "line 4: unknown field 'bogus'"),
+    ("name: x\nengine: tgi\ncommand: [a]\n", "line 2: engine: Input should be 'vllm', 'sglang', 'llama.cpp', 'trtllm' or 'custom'"),
+])  # fmt: skip
+def test_lint_of_an_invalid_recipe_is_one_line(tmp_path, text, message):
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    res = cli.invoke(app, ["lint", str(path)])
+    assert res.exit_code == 2 and message in " ".join(res.output.split()) and "Traceback" not in res.output
