@@ -52,6 +52,8 @@ def test_concurrencies_that_are_not_capture_sizes(tmp_path):
     assert "c=5 pads 5 → 8 (38 % wasted); c=10 pads 10 → 16 (38 % wasted)" in found
     given = CLEAN.replace('"32768"]', '"32768", --cudagraph-capture-sizes, "1", "2", "4"]').replace("[1, 2, 4, 8, 16, 32]", "[1, 4, 8]")
     assert "c=8 runs without a graph (above the largest size 4)" in rules(tmp_path, given)["capture-sizes"]
+    capped = CLEAN.replace('"64"', '"8"').replace("[1, 2, 4, 8, 16, 32]", "[1, 8, 32]")
+    assert "capture-sizes" not in rules(tmp_path, capped)  # at most 8 sequences decode at once: c=32 runs the graph of 8
     assert flag_values(["--cudagraph-capture-sizes=1,2,5", "--x"], "--cudagraph-capture-sizes") == ["1", "2", "5"]
 
 
