@@ -167,3 +167,31 @@ def test_launch_serves_until_ctrl_c_and_stops_the_server(tmp_path):
     with pytest.raises(OSError):
         urllib.request.urlopen(url + "/health", timeout=2)
     assert (tmp_path / "server.log").stat().st_size > 0  # the server's own log is kept
+
+
+def test_ray_head_and_worker_on_loopback_form_a_cluster_then_stop(tmp_path, free_port):
+    """A real two-node Ray cluster on this machine (head + worker, both on loopback hosts), the
+    server started once Ray counts both nodes, and everything stopped afterwards."""
+    pytest.importorskip("ray")
+    server_code = "import http.server, sys; http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()"
+    text = f"""\
+name: ray loopback
+engine: vllm
+command: [{sys.executable}, -c, "{server_code}", "{{port}}"]
+ready: {{url: "http://127.0.0.1:{{port}}/", timeout_s: 120}}
+env: {{RAY_USAGE_STATS_ENABLED: "0"}}
+cluster:
+  hosts: [127.0.0.1, localhost]
+  ray_port: {free_port}
+  ray_args: [--num-cpus=1, --object-store-memory=80000000, --disable-usage-stats]
+  ready_timeout_s: 180
+"""
+    recipe = load_recipe(write(tmp_path, text))
+    server = RecipeServer(recipe, recipe.resolve({}), tmp_path / "logs")
+    with server:
+        assert server.alive()
+        probe = subprocess.run(server._ray_probe(), capture_output=True, text=True, timeout=120, check=True)
+        assert probe.stdout.strip().splitlines()[-1] == "2"  # head and worker are both live Ray nodes
+        assert server.server_procs[0].argv[-2:] == ["--distributed-executor-backend", "ray"]
+    assert not any(p.alive() for p in server.cluster_procs + server.server_procs)
+    assert "Ray runtime started" in (tmp_path / "logs" / "ray-head.log").read_text()

@@ -60,3 +60,34 @@ def test_a_variant_with_a_bad_flag_is_recorded_and_the_sweep_goes_on(tmp_path):
     assert "1 variant(s) did not complete: no_such_flag=1" in res.output
     ledger = (out / "ledger.md").read_text()
     assert "| no_such_flag=1 | failed to start (the error is in its variant.json)" in ledger and "(base)" in ledger  # the next variant is the baseline
+
+
+def test_ctrl_c_stops_the_server_and_leaves_the_variant_partial(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    recipe, out = small_recipe(tmp_path), tmp_path / "sweep"
+    recipe.write_text(recipe.read_text().replace("requests: 4", "duration_s: 5"))  # SIGINT lands inside the c=2 level
+    proc = subprocess.Popen([sys.executable, "-m", "servelab", "sweep", str(recipe), "--output", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        for line in proc.stdout:  # blocks until servelab prints; no sleeps
+            if "running the bench plan" in line:
+                url = line.split("ready at ")[1].split(";")[0]
+                break
+        for line in proc.stdout:
+            if line.startswith("c=1:"):  # a level finished: the run is on disk
+                break
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stdout.read()
+        assert proc.wait(timeout=120) == 130
+    finally:
+        proc.kill()
+    assert "interrupted; the server was stopped" in " ".join(rest.split())
+    with pytest.raises(OSError):
+        urllib.request.urlopen(url + "/health", timeout=2)
+    run = json.loads((out / "default" / "run.json").read_text())
+    assert run["status"] == "partial" and [lv["concurrency"] for lv in run["levels"]] == [1]
+    assert run["partial_reason"] == "interrupted by the user (Ctrl-C)"

@@ -19,8 +19,8 @@ from __future__ import annotations
 import shlex
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
-# Prints the number of live nodes of the Ray cluster this machine belongs to.
-RAY_NODES = "import ray; ray.init(address='auto', logging_level='ERROR'); print(sum(1 for n in ray.nodes() if n['Alive']))"
+# Prints the number of live nodes of the Ray cluster at {address} (explicit: 'auto' may find a stale session).
+RAY_NODES = "import ray; ray.init(address='{address}', logging_level='ERROR'); print(sum(1 for n in ray.nodes() if n['Alive']))"
 
 
 def is_local(host: str) -> bool:
@@ -54,9 +54,9 @@ def ray_worker_argv(head: str, port: int, extra: list[str]) -> list[str]:
     return ["ray", "start", f"--address={head}:{port}", "--block", *extra]
 
 
-def ray_nodes_argv() -> list[str]:
-    """Print the number of live Ray nodes (run on the head)."""
-    return ["python3", "-c", RAY_NODES]
+def ray_nodes_argv(head: str, port: int) -> list[str]:
+    """Print the number of live nodes of the Ray cluster at ``head:port`` (run on the head)."""
+    return ["python3", "-c", RAY_NODES.format(address=f"{head}:{port}")]
 
 
 def native_flags(engine: str, nodes: int, rank: int, head: str, port: int) -> list[str]:

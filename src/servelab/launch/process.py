@@ -96,7 +96,9 @@ class Proc:
         return f"{self.name} exited with code {code}; the last lines of {self.log_path}:\n{tail(self.log_path)}"
 
     def stop(self) -> None:
-        """Stop it: ``stop_argv`` first, then SIGTERM to the process group, SIGKILL after ``STOP_TIMEOUT_S``."""
+        """Stop it: ``stop_argv`` first; then SIGTERM to the process itself, so it shuts its children
+        down in order (vLLM's engine cores, a Ray head's GCS and raylet); then SIGKILL to whatever is
+        left in its process group, at once if it exited or after ``STOP_TIMEOUT_S`` if not."""
         if self.process is None:
             return
         if self.stop_argv:
@@ -104,16 +106,17 @@ class Proc:
                 subprocess.run(self.stop_argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=STOP_TIMEOUT_S, check=False)
             except (OSError, subprocess.TimeoutExpired):
                 pass
-        if self.process.poll() is not None:
-            return
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                pass
         try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            self.process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):
             pass
+        self.process.wait()
 
 
 def http_ok(url: str, timeout_s: float = 2.0) -> bool:

@@ -28,7 +28,7 @@ from servelab.launch.process import POLL_S, Proc, wait_ready
 from servelab.recipes import Recipe, Resolved, is_secret, redact
 from servelab.results import RecipeInfo
 
-PROBE_TIMEOUT_S = 60.0
+PROBE_TIMEOUT_S = 20.0  # one `ray.nodes()` call; a probe stuck while the head comes up is retried
 
 
 class RecipeServer:
@@ -104,7 +104,7 @@ class RecipeServer:
 
     def _ray_probe(self) -> list[str]:
         c = self.recipe.cluster
-        probe = cluster.ray_nodes_argv()
+        probe = cluster.ray_nodes_argv(c.hosts[0], c.ray_port)
         if self.recipe.container is not None:
             probe = docker.exec_argv(f"{self.container_prefix}-0", probe)
         return cluster.on_host(c.hosts[0], probe, c.ssh, tty=False)

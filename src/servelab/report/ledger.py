@@ -213,4 +213,5 @@ def ledger_markdown(ledgers: list[Ledger]) -> str:
             rows.append([label, *[f"**{_text(c, is_base)}** ★" if c.best else _text(c, is_base) for c in cells]])
         heading = f"### {m.title}, {m.unit} ({'higher' if m.higher_is_better else 'lower'} is better; Δ% vs {ledger.rows[ledger.baseline][0]})"
         parts.append(heading + "\n\n" + tabulate(rows, headers=["run", *ledger.columns], tablefmt="github", disable_numparse=True))
-    return "\n\n".join(parts) + "\n\n† requests failed at this level (see the run).\n"
+    failed = any(c.failed for ledger in ledgers for _, cells in ledger.rows if not isinstance(cells, str) for c in cells)
+    return "\n\n".join(parts) + ("\n\n† requests failed at this level (see the run)." if failed else "") + "\n"
