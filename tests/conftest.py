@@ -12,6 +12,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from servelab.local import LocalServer
 
 
+def pytest_configure(config) -> None:
+    """Every servelab command the tests run stores its runs in a throwaway database, never the user's."""
+    import os
+    import tempfile
+
+    os.environ["SERVELAB_DB"] = str(Path(tempfile.mkdtemp(prefix="servelab-test-db-")) / "runs.db")
+
+
 @pytest.fixture(scope="session")
 def llama(tmp_path_factory) -> LocalServer:
     """One embedded llama-server (Gemma 3 270M, 4 slots × 4096 tokens) for the whole session."""

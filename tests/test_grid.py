@@ -75,9 +75,21 @@ def test_llama_benchy_csv_round_trip(tmp_path):
     rows = read_llama_benchy(FIX)
     write_llama_benchy_csv(rows, "gemma", tmp_path / "lb.csv")
     header = (tmp_path / "lb.csv").read_text().splitlines()[0]
-    assert header == "model,test,t/s (total),t/s (req),peak t/s,peak t/s (req),ttfr (ms),est_ppt (ms),e2e_ttft (ms)"
+    real = (FIX.parent.parent / "imports" / "llama-benchy-0.4.0-gemma-270m.csv").read_text().splitlines()[0]
+    assert header == real  # the columns llama-benchy 0.4.0's --format csv writes
     back = read_llama_benchy(tmp_path / "lb.csv")
     assert [(r.cell, r.pp_total, r.tg_req_mean) for r in back] == [(r.cell, r.pp_total, r.tg_req_mean) for r in rows]
+
+
+def test_import_llama_benchy_csv_as_written_by_llama_benchy():
+    """A CSV written by llama-benchy 0.4.0 itself (tests/fixtures/imports/README.md says how)."""
+    from servelab.grid import read_llama_benchy
+
+    rows = read_llama_benchy(FIX.parent.parent / "imports" / "llama-benchy-0.4.0-gemma-270m.csv")
+    assert [(r.cell.pp, r.cell.tg, r.cell.concurrency) for r in rows] == [(128, 16, 1), (128, 16, 2), (256, 16, 1), (256, 16, 2)]
+    c2 = rows[1]
+    assert c2.pp_total == pytest.approx(390.5912218701095) and c2.pp_total_std == pytest.approx(5.312541262017277)
+    assert c2.tg_req_mean == pytest.approx(28.167869244363157) and c2.ttft_ms_mean == pytest.approx(414.2826110000897)
 
 
 def test_cli_import_and_bad_file(tmp_path):

@@ -7,6 +7,7 @@ or an unusable server (one clear line, no traceback); 130 interrupted with Ctrl-
 from __future__ import annotations
 
 import asyncio
+import csv
 import json
 import os
 import re
@@ -22,6 +23,7 @@ from typing import Annotated, Literal, NoReturn
 
 import typer
 from rich.console import Console
+from rich.table import Table
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from servelab import __version__
@@ -41,11 +43,14 @@ from servelab.plan.quant import get_format, kv_dtype_bytes
 from servelab.records import RequestRecord
 from servelab.report.bootlog_table import bootlog_table
 from servelab.report.plan_table import padding_table, plan_table
+from servelab.imports import read_results
 from servelab.grid import CellStats, cell_stats, cells, read_llama_benchy, write_csv, write_llama_benchy_csv
 from servelab.recipes import Recipe, expand, load_recipe, parse_assignments, variant_label, with_hosts
 from servelab.report.ledger import DEFAULT_METRICS, METRICS, build, collect, default_baseline, ledger_markdown, ledger_table
+from servelab.report.html import compare_page, run_page
 from servelab.report.table import bench_table, grid_table, server_table, suite_table
 from servelab.results import RunResult, load_run
+from servelab.store import METRICS as STORE_METRICS, Store, database_url
 from servelab.sweep import run_sweep
 from servelab.workloads.datasets import load_dataset
 from servelab.workloads.suites import Workload, load_workloads, pick, read_workload_file, with_builtins
@@ -198,6 +203,19 @@ def _default_run_dir(label: str) -> Path:
     return Path("servelab-runs") / f"{stamp}-{slug}"
 
 
+def _remember(path: Path) -> None:
+    """Store the runs under ``path`` in the runs database. A failure is only a warning: the run
+    directory on disk is the source of truth, and ``servelab import`` can add it later."""
+    if not any(path.rglob("run.json")):
+        return  # nothing measured (every variant failed to start, every cell failed)
+    try:
+        runs = read_results(path)
+        Store(database_url()).add(runs)
+        console.print(f"[dim]{len(runs)} run(s) stored in the runs database (servelab runs, servelab ui)[/]", highlight=False)
+    except ServelabError as exc:
+        err_console.print(f"[yellow]not stored in the runs database:[/] {exc}", soft_wrap=True)
+
+
 def _ceiling(hardware: str | None, model_config: str | None, served: str, quant: str) -> Ceiling | None:
     """The roofline to compare with, when ``--hardware`` is given (model from ``--model-config``
     or the served name looked up in the catalog)."""
@@ -345,6 +363,7 @@ def bench(
             f"(chat template adds {check.template_overhead_tokens} tokens)"
         )
     console.print(f"run saved in {run_dir}")
+    _remember(run_dir)
     if run.failed:
         failed = sum(lv.failed_requests for lv in run.levels)
         fail(f"{failed} measured requests failed; see {run_dir / run.records_file}", 1)
@@ -418,6 +437,7 @@ def suite(
         fail("interrupted; finished workloads are saved", 130)
     console.print(suite_table(rows, runs))
     console.print(f"runs saved in {base}")
+    _remember(base)
     if any(run is not None and run.failed for _, run, _ in rows):
         fail("some requests failed; see the runs", 1)
 
@@ -492,6 +512,7 @@ def grid(
     write_llama_benchy_csv(rows, served, base / "llama-benchy.csv")
     console.print(grid_table(rows))
     console.print(f"cells saved in {base}; tables in {base / 'grid.csv'} and, in llama-benchy's columns, {base / 'llama-benchy.csv'}")
+    _remember(base)
     if len(rows) < len(order) or any(s.failed for s in rows):
         fail("some cells or requests failed; rerun with the same --output to retry them", 1)
 
@@ -696,6 +717,7 @@ def sweep(
         console.print(ledger_table(ledger))
     (out / "ledger.md").write_text(ledger_markdown(ledgers), encoding="utf-8")
     console.print(f"sweep saved in {out} (ledger: {out / 'ledger.md'})")
+    _remember(out)
     bad = [o.variant for o in outcomes if o.status != "complete"]
     if bad:
         fail(f"{len(bad)} variant(s) did not complete: {', '.join(bad)}; see variant.json in each", 1)
@@ -732,6 +754,141 @@ def compare(
     if markdown is not None:
         markdown.write_text(ledger_markdown(ledgers), encoding="utf-8")
         console.print(f"Markdown written to {markdown}")
+
+
+DbOpt = Annotated[str | None, typer.Option("--db", help="Runs database: an SQLite file or a SQLAlchemy URL (postgresql+psycopg://…); default $SERVELAB_DB or the per-user data directory.")]
+FilterOpts = tuple[str | None, str | None, str | None, str | None]
+
+
+def _store(db: str | None) -> Store:
+    return Store(database_url(db))
+
+
+@app.command("import")
+def import_(
+    paths: Annotated[list[Path], typer.Argument(help="Run directories (any depth), vllm bench serve --save-result JSON, llama-benchy JSON/CSV.", show_default=False)],
+    db: DbOpt = None,
+) -> None:
+    """Add runs to the runs database (importing one twice replaces it; a bad file imports nothing)."""
+    try:
+        runs = [run for path in paths for run in read_results(path)]
+        store = _store(db)
+        new = store.add(runs)
+    except ServelabError as exc:
+        fail(str(exc))
+    for run, is_new in zip(runs, new, strict=True):
+        console.print(f"{'added' if is_new else 'updated'} {run.id} {run.source} {run.model} ({len(run.levels)} levels) from {run.origin}", highlight=False, soft_wrap=True)
+
+
+def _filtered(db: str | None, model: str | None, engine: str | None, hardware: str | None, source: str | None) -> list:
+    return _store(db).runs(model=model, engine=engine, hardware=hardware, source=source)
+
+
+ModelFilter = Annotated[str | None, typer.Option("--model", help="Only runs whose model contains this.")]
+EngineFilter = Annotated[str | None, typer.Option("--engine", help="Only runs of this engine (vllm, sglang, llama.cpp, …).")]
+HardwareFilter = Annotated[str | None, typer.Option("--hardware", help="Only runs whose hardware contains this.")]
+SourceFilter = Annotated[str | None, typer.Option("--source", help="Only runs from servelab, vllm-bench-serve or llama-benchy.")]
+
+
+@app.command()
+def runs(db: DbOpt = None, model: ModelFilter = None, engine: EngineFilter = None, hardware: HardwareFilter = None, source: SourceFilter = None) -> None:
+    """List stored runs, newest first (best output tok/s over their levels)."""
+    try:
+        found = _filtered(db, model, engine, hardware, source)
+    except ServelabError as exc:
+        fail(str(exc))
+    table = Table(title=f"{len(found)} runs")
+    for name in ("id", "started", "source", "model", "engine", "hardware", "variant", "status", "levels", "best output tok/s"):
+        table.add_column(name, justify="right" if name in ("levels", "best output tok/s") else "left")
+    for r in found:
+        best = max((lv.output_tok_s for lv in r.levels if lv.output_tok_s is not None), default=None)
+        table.add_row(r.id, (r.started_at or "")[:19], r.source, r.model, r.engine, r.hardware, r.variant or "", r.status,
+                      str(len(r.levels)), "–" if best is None else f"{best:,.1f}")  # fmt: skip
+    console.print(table)
+
+
+@app.command()
+def show(run_id: Annotated[str, typer.Argument(help="A run id from `servelab runs` (a unique prefix is enough).", show_default=False)], db: DbOpt = None) -> None:
+    """Print one stored run: its settings and every level."""
+    try:
+        run = _store(db).get(run_id)
+    except ServelabError as exc:
+        fail(str(exc))
+    console.print(f"[bold]{run.model}[/] · {run.engine} {run.engine_version or ''} · {run.hardware} · {run.source} · {run.status}", highlight=False)
+    console.print(f"id {run.id} · started {run.started_at or '?'} · from {run.origin}", highlight=False, soft_wrap=True)
+    if run.source == "servelab":
+        console.print(bench_table(RunResult.model_validate_json(run.document)))
+        return
+    shown = [m for m in STORE_METRICS if any(getattr(lv, m) is not None for lv in run.levels)]
+    table = Table()
+    for name in ("level", *shown):
+        table.add_column(name, justify="right")
+    for lv in run.levels:
+        table.add_row(lv.label, *[("–" if getattr(lv, m) is None else f"{getattr(lv, m):,.2f}") for m in shown])
+    console.print(table)
+
+
+@app.command()
+def export(
+    output: Annotated[Path, typer.Option("--output", "-o", help="File to write; .csv or .json.", show_default=False)],
+    db: DbOpt = None, model: ModelFilter = None, engine: EngineFilter = None, hardware: HardwareFilter = None, source: SourceFilter = None,
+) -> None:  # fmt: skip
+    """Write stored runs as CSV or JSON: one row per (run, level) with the run's fields and the level's figures."""
+    if output.suffix.lower() not in (".csv", ".json"):
+        fail(f"--output {output}: give a .csv or .json file name")
+    try:
+        found = _filtered(db, model, engine, hardware, source)
+    except ServelabError as exc:
+        fail(str(exc))
+    keys = ["id", "source", "origin", "started_at", "status", "model", "engine", "engine_version", "hardware", "host", "recipe", "variant",
+            "input_tokens", "output_tokens", "prefix_cache"]  # fmt: skip
+    rows = [{**{k: getattr(r, k) for k in keys}, "level": lv.label, "concurrency": lv.concurrency, "rate_rps": lv.rate_rps, "ok": lv.ok,
+             "failed": lv.failed, **{m: getattr(lv, m) for m in STORE_METRICS}} for r in found for lv in r.levels]  # fmt: skip
+    if output.suffix.lower() == ".json":
+        output.write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    else:
+        with open(output, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=[*keys, "level", "concurrency", "rate_rps", "ok", "failed", *STORE_METRICS])
+            writer.writeheader()
+            writer.writerows(rows)
+    console.print(f"{len(rows)} rows of {len(found)} runs written to {output}")
+
+
+@app.command()
+def report(
+    runs_: Annotated[list[str], typer.Argument(metavar="RUN...", help="Run directories, sweep/suite/grid directories, or stored run ids.", show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("servelab-report.html"),
+    db: DbOpt = None,
+) -> None:
+    """Write a self-contained HTML report (tables, plots, findings, environment): one run, or a comparison of several."""
+    try:
+        found = []
+        for item in runs_:
+            found += read_results(Path(item)) if Path(item).exists() else [_store(db).get(item)]
+        page = run_page(found[0]) if len(found) == 1 else compare_page(found)
+    except ServelabError as exc:
+        fail(str(exc))
+    output.write_text(page, encoding="utf-8")
+    console.print(f"report of {len(found)} run(s) written to {output}")
+
+
+@app.command()
+def ui(
+    db: DbOpt = None,
+    host: Annotated[str, typer.Option(help="Interface to listen on (loopback by default: the page has no login).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 8765,
+) -> None:
+    """Serve the leaderboard of stored runs, run pages and comparisons on a local web page until Ctrl-C."""
+    import uvicorn
+
+    from servelab.ui import make_app
+
+    try:
+        app_ = make_app(_store(db))
+    except ServelabError as exc:
+        fail(str(exc))
+    console.print(f"leaderboard at [bold]http://{host}:{port}/[/] (Ctrl-C to stop)", soft_wrap=True)
+    uvicorn.run(app_, host=host, port=port, log_level="warning")
 
 
 @app.command()

@@ -144,25 +144,31 @@ def write_csv(rows: list[CellStats], path: Path) -> None:
 # llama-benchy's result columns (its 0.4 table: model, test, t/s (total), t/s (req), peak t/s,
 # peak t/s (req), ttfr (ms), est_ppt (ms), e2e_ttft (ms); test names "pp512 @ d4096 (c2)", "tg128 (c1)";
 # values "mean ± std"). Source: ../shared/reference/baseline-clients.md §6 (llama-benchy 0.4.0 output).
-LLAMA_BENCHY_COLUMNS = ("model", "test", "t/s (total)", "t/s (req)", "peak t/s", "peak t/s (req)", "ttfr (ms)", "est_ppt (ms)", "e2e_ttft (ms)")
+# llama-benchy 0.4.0 `--format csv` (tests/fixtures/imports/llama-benchy-0.4.0-gemma-270m.csv, written by it)
+LLAMA_BENCHY_COLUMNS = ("model", "test_name", "t_s_mean", "t_s_std", "t_s_req_mean", "t_s_req_std", "peak_ts_mean", "peak_ts_std",
+                        "peak_ts_req_mean", "peak_ts_req_std", "ttfr_mean", "ttfr_std", "est_ppt_mean", "est_ppt_std",
+                        "e2e_ttft_mean", "e2e_ttft_std")  # fmt: skip
 _TEST = re.compile(r"^(pp|tg)(\d+)(?: @ d(\d+))?(?: \(c(\d+)\))?$")
 
 
-def _pm(mean: float | None, std: float | None) -> str:
-    return "" if mean is None else f"{mean:.2f} ± {(std or 0):.2f}"
+def _num(value: float | None) -> str:
+    return "" if value is None else repr(value)
 
 
 def write_llama_benchy_csv(rows: list[CellStats], model: str, path: Path) -> None:
-    """The grid in llama-benchy's columns: a pp row and a tg row per cell (no peak figures: servelab has none)."""
+    """The grid as llama-benchy's ``--format csv``: a pp row and a tg row per cell (no peak figures:
+    servelab has none; TTFT goes in ttfr, est_ppt and e2e_ttft alike)."""
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(LLAMA_BENCHY_COLUMNS)
         for s in rows:
             c = s.cell
             depth = f" @ d{c.depth}" if c.depth else ""
-            ttft = _pm(s.ttft_ms_mean, s.ttft_ms_std)
-            w.writerow([model, f"pp{c.pp}{depth} (c{c.concurrency})", _pm(s.pp_total, s.pp_total_std), _pm(s.pp_req_mean, s.pp_req_std), "", "", ttft, ttft, ttft])
-            w.writerow([model, f"tg{c.tg}{depth} (c{c.concurrency})", _pm(s.tg_total, s.tg_total_std), _pm(s.tg_req_mean, s.tg_req_std), "", "", "", "", ""])
+            ttft = [_num(s.ttft_ms_mean), _num(s.ttft_ms_std)]
+            w.writerow([model, f"pp{c.pp}{depth} (c{c.concurrency})", _num(s.pp_total), _num(s.pp_total_std), _num(s.pp_req_mean),
+                        _num(s.pp_req_std), "", "", "", "", *ttft, *ttft, *ttft])  # fmt: skip
+            w.writerow([model, f"tg{c.tg}{depth} (c{c.concurrency})", _num(s.tg_total), _num(s.tg_total_std), _num(s.tg_req_mean),
+                        _num(s.tg_req_std), *[""] * 10])  # fmt: skip
 
 
 def _value(text: str) -> tuple[float | None, float | None]:
@@ -173,44 +179,65 @@ def _value(text: str) -> tuple[float | None, float | None]:
         return None, None
 
 
-def read_llama_benchy(path: Path) -> list[CellStats]:
-    """Cells from a llama-benchy result: its CSV, or its Markdown table (``|``-separated), pp and tg
-    rows of the same depth and concurrency paired in order.
+def llama_benchy_rows(path: Path) -> tuple[dict[str, int], list[list]]:
+    """Header (name → index) and rows ``[line number, cells…]`` of a llama-benchy CSV or Markdown table.
 
     Raises:
-        ValueError: no llama-benchy header, or a test name it cannot read (the message names the line).
+        ValueError: no llama-benchy header.
     """
-    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    rows: list[list[str]] = []
+    rows: list[list] = []
     header = None
-    for n, line in enumerate(lines, 1):
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
         cells_ = [c.strip() for c in (line.strip().strip("|").split("|") if "|" in line else next(csv.reader([line])))]
         if header is None:
-            if "test" in cells_ and any(c.startswith("t/s") for c in cells_):
+            if ("test" in cells_ and any(c.startswith("t/s") for c in cells_)) or ("test_name" in cells_ and "t_s_mean" in cells_):
                 header = cells_
             continue
         if set(line.replace("|", "").strip()) <= set(":- "):
             continue  # the Markdown separator
         rows.append([n, *cells_, *[""] * (len(header) - len(cells_))])  # a short row reads as empty cells
     if header is None:
-        raise ValueError(f"{path}: no llama-benchy header (a 'test' and a 't/s' column)")
-    col = {name: i + 1 for i, name in enumerate(header)}
-    total = col.get("t/s (total)", col.get("t/s"))
-    req = col.get("t/s (req)", total)
-    ttfr = col.get("e2e_ttft (ms)", col.get("ttfr (ms)"))
+        raise ValueError(f"{path}: no llama-benchy header (a 'test' and a 't/s' column, or test_name and t_s_mean)")
+    return {name: i + 1 for i, name in enumerate(header)}, rows
+
+
+def read_llama_benchy(path: Path) -> list[CellStats]:
+    """Cells from a llama-benchy result: its ``--format csv`` (mean and std columns), or its Markdown
+    table (``mean ± std`` cells), pp and tg rows of the same depth and concurrency paired in order.
+
+    Raises:
+        ValueError: no llama-benchy header, or a test name it cannot read (the message names the line).
+    """
+    col, rows = llama_benchy_rows(path)
+    if "test_name" in col:  # --format csv
+        test = col["test_name"]
+
+        def pair(row: list, base: str) -> tuple[float | None, float | None]:
+            mean, std = _value(row[col[f"{base}_mean"]])[0], _value(row[col[f"{base}_std"]])[0]
+            return mean, std
+
+        total, req, ttfr = (lambda r: pair(r, "t_s")), (lambda r: pair(r, "t_s_req")), (lambda r: pair(r, "e2e_ttft"))
+    else:  # the Markdown table
+        test = col["test"]
+        t, q = col.get("t/s (total)", col.get("t/s")), col.get("t/s (req)", col.get("t/s (total)", col.get("t/s")))
+        e = col.get("e2e_ttft (ms)", col.get("ttfr (ms)"))
+        total, req = (lambda r: _value(r[t])), (lambda r: _value(r[q]))
+        ttfr = (lambda r: _value(r[e])) if e else (lambda r: (None, None))
     pending: dict[tuple[int, int], tuple[int, tuple, tuple, tuple]] = {}
     out = []
     for row in rows:
-        n, test = row[0], row[col["test"]]
-        m = _TEST.match(test)
+        n, name = row[0], row[test]
+        m = _TEST.match(name)
         if not m:
-            raise ValueError(f"{path} line {n}: test {test!r} is not ppN/tgN [@ dD] [(cC)]")
+            raise ValueError(f"{path} line {n}: test {name!r} is not ppN/tgN [@ dD] [(cC)]")
         kind, size, depth, conc = m.group(1), int(m.group(2)), int(m.group(3) or 0), int(m.group(4) or 1)
         if kind == "pp":
-            pending[(depth, conc)] = (size, _value(row[total]), _value(row[req]), _value(row[ttfr]) if ttfr else (None, None))
+            pending[(depth, conc)] = (size, total(row), req(row), ttfr(row))
             continue
         pp, pp_tot, pp_req, ttft = pending.pop((depth, conc), (0, (None, None), (None, None), (None, None)))
-        tg_tot, tg_req = _value(row[total]), _value(row[req])
+        tg_tot, tg_req = total(row), req(row)
         out.append(CellStats(cell=Cell(pp, size, depth, conc), requests=0, failed=0, prefill_tokens=float(pp),
                              pp_req_mean=pp_req[0], pp_req_std=pp_req[1], pp_total=pp_tot[0], pp_total_std=pp_tot[1],
                              tg_req_mean=tg_req[0], tg_req_std=tg_req[1], tg_total=tg_tot[0], tg_total_std=tg_tot[1],

@@ -1,0 +1,220 @@
+"""Runs for the database: servelab's run directories, and result files of other tools.
+
+- servelab: a run directory (``run.json``), or any folder holding run directories (sweeps, suites,
+  grids). Its id is derived from when, where and what it measured, so a resumed run replaces its
+  earlier import.
+- ``vllm bench serve --save-result`` JSON (vLLM's ``vllm/benchmarks/serve.py``): one level per
+  file, labelled by ``max_concurrency`` (or the request rate); TTFT / TPOT / ITL / E2E from its
+  ``median_*_ms`` (p50), ``p99_*_ms`` and ``mean_*_ms``; decode tok/s per request p50 = 1000 ÷
+  median TPOT; the engine is what its ``backend`` names.
+- llama-benchy 0.4.0 ``--format json`` or ``--format csv``: one level per test (pp, tg, depth,
+  concurrency); output tok/s = tg t/s (total) mean, decode tok/s per request = tg t/s (req) mean,
+  TTFT = e2e_ttft mean. llama-benchy reports means only, so its levels fill the ``*_mean`` columns.
+
+Foreign files get the sha256 of their content as id, so importing one twice changes nothing.
+Every reader checks the whole file before anything is stored; a malformed or foreign file is one
+error naming the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from pydantic import ValidationError
+
+from servelab.errors import ServelabError
+from servelab.grid import llama_benchy_rows, read_llama_benchy
+from servelab.results import RunResult
+from servelab.store import Level, Run
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def _hash(*parts: object) -> str:
+    return hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()[:16]
+
+
+def from_run(run: RunResult, origin: Path) -> Run:
+    """A servelab run as a database row. Hardware: the ``--hardware`` profile of the run's ceiling,
+    else the client's host name for a server on loopback, else "unknown"."""
+    host = urlparse(run.endpoint.url).hostname
+    hardware = run.ceiling.hardware if run.ceiling else (run.environment.host if host in ("127.0.0.1", "localhost", "::1") else "unknown")
+    levels = [
+        Level(
+            position=i, label=f"{lv.rate_rps:g} req/s" if lv.rate_rps is not None else f"c={lv.concurrency}",
+            concurrency=lv.concurrency, rate_rps=lv.rate_rps, ok=lv.ok, failed=lv.failed_requests,
+            output_tok_s=lv.output_throughput_tok_s, request_rps=lv.request_throughput_rps,
+            ttft_ms_p50=lv.ttft_ms.p50, ttft_ms_p99=lv.ttft_ms.p99, ttft_ms_mean=lv.ttft_ms.mean,
+            tpot_ms_p50=lv.tpot_ms.p50, tpot_ms_p99=lv.tpot_ms.p99, tpot_ms_mean=lv.tpot_ms.mean,
+            itl_ms_p50=lv.itl_ms.p50, itl_ms_p99=lv.itl_ms.p99, e2e_ms_p50=lv.e2e_ms.p50, e2e_ms_p99=lv.e2e_ms.p99,
+            e2e_ms_mean=lv.e2e_ms.mean, decode_tok_s_p50=lv.decode_tok_s.p50, decode_tok_s_mean=lv.decode_tok_s.mean,
+        )
+        for i, lv in enumerate(run.levels)
+    ]  # fmt: skip
+    return Run(
+        id=_hash("servelab", run.started_at, run.environment.host, run.endpoint.url, run.endpoint.model),
+        source="servelab", origin=str(origin.resolve()), imported_at=_now(), started_at=run.started_at, status=run.status,
+        model=run.endpoint.model, engine=run.endpoint.engine, engine_version=run.endpoint.engine_version, hardware=hardware,
+        host=run.environment.host, recipe=run.recipe.name if run.recipe else None, variant=run.recipe.variant if run.recipe else None,
+        input_tokens=run.load.input_tokens, output_tokens=run.load.output_tokens, prefix_cache=run.load.prefix_cache,
+        document=run.model_dump_json(), levels=levels,
+    )  # fmt: skip
+
+
+def _run_dir(directory: Path) -> Run:
+    try:
+        run = RunResult.model_validate_json((directory / "run.json").read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        raise ServelabError(f"{directory / 'run.json'}: not a servelab run document ({exc.errors()[0]['msg']})") from None
+    return from_run(run, directory)
+
+
+def _float(data: dict, key: str, path: Path) -> float | None:
+    value = data.get(key)
+    if value is None or value in ("inf", "Infinity"):  # vLLM writes request_rate "inf" for "all at once"
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ServelabError(f"{path}: '{key}' is {value!r}, not a number")
+    return float(value) if math.isfinite(value) else None
+
+
+def from_vllm_bench(data: dict, path: Path, digest: str) -> Run:
+    """A ``vllm bench serve --save-result`` file as a run with one level (see the module docstring).
+
+    Raises:
+        ServelabError: a required key is missing or not a number.
+    """
+    for key in ("model_id", "completed", "output_throughput", "median_ttft_ms"):
+        if key not in data:
+            raise ServelabError(f"{path}: looks like a vllm bench serve result but has no '{key}'")
+    conc = data.get("max_concurrency")
+    rate = _float(data, "request_rate", path)
+    label = f"c={conc}" if conc else (f"{rate:g} req/s" if rate else "all at once")
+    tpot = _float(data, "median_tpot_ms", path)
+    level = Level(
+        position=0, label=label, concurrency=int(conc or 0), rate_rps=rate, ok=int(_float(data, "completed", path) or 0),
+        failed=int(_float(data, "failed", path) or 0), output_tok_s=_float(data, "output_throughput", path),
+        request_rps=_float(data, "request_throughput", path),
+        ttft_ms_p50=_float(data, "median_ttft_ms", path), ttft_ms_p99=_float(data, "p99_ttft_ms", path), ttft_ms_mean=_float(data, "mean_ttft_ms", path),
+        tpot_ms_p50=tpot, tpot_ms_p99=_float(data, "p99_tpot_ms", path), tpot_ms_mean=_float(data, "mean_tpot_ms", path),
+        itl_ms_p50=_float(data, "median_itl_ms", path), itl_ms_p99=_float(data, "p99_itl_ms", path),
+        e2e_ms_p50=_float(data, "median_e2el_ms", path), e2e_ms_p99=_float(data, "p99_e2el_ms", path), e2e_ms_mean=_float(data, "mean_e2el_ms", path),
+        decode_tok_s_p50=1000.0 / tpot if tpot else None,
+    )  # fmt: skip
+    try:
+        started = datetime.strptime(str(data.get("date")), "%Y%m%d-%H%M%S").isoformat()
+    except ValueError:
+        started = None
+    backend = str(data.get("backend") or data.get("endpoint_type") or "")
+    lengths = [data.get("total_input_tokens"), data.get("total_output_tokens")]
+    completed = int(_float(data, "completed", path) or 0)
+    return Run(
+        id=digest, source="vllm-bench-serve", origin=str(path.resolve()), imported_at=_now(), started_at=started, status="complete",
+        model=str(data["model_id"]), engine="vllm" if backend in ("vllm", "openai", "openai-chat", "") else backend, engine_version=None,
+        hardware="unknown", host=None, recipe=None, variant=data.get("label"),
+        input_tokens=round(lengths[0] / completed) if isinstance(lengths[0], int) and completed else None,
+        output_tokens=round(lengths[1] / completed) if isinstance(lengths[1], int) and completed else None,
+        prefix_cache=None, document=json.dumps({k: v for k, v in data.items() if not isinstance(v, list)}), levels=[level],
+    )  # fmt: skip
+
+
+def _mean(entry: dict, key: str, path: Path) -> float | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("mean"), (int, float)):
+        raise ServelabError(f"{path}: llama-benchy '{key}' is not {{mean, std, values}}")
+    return float(value["mean"])
+
+
+def from_llama_benchy_json(data: dict, path: Path, digest: str) -> Run:
+    """A llama-benchy ``--format json`` file as a run with one level per test.
+
+    Raises:
+        ServelabError: a test entry lacks its sizes or figures.
+    """
+    levels = []
+    for i, b in enumerate(data["benchmarks"]):
+        try:
+            pp, tg, depth, conc = int(b["prompt_size"]), int(b["response_size"]), int(b.get("context_size", 0)), int(b["concurrency"])
+            runs = len(b["tg_throughput"]["values"])
+        except (KeyError, TypeError, ValueError):
+            raise ServelabError(f"{path}: llama-benchy test {i + 1} lacks prompt_size, response_size, concurrency or tg_throughput") from None
+        levels.append(Level(
+            position=i, label=f"pp{pp} tg{tg}{f' @ d{depth}' if depth else ''} (c{conc})", concurrency=conc, rate_rps=None,
+            ok=runs * conc, failed=0, output_tok_s=_mean(b, "tg_throughput", path), decode_tok_s_mean=_mean(b, "tg_req_throughput", path),
+            ttft_ms_mean=_mean(b, "e2e_ttft", path),
+        ))  # fmt: skip
+    doc = {**data, "benchmarks": [{k: v for k, v in b.items() if "over_time" not in k} for b in data["benchmarks"]]}
+    return Run(
+        id=digest, source="llama-benchy", origin=str(path.resolve()), imported_at=_now(), started_at=str(data.get("timestamp") or "") or None,
+        status="complete", model=str(data.get("model") or "unknown"), engine="unknown", engine_version=None, hardware="unknown", host=None,
+        recipe=None, variant=None, input_tokens=None, output_tokens=None, prefix_cache="warm" if data.get("prefix_caching_enabled") else None,
+        document=json.dumps(doc), levels=levels,
+    )  # fmt: skip
+
+
+def from_llama_benchy_table(path: Path, digest: str) -> Run:
+    """A llama-benchy ``--format csv`` (or Markdown table) file as a run with one level per cell.
+
+    Raises:
+        ServelabError: not a llama-benchy table, or a test name it cannot read.
+    """
+    try:
+        cells = read_llama_benchy(path)
+        col, rows = llama_benchy_rows(path)
+    except ValueError as exc:
+        raise ServelabError(str(exc)) from None
+    model = rows[0][col["model"]] if rows and "model" in col else "unknown"
+    levels = [
+        Level(position=i, label=f"pp{c.cell.pp} tg{c.cell.tg}{f' @ d{c.cell.depth}' if c.cell.depth else ''} (c{c.cell.concurrency})",
+              concurrency=c.cell.concurrency, rate_rps=None, ok=0, failed=0, output_tok_s=c.tg_total, decode_tok_s_mean=c.tg_req_mean,
+              ttft_ms_mean=c.ttft_ms_mean)
+        for i, c in enumerate(cells)
+    ]  # fmt: skip
+    return Run(
+        id=digest, source="llama-benchy", origin=str(path.resolve()), imported_at=_now(), started_at=None, status="complete", model=model,
+        engine="unknown", engine_version=None, hardware="unknown", host=None, recipe=None, variant=None, input_tokens=None,
+        output_tokens=None, prefix_cache=None, document=json.dumps({"table": path.read_text(encoding="utf-8")}), levels=levels,
+    )  # fmt: skip
+
+
+def read_results(path: Path) -> list[Run]:
+    """Every run in ``path``: a run directory, a folder of them (any depth), or a result file of
+    vllm bench serve (JSON) or llama-benchy (JSON, CSV, Markdown).
+
+    Raises:
+        ServelabError: the path does not exist, holds no run, or a file is malformed or of a
+            kind servelab does not read (one line naming the file).
+    """
+    if path.is_dir():
+        dirs = [path] if (path / "run.json").is_file() else sorted(p.parent for p in path.rglob("run.json"))
+        if not dirs:
+            raise ServelabError(f"{path}: no servelab run in it (no run.json)")
+        return [_run_dir(d) for d in dirs]
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ServelabError(f"{path}: {exc.strerror}") from None
+    digest = hashlib.sha256(raw).hexdigest()[:16]
+    if path.suffix.lower() in (".csv", ".md"):
+        return [from_llama_benchy_table(path, digest)]
+    try:
+        data: Any = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ServelabError(f"{path}: not JSON, CSV or Markdown; servelab reads run directories, vllm bench serve JSON and llama-benchy JSON/CSV") from None
+    if isinstance(data, dict) and "schema_version" in data and "levels" in data and path.name == "run.json":
+        return [_run_dir(path.parent)]
+    if isinstance(data, dict) and "model_id" in data and "output_throughput" in data:
+        return [from_vllm_bench(data, path, digest)]
+    if isinstance(data, dict) and isinstance(data.get("benchmarks"), list) and "version" in data:
+        return [from_llama_benchy_json(data, path, digest)]
+    raise ServelabError(f"{path}: JSON of an unknown kind; servelab reads its run.json, vllm bench serve --save-result and llama-benchy --format json")

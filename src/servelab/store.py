@@ -1,0 +1,178 @@
+"""The runs database: every run servelab measures or imports, for listing, comparing and the leaderboard.
+
+SQLite by default (``servelab.db`` in the per-user data directory, ``platformdirs.user_data_dir``),
+or any SQLAlchemy URL (``postgresql+psycopg://user@host/db``) given with ``--db`` or the
+``SERVELAB_DB`` environment variable (a plain path means an SQLite file). The schema is created and
+upgraded with Alembic migrations (``servelab/migrations``) when the database is opened.
+
+The run directories on disk stay the source of truth: a row keeps the whole run document
+(``document``) and a summary per level for filtering and sorting. Every run has a stable id
+(``imports.py``), so importing the same run again replaces its row instead of adding one.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.resources import files
+from pathlib import Path
+
+import platformdirs
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Float, ForeignKey, Integer, String, Text, create_engine, select
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, selectinload
+
+from servelab.errors import ServelabError
+
+DB_ENV = "SERVELAB_DB"
+# Per-level figures kept in the database (docs/metrics.md defines each; *_mean for tools that report means only).
+METRICS = ["output_tok_s", "request_rps", "ttft_ms_p50", "ttft_ms_p99", "ttft_ms_mean", "tpot_ms_p50", "tpot_ms_p99", "tpot_ms_mean",
+           "itl_ms_p50", "itl_ms_p99", "e2e_ms_p50", "e2e_ms_p99", "e2e_ms_mean", "decode_tok_s_p50", "decode_tok_s_mean"]  # fmt: skip
+
+
+class Base(DeclarativeBase):
+    """Declarative base of the runs database (tables made by the migrations)."""
+
+
+class Level(Base):
+    """One load level of a run: concurrency (or rate) and its summary figures (ms, tok/s, req/s)."""
+
+    __tablename__ = "levels"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)
+    label: Mapped[str] = mapped_column(Text)
+    concurrency: Mapped[int] = mapped_column(Integer)
+    rate_rps: Mapped[float | None] = mapped_column(Float)
+    ok: Mapped[int] = mapped_column(Integer)
+    failed: Mapped[int] = mapped_column(Integer)
+    output_tok_s: Mapped[float | None] = mapped_column(Float)
+    request_rps: Mapped[float | None] = mapped_column(Float)
+    ttft_ms_p50: Mapped[float | None] = mapped_column(Float)
+    ttft_ms_p99: Mapped[float | None] = mapped_column(Float)
+    ttft_ms_mean: Mapped[float | None] = mapped_column(Float)
+    tpot_ms_p50: Mapped[float | None] = mapped_column(Float)
+    tpot_ms_p99: Mapped[float | None] = mapped_column(Float)
+    tpot_ms_mean: Mapped[float | None] = mapped_column(Float)
+    itl_ms_p50: Mapped[float | None] = mapped_column(Float)
+    itl_ms_p99: Mapped[float | None] = mapped_column(Float)
+    e2e_ms_p50: Mapped[float | None] = mapped_column(Float)
+    e2e_ms_p99: Mapped[float | None] = mapped_column(Float)
+    e2e_ms_mean: Mapped[float | None] = mapped_column(Float)
+    decode_tok_s_p50: Mapped[float | None] = mapped_column(Float)
+    decode_tok_s_mean: Mapped[float | None] = mapped_column(Float)
+    run: Mapped[Run] = relationship(back_populates="levels")
+
+
+class Run(Base):
+    """One run: where it came from, what was measured, and the full document."""
+
+    __tablename__ = "runs"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    source: Mapped[str] = mapped_column(String(32))  # servelab, vllm-bench-serve, llama-benchy
+    origin: Mapped[str] = mapped_column(Text)  # the file or directory it was read from
+    imported_at: Mapped[str] = mapped_column(String(40))
+    started_at: Mapped[str | None] = mapped_column(String(40))
+    status: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str] = mapped_column(Text)
+    engine: Mapped[str] = mapped_column(String(32))
+    engine_version: Mapped[str | None] = mapped_column(Text)
+    hardware: Mapped[str] = mapped_column(Text)
+    host: Mapped[str | None] = mapped_column(Text)
+    recipe: Mapped[str | None] = mapped_column(Text)
+    variant: Mapped[str | None] = mapped_column(Text)
+    input_tokens: Mapped[int | None] = mapped_column(Integer)
+    output_tokens: Mapped[int | None] = mapped_column(Integer)
+    prefix_cache: Mapped[str | None] = mapped_column(String(16))
+    document: Mapped[str] = mapped_column(Text)  # JSON: run.json, or the imported file's content
+    levels: Mapped[list[Level]] = relationship(back_populates="run", order_by=Level.position, cascade="all, delete-orphan")
+
+
+def database_url(db: str | None = None) -> str:
+    """The database to use: ``db``, else ``$SERVELAB_DB``, else the per-user SQLite file.
+
+    A value with ``://`` is a SQLAlchemy URL; anything else is an SQLite file path.
+    """
+    value = db or os.environ.get(DB_ENV)
+    if value and "://" in value:
+        return value
+    path = Path(value) if value else Path(platformdirs.user_data_dir("servelab")) / "servelab.db"
+    path.expanduser().parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path.expanduser().resolve()}"
+
+
+def _shown(url: str) -> str:
+    """The URL without its password, for messages."""
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest:
+        creds, host = rest.rsplit("@", 1)
+        rest = f"{creds.split(':', 1)[0]}:***@{host}" if ":" in creds else rest
+    return scheme + sep + rest
+
+
+class Store:
+    """The open runs database (migrated to the newest schema on open).
+
+    Args:
+        url: a SQLAlchemy URL (see :func:`database_url`).
+
+    Raises:
+        ServelabError: the URL is malformed, its driver is missing, or the database cannot be
+            reached or migrated (the message names the URL without its password).
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        try:
+            self.engine = create_engine(url)
+            cfg = Config()
+            cfg.set_main_option("script_location", str(files("servelab") / "migrations"))
+            with self.engine.begin() as conn:
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+        except (ArgumentError, NoSuchModuleError, ModuleNotFoundError) as exc:
+            raise ServelabError(f"--db {_shown(url)}: not a usable database URL ({exc})") from None
+        except DBAPIError as exc:
+            raise ServelabError(f"--db {_shown(url)}: cannot open it ({str(exc.orig).strip().splitlines()[0]})") from None
+
+    def add(self, runs: list[Run]) -> list[bool]:
+        """Store ``runs`` in one transaction, each replacing a stored run with the same id.
+
+        Returns:
+            For each run, True when it was new, False when it replaced an earlier import.
+        """
+        new = []
+        with Session(self.engine, expire_on_commit=False) as session, session.begin():
+            for run in runs:
+                old = session.get(Run, run.id)
+                new.append(old is None)
+                if old is not None:
+                    session.delete(old)
+                    session.flush()
+                session.add(run)
+        return new
+
+    def runs(self, **filters: str | None) -> list[Run]:
+        """Stored runs, newest first, with their levels; ``filters`` (model, engine, hardware,
+        source, status) keep runs whose field contains the value (case-insensitive)."""
+        query = select(Run).options(selectinload(Run.levels)).order_by(Run.started_at.desc(), Run.id)
+        for name, value in filters.items():
+            if value:
+                query = query.where(getattr(Run, name).ilike(f"%{value}%"))
+        with Session(self.engine) as session:
+            return list(session.scalars(query))
+
+    def get(self, run_id: str) -> Run:
+        """The run whose id is or starts with ``run_id``.
+
+        Raises:
+            ServelabError: no such run, or the prefix is ambiguous.
+        """
+        with Session(self.engine) as session:
+            found = list(session.scalars(select(Run).options(selectinload(Run.levels)).where(Run.id.startswith(run_id)).limit(2)))
+        if not found:
+            raise ServelabError(f"no run {run_id!r} in {_shown(self.url)}; `servelab runs` lists them")
+        if len(found) > 1:
+            raise ServelabError(f"run id {run_id!r} is ambiguous; give more of it (`servelab runs` lists them)")
+        return found[0]
