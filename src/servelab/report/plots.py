@@ -30,9 +30,10 @@ def _png(fig: Figure) -> bytes:
 
 
 def run_name(run: Run) -> str:
-    """A short legend name: variant or model, engine, source, id prefix."""
+    """A short legend name: variant or model, engine, the tool for imported results, id prefix."""
     what = run.variant or run.model.rsplit("/", 1)[-1]
-    return f"{what} · {run.engine} [{run.id[:6]}]"
+    tool = "" if run.source == "servelab" else f" ({run.source})"
+    return f"{what} · {run.engine}{tool} [{run.id[:6]}]"
 
 
 def per_user(lv: Level) -> float | None:
