@@ -757,7 +757,6 @@ def compare(
 
 
 DbOpt = Annotated[str | None, typer.Option("--db", help="Runs database: an SQLite file or a SQLAlchemy URL (postgresql+psycopg://…); default $SERVELAB_DB or the per-user data directory.")]
-FilterOpts = tuple[str | None, str | None, str | None, str | None]
 
 
 def _store(db: str | None) -> Store:
