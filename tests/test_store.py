@@ -62,7 +62,7 @@ def test_llama_benchy_json_and_csv_written_by_llama_benchy(store):
     assert [lv.label for lv in as_csv.levels] == ["pp128 tg16 (c1)", "pp128 tg16 (c2)", "pp256 tg16 (c1)", "pp256 tg16 (c2)"]
     c2 = as_csv.levels[1]
     assert (c2.concurrency, c2.output_tok_s, c2.decode_tok_s_mean, c2.ttft_ms_mean) == pytest.approx((2, 42.24291882134895, 28.167869244363157, 414.2826110000897))
-    assert as_json.model == "google/gemma-3-270m" and as_json.started_at == "2026-11-21 08:48:00Z"
+    assert as_json.model == "google/gemma-3-270m" and as_json.started_at == "2026-11-21T08:48:00+00:00"
     assert as_json.levels[0].output_tok_s == pytest.approx(27.086168504765887) and as_json.levels[0].ttft_ms_p50 is None
     assert store.add(read_results(LB_JSON)) == [False]  # the same file again: no duplicate
     assert len(store.runs(source="llama-benchy")) == 2
@@ -130,6 +130,8 @@ def test_cli_import_runs_show_export(tmp_path):
 def test_a_bad_database_url_is_one_line(tmp_path):
     res = cli.invoke(app, ["runs", "--db", "nosuchdriver://u:secret@h/db"])
     assert res.exit_code == 2 and "not a usable database URL" in res.output and "secret" not in res.output
+    res = cli.invoke(app, ["runs", "--db", "postgresql+psycopg://u:secret@127.0.0.1:1/db"])
+    assert res.exit_code == 2 and "cannot open it" in res.output and "u:***@127.0.0.1" in res.output and "secret" not in res.output
 
 
 def _postgres_bin() -> Path | None:

@@ -27,6 +27,8 @@ def small_recipe(tmp_path: Path) -> Path:
 
 def test_sweep_of_two_variants_ends_in_a_ledger_and_resumes(tmp_path):
     recipe, out = small_recipe(tmp_path), tmp_path / "sweep"
+    # served as the catalog's name, on a named profile: the runs get servelab plan's ceiling
+    recipe.write_text(recipe.read_text().replace("gemma-3-270m-q4_k_m", "gemma-3-270m") + "hardware: h100-sxm\n")
     res = cli.invoke(app, ["sweep", str(recipe), "--vary", "parallel=1,2", "--output", str(out)])
     assert res.exit_code == 0, res.output
     index = json.loads((out / "sweep.json").read_text())
@@ -37,6 +39,7 @@ def test_sweep_of_two_variants_ends_in_a_ledger_and_resumes(tmp_path):
         assert run["recipe"]["variant"] == name and run["recipe"]["values"] == {"parallel": slots}
         assert run["recipe"]["command"][run["recipe"]["command"].index("--parallel") + 1] == slots
         assert run["boot"] is not None  # the server log kept with the run was read
+        assert run["ceiling"]["hardware"] == "NVIDIA H100 SXM5 80GB" and run["levels"][0]["decode_ceiling_tok_s"] > 0
         assert (out / name / "server.log").stat().st_size > 0
     ledger = (out / "ledger.md").read_text()
     assert "### output throughput, tok/s (higher is better; Δ% vs parallel=1)" in ledger

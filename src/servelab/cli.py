@@ -31,7 +31,7 @@ from servelab.bench import Bench, BenchOptions, Ceiling, DoesNotFit
 from servelab.endpoint import Endpoint, discover
 from servelab.errors import ServelabError
 from servelab.launch.server import RecipeServer
-from servelab.lint import lint as lint_recipe
+from servelab.lint import lint as lint_recipe, quant_of
 from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LocalServer, package_version
 from servelab.metrics.bootlog import parse_bootlog
 from servelab.metrics.summary import LevelSummary
@@ -702,11 +702,14 @@ def sweep(
 
             def bench_variant(server: RecipeServer, vdir: Path) -> RunResult:
                 options = BenchOptions(**recipe.bench.model_dump(exclude={"api_key_env"}), server_log=server.log_path, recipe=server.info())
-                bench_obj, _ = runner.run(_bench(server.url, None, api_key, options, vdir, server, (None, None, "bf16")))
+                roofline = (recipe.hardware, None, quant_of(recipe, server.resolved.argv))  # "% of ceiling" where the recipe names its hardware
+                bench_obj, _ = runner.run(_bench(server.url, None, api_key, options, vdir, server, roofline))
                 console.print(bench_table(bench_obj.writer.run))
                 return bench_obj.writer.run
 
-            outcomes = run_sweep(recipe, variants, fixed, out, bench_variant, lambda line: console.print(line, highlight=False, soft_wrap=True))
+            outcomes = run_sweep(
+                recipe, variants, fixed, out, bench_variant, lambda line: console.print(line, highlight=False, soft_wrap=True), console.status
+            )
         entries = collect([out])
         ledgers = [build(entries, METRICS[m], default_baseline(entries)) for m in DEFAULT_METRICS]
     except ServelabError as exc:

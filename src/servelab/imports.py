@@ -154,8 +154,12 @@ def from_llama_benchy_json(data: dict, path: Path, digest: str) -> Run:
             ttft_ms_mean=_mean(b, "e2e_ttft", path),
         ))  # fmt: skip
     doc = {**data, "benchmarks": [{k: v for k, v in b.items() if "over_time" not in k} for b in data["benchmarks"]]}
+    try:  # "2026-11-21 08:48:00Z" → ISO 8601, so runs of every source sort together
+        started = datetime.strptime(str(data.get("timestamp")), "%Y-%m-%d %H:%M:%SZ").replace(tzinfo=timezone.utc).isoformat()
+    except ValueError:
+        started = None
     return Run(
-        id=digest, source="llama-benchy", origin=str(path.resolve()), imported_at=_now(), started_at=str(data.get("timestamp") or "") or None,
+        id=digest, source="llama-benchy", origin=str(path.resolve()), imported_at=_now(), started_at=started,
         status="complete", model=str(data.get("model") or "unknown"), engine="unknown", engine_version=None, hardware="unknown", host=None,
         recipe=None, variant=None, input_tokens=None, output_tokens=None, prefix_cache="warm" if data.get("prefix_caching_enabled") else None,
         document=json.dumps(doc), levels=levels,

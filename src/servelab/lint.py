@@ -174,7 +174,7 @@ def _unified_memory(recipe: Recipe, argv: list[str], hw: Hardware | None) -> lis
     )]  # fmt: skip
 
 
-def _quant_of(recipe: Recipe, argv: list[str]) -> str:
+def quant_of(recipe: Recipe, argv: list[str]) -> str:
     """The weight format for the plan: ``--quantization``, else a format named in the model id, else bf16."""
     given = flag_value(argv, "--quantization")
     if given and given.lower() in FORMATS:
@@ -190,7 +190,7 @@ def _max_model_len(recipe: Recipe, resolved: Resolved, hw: Hardware | None) -> l
         return []
     try:
         spec = load_model(recipe.model)
-        fmt = get_format(_quant_of(recipe, argv), spec)
+        fmt = get_format(quant_of(recipe, argv), spec)
         kv = flag_value(argv, "--kv-cache-dtype") or "auto"
         util = float(flag_value(argv, "--gpu-memory-utilization") or VLLM_GPU_UTIL_DEFAULT)
         nodes = len(recipe.cluster.hosts) if recipe.cluster else 1

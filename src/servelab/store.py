@@ -93,13 +93,19 @@ def database_url(db: str | None = None) -> str:
     """The database to use: ``db``, else ``$SERVELAB_DB``, else the per-user SQLite file.
 
     A value with ``://`` is a SQLAlchemy URL; anything else is an SQLite file path.
+
+    Raises:
+        ServelabError: the SQLite file's folder cannot be created.
     """
     value = db or os.environ.get(DB_ENV)
     if value and "://" in value:
         return value
-    path = Path(value) if value else Path(platformdirs.user_data_dir("servelab")) / "servelab.db"
-    path.expanduser().parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path.expanduser().resolve()}"
+    path = (Path(value) if value else Path(platformdirs.user_data_dir("servelab")) / "servelab.db").expanduser()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ServelabError(f"--db {path}: cannot create its folder ({exc.strerror}); give another file or a database URL") from None
+    return f"sqlite:///{path.resolve()}"
 
 
 def _shown(url: str) -> str:

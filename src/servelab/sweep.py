@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from servelab.errors import ServelabError
@@ -44,6 +45,7 @@ def run_sweep(
     out: Path,
     bench: Callable[[RecipeServer, Path], RunResult],
     say: Callable[[str], None],
+    waiting: Callable[[str], AbstractContextManager] = lambda _: nullcontext(),
 ) -> list[VariantStatus]:
     """Run every variant (see the module docstring) and return how each ended.
 
@@ -54,6 +56,7 @@ def run_sweep(
         out: the sweep directory.
         bench: runs the recipe's bench plan against a started server, writing into the directory.
         say: prints one progress line.
+        waiting: shows that the server is starting (a spinner), as a context manager.
 
     Raises:
         ServelabError: a variant does not resolve (a placeholder without a value).
@@ -75,7 +78,8 @@ def run_sweep(
         server = RecipeServer(recipe, recipe.resolve(values, label), vdir)
         say(f"[{i}/{len(variants)}] {label}: starting {recipe.engine} (ready timeout {server.resolved.ready_timeout_s:.0f} s)")
         try:
-            server.start()
+            with waiting(f"[{i}/{len(variants)}] {label}: waiting for {server.resolved.ready_url}…"):
+                server.start()
         except ServelabError as exc:
             status = VariantStatus(variant=label, status="failed-to-start", error=str(exc), recipe=server.info())
             say(f"[{i}/{len(variants)}] {label}: failed to start: {exc}")
