@@ -83,7 +83,20 @@ def test_report_of_a_missing_run_is_one_line(tmp_path):
     assert res.exit_code == 2 and "no run 'no-such-id'" in res.output
 
 
+def test_comparison_of_servelab_runs_has_the_delta_ledger(tmp_path):
+    a = read_results_from(RUN)[0]
+    doc = json.loads(RUN.read_text())
+    doc["started_at"] = "2026-11-22T00:00:00+00:00"  # another run of the same server, 10 % faster at every level
+    for lv in doc["levels"]:
+        lv["output_throughput_tok_s"] *= 1.1
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "run.json").write_text(json.dumps(doc))
+    page = compare_page([a, *read_results(tmp_path / "b")])
+    assert "<h2>Ledger</h2>" in page and "(+10.0%) ★</b>" in page and "(base)" in page
+
+
 def test_compare_page_mixes_sources():
     runs = read_results_from(RUN) + read_results(FIXTURES / "imports" / "llama-benchy-0.4.0-gemma-270m.csv")
     page = compare_page(runs)
     assert "qwen3-8b" in page and "google/gemma-3-270m" in page and "per-user tok/s mean" in page
+    assert "<h2>Ledger</h2>" not in page  # llama-benchy levels are not comparable level by level

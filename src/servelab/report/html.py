@@ -17,7 +17,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from servelab import __version__
 from servelab.records import RequestRecord
 from servelab.report import plots
-from servelab.results import load_run
+from servelab.report.ledger import DEFAULT_METRICS, METRICS, Entry, build, cell_text, default_baseline
+from servelab.results import RunResult, load_run
 from servelab.store import Level, Run
 
 ENV = Environment(loader=PackageLoader("servelab", "report/templates"), autoescape=select_autoescape(default=True))
@@ -87,11 +88,17 @@ def run_page(run: Run, links: bool = False) -> str:
 
 
 def compare_page(runs: list[Run], links: bool = False) -> str:
-    """Several runs side by side: a table of every level and the cross-run plots."""
+    """Several runs side by side: for servelab runs the Δ% ledger (``servelab compare``), then a
+    table of every level and the cross-run plots."""
     pngs = [("throughput vs concurrency", plots.throughput(runs)), ("latency vs concurrency", plots.latency(runs)),
             ("per-user vs aggregate (Pareto)", plots.pareto(runs))]  # fmt: skip
     rows = [(run, lv) for run in runs for lv in run.levels]
+    ledgers = []
+    if len(runs) > 1 and all(r.source == "servelab" for r in runs):  # the Δ% ledger of servelab compare
+        entries = [Entry(plots.run_name(r), RunResult.model_validate_json(r.document), r.status) for r in runs]
+        ledgers = [build(entries, METRICS[m], default_baseline(entries)) for m in DEFAULT_METRICS]
     return ENV.get_template("compare.html").render(
+        ledgers=ledgers, cell_text=cell_text,
         title=f"servelab · comparison of {len(runs)} runs", runs=runs, rows=rows, columns=_columns([lv for _, lv in rows]), show_run=True,
         plots=[(n, _b64(p)) for n, p in pngs], links=links, fmt=fmt, run_label=plots.run_name, version=__version__,
     )  # fmt: skip

@@ -170,7 +170,8 @@ def build(entries: list[Entry], metric: Metric, baseline: int = 0) -> Ledger:
     return Ledger(metric, [keys[k] for k in order], rows, baseline)
 
 
-def _text(cell: Cell, is_base: bool) -> str:
+def cell_text(cell: Cell, is_base: bool) -> str:
+    """A ledger cell as text: value, then (base) or (Δ%), then † when requests failed."""
     if cell.value is None:
         return "–"
     digits = 1 if abs(cell.value) >= 10 else 2
@@ -195,7 +196,7 @@ def ledger_table(ledger: Ledger) -> Table:
             table.add_row(label, f"[red]{cells}[/]", *[""] * (len(ledger.columns) - 1))
             continue
         is_base = i == ledger.baseline
-        table.add_row(label, *[f"[bold green]{_text(c, is_base)} ★[/]" if c.best else _text(c, is_base) for c in cells])
+        table.add_row(label, *[f"[bold green]{cell_text(c, is_base)} ★[/]" if c.best else cell_text(c, is_base) for c in cells])
     return table
 
 
@@ -210,7 +211,7 @@ def ledger_markdown(ledgers: list[Ledger]) -> str:
                 rows.append([label, cells, *[""] * (len(ledger.columns) - 1)])
                 continue
             is_base = i == ledger.baseline
-            rows.append([label, *[f"**{_text(c, is_base)}** ★" if c.best else _text(c, is_base) for c in cells]])
+            rows.append([label, *[f"**{cell_text(c, is_base)}** ★" if c.best else cell_text(c, is_base) for c in cells]])
         heading = f"### {m.title}, {m.unit} ({'higher' if m.higher_is_better else 'lower'} is better; Δ% vs {ledger.rows[ledger.baseline][0]})"
         parts.append(heading + "\n\n" + tabulate(rows, headers=["run", *ledger.columns], tablefmt="github", disable_numparse=True))
     failed = any(c.failed for ledger in ledgers for _, cells in ledger.rows if not isinstance(cells, str) for c in cells)

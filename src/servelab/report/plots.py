@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
 
 import matplotlib
 
@@ -45,6 +46,13 @@ def _closed(run: Run) -> list[Level]:
     return sorted((lv for lv in run.levels if lv.rate_rps is None and lv.concurrency > 0), key=lambda lv: lv.concurrency)
 
 
+def _series(runs: list[Run]) -> Iterator[tuple[Run, list[Level], list[int]]]:
+    """(run, its closed-loop levels, their concurrencies) for each run that has any."""
+    for run in runs:
+        if levels := _closed(run):
+            yield run, levels, [lv.concurrency for lv in levels]
+
+
 def _ceilings(run: Run) -> list[tuple[int, float]]:
     """(concurrency, decode ceiling per stream) from a servelab run's document, where it was computed."""
     if run.source != "servelab":
@@ -67,11 +75,7 @@ def throughput(runs: list[Run]) -> bytes:
     """Output tok/s (aggregate) and per-user tok/s against concurrency, one line per run; the
     roofline decode ceiling per stream (``servelab plan``) dashed where the run has it."""
     fig, (agg, user) = plt.subplots(1, 2, figsize=(11, 4))
-    for run in runs:
-        levels = _closed(run)
-        if not levels:
-            continue
-        x = [lv.concurrency for lv in levels]
+    for run, levels, x in _series(runs):
         (line,) = agg.plot(x, [lv.output_tok_s for lv in levels], marker="o", label=run_name(run))
         user.plot(x, [per_user(lv) for lv in levels], marker="o", color=line.get_color(), label=run_name(run))
         if ceiling := _ceilings(run):
@@ -84,11 +88,7 @@ def throughput(runs: list[Run]) -> bytes:
 def latency(runs: list[Run]) -> bytes:
     """TTFT and TPOT p50 (solid) and p99 (dotted) against concurrency, one colour per run (ms)."""
     fig, (ttft, tpot) = plt.subplots(1, 2, figsize=(11, 4))
-    for run in runs:
-        levels = _closed(run)
-        if not levels:
-            continue
-        x = [lv.concurrency for lv in levels]
+    for run, levels, x in _series(runs):
         (line,) = ttft.plot(x, [lv.ttft_ms_p50 if lv.ttft_ms_p50 is not None else lv.ttft_ms_mean for lv in levels], marker="o", label=f"{run_name(run)} p50")
         ttft.plot(x, [lv.ttft_ms_p99 for lv in levels], linestyle=":", marker=".", color=line.get_color(), label=f"{run_name(run)} p99")
         tpot.plot(x, [lv.tpot_ms_p50 if lv.tpot_ms_p50 is not None else lv.tpot_ms_mean for lv in levels], marker="o", color=line.get_color())
