@@ -78,8 +78,15 @@ def test_missing_field_is_named(tmp_path):
 
 
 def test_placeholder_without_value_names_line_and_fix(tmp_path):
-    path = write(tmp_path, VLLM.replace("  max_num_seqs: 256\n", ""))
-    with pytest.raises(ServelabError, match=r"recipe.yaml, line 4: placeholder \{max_num_seqs\} has no default; .*--set max_num_seqs=VALUE"):
+    recipe = load_recipe(write(tmp_path, VLLM.replace("  max_num_seqs: 256\n", "")))
+    with pytest.raises(ServelabError, match=r"recipe.yaml, line 4: placeholder \{max_num_seqs\} has no value; .*--set max_num_seqs=VALUE"):
+        recipe.resolve({})
+    assert recipe.resolve({"max_num_seqs": "64"}).argv[-1] == "64"  # the fix the message names works
+
+
+def test_unbalanced_braces_are_one_line(tmp_path):
+    path = write(tmp_path, "name: q\nengine: vllm\ncommand: [vllm, serve, 'a}b']\n")
+    with pytest.raises(ServelabError, match=r"line 3: bad placeholder syntax \(Single '\}' encountered"):
         load_recipe(path)
 
 

@@ -209,10 +209,17 @@ class Recipe(BaseModel):
             return None
         return self.cluster.backend or ("ray" if self.engine == "vllm" else "native")
 
+    def templates(self) -> list[tuple[tuple, str]]:
+        """Every text that may hold ``{placeholders}``, with its key path: command items, env
+        values, the ready URL and the container image."""
+        out: list[tuple[tuple, str]] = [(("command", i), arg) for i, arg in enumerate(self.command)]
+        out += [(("env", k), v) for k, v in self.env.items()]
+        out += [(("ready", "url"), self.ready.url)] if self.ready.url else []
+        return out + ([(("container", "image"), self.container.image)] if self.container else [])
+
     def placeholders(self) -> set[str]:
         """Names used as ``{placeholders}`` anywhere they are allowed."""
-        texts = [*self.command, *self.env.values(), self.ready.url or "", self.container.image if self.container else ""]
-        return {name for text in texts for _, name, _, _ in string.Formatter().parse(text) if name}
+        return {name for _, text in self.templates() for _, name, _, _ in string.Formatter().parse(text) if name}
 
     def resolve(self, values: Mapping[str, str] | None = None, label: str = "default") -> Resolved:
         """The exact server command for one variant: defaults, then ``values``, filled in.
@@ -238,14 +245,12 @@ class Recipe(BaseModel):
             merged.setdefault("embedded_llama_server", str(server_binary()))
             merged.setdefault("embedded_model", str(model_path()))
 
-        def fill(text: str, *loc: str | int) -> str:
+        def fill(text: str, *loc: str | int) -> str:  # the syntax was checked when the recipe was parsed
             out = []
-            for literal, name, spec, conv in string.Formatter().parse(text):
+            for literal, name, _, _ in string.Formatter().parse(text):
                 out.append(literal)
                 if name is None:
                     continue
-                if not NAME_RE.fullmatch(name) or spec or conv:
-                    raise ServelabError(f"{self.where(*loc)}: placeholder {{{name}}} must be a plain name like {{max_num_seqs}}")
                 if name not in merged:
                     raise ServelabError(
                         f"{self.where(*loc)}: placeholder {{{name}}} has no value; add it to defaults or pass --set {name}=VALUE"
@@ -253,13 +258,10 @@ class Recipe(BaseModel):
                 out.append(merged[name])
             return "".join(out)
 
-        try:
-            argv = [fill(arg, "command", i) for i, arg in enumerate(self.command)]
-            env = {k: fill(v, "env", k) for k, v in self.env.items()}
-            image = fill(self.container.image, "container", "image") if self.container else None
-            ready_url = fill(self.ready.url, "ready", "url") if self.ready.url else None
-        except ValueError as exc:  # "Single '}' encountered in format string" and the like
-            raise ServelabError(f"{self.source}: bad placeholder syntax ({exc}); write {{{{ and }}}} for literal braces") from None
+        argv = [fill(arg, "command", i) for i, arg in enumerate(self.command)]
+        env = {k: fill(v, "env", k) for k, v in self.env.items()}
+        image = fill(self.container.image, "container", "image") if self.container else None
+        ready_url = fill(self.ready.url, "ready", "url") if self.ready.url else None
         for name, value in values.items():
             if name not in used and name not in ("port", "tensor_parallel", "model"):
                 argv += _flag(name, value)
@@ -432,7 +434,7 @@ def parse_recipe(data: Any, lines: Lines, path: Path | None) -> Recipe:
 
     Raises:
         ServelabError: one line naming the file, line and field (unknown field, missing field,
-            wrong type, a placeholder without a value).
+            wrong type, a placeholder that is not a plain name, unbalanced braces).
     """
     where = str(path) if path else "recipe"
     if not isinstance(data, dict):
@@ -449,6 +451,7 @@ def parse_recipe(data: Any, lines: Lines, path: Path | None) -> Recipe:
         raise ServelabError(f"{where}{f', line {line}' if line else ''}: {phrase}{more}") from None
     recipe._path, recipe._lines, recipe._notes = path, lines, notes
     _check_cluster(recipe)
+    _check_templates(recipe)
     if recipe.engine == "llama.cpp" and recipe.tensor_parallel > 1:
         raise ServelabError(f"{recipe.where('tensor_parallel')}: llama.cpp has no tensor parallelism; give --split-mode in the command instead")
     for i, values in enumerate(recipe.variants):
@@ -456,6 +459,18 @@ def parse_recipe(data: Any, lines: Lines, path: Path | None) -> Recipe:
         if bad:
             raise ServelabError(f"{recipe.where('variants', i)}: variant name {bad[0]!r} is not a plain name like max_num_seqs")
     return recipe
+
+
+def _check_templates(recipe: Recipe) -> None:
+    """Every ``{placeholder}`` is a plain name, and braces are balanced (``{{``/``}}`` for literal ones)."""
+    for loc, text in recipe.templates():
+        try:
+            fields = list(string.Formatter().parse(text))
+        except ValueError as exc:  # "Single '}' encountered in format string" and the like
+            raise ServelabError(f"{recipe.where(*loc)}: bad placeholder syntax ({exc}); write {{{{ and }}}} for literal braces") from None
+        for _, name, spec, conv in fields:
+            if name is not None and (not NAME_RE.fullmatch(name) or spec or conv):
+                raise ServelabError(f"{recipe.where(*loc)}: {{{name}}} is not a placeholder name; write {{{{ and }}}} for literal braces (JSON)")
 
 
 def _check_cluster(recipe: Recipe) -> None:
@@ -480,25 +495,14 @@ def with_hosts(recipe: Recipe, hosts: str) -> Recipe:
 
 
 def load_recipe(path: Path) -> Recipe:
-    """Read and validate a recipe file, and check that every variant resolves.
+    """Read and validate a recipe file. A placeholder without a default is not an error here:
+    ``--set``, ``--vary`` or a variant may give it; :meth:`Recipe.resolve` names any left unfilled.
 
     Raises:
-        ServelabError: unreadable or invalid file (see :func:`parse_recipe`), or a placeholder
-            that no default or variant fills.
+        ServelabError: unreadable or invalid file (see :func:`parse_recipe`).
     """
     data, lines = read_yaml_lines(path, "recipe")
-    recipe = parse_recipe(data, lines, path)
-    missing = recipe.placeholders() - set(recipe.defaults) - {"port", "tensor_parallel", "embedded_llama_server", "embedded_model"}
-    if recipe.model is not None:
-        missing.discard("model")
-    for name in sorted(missing):
-        loc = next((("command", i) for i, a in enumerate(recipe.command) if "{" + name + "}" in a), ("command",))
-        if not NAME_RE.fullmatch(name):
-            raise ServelabError(f"{recipe.where(*loc)}: {{{name}}} is not a placeholder name; write {{{{ and }}}} for literal braces (JSON)")
-        if recipe.variants and all(name in v for v in recipe.variants):
-            continue
-        raise ServelabError(f"{recipe.where(*loc)}: placeholder {{{name}}} has no default; add it to defaults or pass --set {name}=VALUE")
-    return recipe
+    return parse_recipe(data, lines, path)
 
 
 def from_spark_vllm_docker(data: dict, where: str) -> tuple[dict, list[str]]:
