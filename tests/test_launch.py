@@ -116,6 +116,7 @@ def test_native_multi_node_runs_the_server_on_every_node(tmp_path, engine, flags
         assert proc.argv[-1] == shlex.join(["serve", "m", "--tp-size", "2", *expected])
         assert proc.argv[-3] == f"n{rank + 1}"
     assert [p.log_path.name for p in server.server_procs] == ["server.log", "server-node1.log"]
+    assert all(p.stop_argv is None for p in server.server_procs)  # no Ray here: ssh hang-up stops them, never `ray stop`
 
 
 def test_sglang_cannot_use_ray(tmp_path):

@@ -63,16 +63,17 @@ class RecipeServer:
         """The head server's log (boot-log facts come from it)."""
         return self.server_procs[0].log_path
 
-    def _wrap(self, host: str, rank: int, argv: list[str], name: str, log: str) -> Proc:
-        """A process running ``argv`` on ``host`` (in this rank's container when the recipe has one)."""
+    def _wrap(self, host: str, rank: int, argv: list[str], name: str, log: str, ray_node: bool = False) -> Proc:
+        """A process running ``argv`` on ``host`` (in this rank's container when the recipe has one).
+        A Ray node on a remote host without a container is stopped with ``ray stop`` there."""
         r, ssh = self.recipe, self.recipe.cluster.ssh if self.recipe.cluster else []
         local = cluster.is_local(host)
         if r.container is None:
-            stop = None if local or name == "server" else cluster.on_host(host, ["ray", "stop", "--force"], ssh, tty=False)
+            stop = cluster.on_host(host, ["ray", "stop", "--force"], ssh, tty=False) if ray_node and not local else None
             argv = cluster.on_host(host, argv, ssh, env=None if local else self.resolved.env)
             return Proc(name, argv, self.log_dir / log, env=self.resolved.env if local else None, stop_argv=stop)
         cname = f"{self.container_prefix}-{rank}"
-        run = docker.run_argv(r.container, self.resolved.image or r.container.image, cname, argv, self.resolved.env, r.pass_env, self.resolved.port)
+        run = docker.run_argv(r.container, self.resolved.image, cname, argv, self.resolved.env, r.pass_env, self.resolved.port)
         stop = cluster.on_host(host, docker.stop_argv(cname), ssh, tty=False)
         return Proc(name, cluster.on_host(host, run, ssh), self.log_dir / log, stop_argv=stop)
 
@@ -92,15 +93,13 @@ class RecipeServer:
             return [], servers
         nodes = [
             self._wrap(host, rank, cluster.ray_head_argv(c.ray_port, c.ray_args) if rank == 0 else cluster.ray_worker_argv(head, c.ray_port, c.ray_args),
-                       f"ray {'head' if rank == 0 else 'worker'} on {host}", "ray-head.log" if rank == 0 else f"ray-node{rank}.log")
+                       f"ray {'head' if rank == 0 else 'worker'} on {host}", "ray-head.log" if rank == 0 else f"ray-node{rank}.log", ray_node=True)
             for rank, host in enumerate(hosts)
         ]  # fmt: skip
         if r.container is None:
-            server = Proc(what, cluster.on_host(head, v.argv, c.ssh, env=None if cluster.is_local(head) else v.env), self.log_dir / "server.log",
-                          env=v.env if cluster.is_local(head) else None)  # fmt: skip
-        else:
-            server = Proc(what, cluster.on_host(head, docker.exec_argv(f"{self.container_prefix}-0", v.argv), c.ssh), self.log_dir / "server.log")
-        return nodes, [server]
+            return nodes, [self._wrap(head, 0, v.argv, what, "server.log")]
+        # the server joins the head's Ray inside the head's container
+        return nodes, [Proc(what, cluster.on_host(head, docker.exec_argv(f"{self.container_prefix}-0", v.argv), c.ssh), self.log_dir / "server.log")]
 
     def _ray_probe(self) -> list[str]:
         c = self.recipe.cluster
