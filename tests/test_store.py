@@ -104,7 +104,7 @@ def test_a_broken_run_json_and_an_empty_folder_are_named(tmp_path):
         read_results(tmp_path / "empty")
     d = run_dir(tmp_path)
     (d / "run.json").write_text('{"schema_version": 1, "levels": []}')
-    with pytest.raises(ServelabError, match=r"run.json: not a servelab run document"):
+    with pytest.raises(ServelabError, match=r"run.json: not a servelab run.json document"):
         read_results(tmp_path)
 
 

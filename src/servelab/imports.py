@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from pydantic import ValidationError
 
 from servelab.errors import ServelabError
 from servelab.grid import llama_benchy_rows, read_llama_benchy
-from servelab.results import RunResult
+from servelab.results import RunResult, read_document
 from servelab.store import Level, Run
 
 
@@ -69,14 +68,6 @@ def from_run(run: RunResult, origin: Path) -> Run:
     )  # fmt: skip
 
 
-def _run_dir(directory: Path) -> Run:
-    try:
-        run = RunResult.model_validate_json((directory / "run.json").read_text(encoding="utf-8"))
-    except ValidationError as exc:
-        raise ServelabError(f"{directory / 'run.json'}: not a servelab run document ({exc.errors()[0]['msg']})") from None
-    return from_run(run, directory)
-
-
 def _float(data: dict, key: str, path: Path) -> float | None:
     value = data.get(key)
     if value is None or value in ("inf", "Infinity"):  # vLLM writes request_rate "inf" for "all at once"
@@ -95,19 +86,16 @@ def from_vllm_bench(data: dict, path: Path, digest: str) -> Run:
     for key in ("model_id", "completed", "output_throughput", "median_ttft_ms"):
         if key not in data:
             raise ServelabError(f"{path}: looks like a vllm bench serve result but has no '{key}'")
-    conc = data.get("max_concurrency")
-    rate = _float(data, "request_rate", path)
-    label = f"c={conc}" if conc else (f"{rate:g} req/s" if rate else "all at once")
-    tpot = _float(data, "median_tpot_ms", path)
+    def num(key: str) -> float | None:
+        return _float(data, key, path)
+
+    conc, rate, tpot, completed = data.get("max_concurrency"), num("request_rate"), num("median_tpot_ms"), int(num("completed") or 0)
     level = Level(
-        position=0, label=label, concurrency=int(conc or 0), rate_rps=rate, ok=int(_float(data, "completed", path) or 0),
-        failed=int(_float(data, "failed", path) or 0), output_tok_s=_float(data, "output_throughput", path),
-        request_rps=_float(data, "request_throughput", path),
-        ttft_ms_p50=_float(data, "median_ttft_ms", path), ttft_ms_p99=_float(data, "p99_ttft_ms", path), ttft_ms_mean=_float(data, "mean_ttft_ms", path),
-        tpot_ms_p50=tpot, tpot_ms_p99=_float(data, "p99_tpot_ms", path), tpot_ms_mean=_float(data, "mean_tpot_ms", path),
-        itl_ms_p50=_float(data, "median_itl_ms", path), itl_ms_p99=_float(data, "p99_itl_ms", path),
-        e2e_ms_p50=_float(data, "median_e2el_ms", path), e2e_ms_p99=_float(data, "p99_e2el_ms", path), e2e_ms_mean=_float(data, "mean_e2el_ms", path),
-        decode_tok_s_p50=1000.0 / tpot if tpot else None,
+        position=0, label=f"c={conc}" if conc else (f"{rate:g} req/s" if rate else "all at once"), concurrency=int(conc or 0),
+        rate_rps=rate, ok=completed, failed=int(num("failed") or 0), output_tok_s=num("output_throughput"), request_rps=num("request_throughput"),
+        ttft_ms_p50=num("median_ttft_ms"), ttft_ms_p99=num("p99_ttft_ms"), ttft_ms_mean=num("mean_ttft_ms"),
+        tpot_ms_p50=tpot, tpot_ms_p99=num("p99_tpot_ms"), tpot_ms_mean=num("mean_tpot_ms"), itl_ms_p50=num("median_itl_ms"), itl_ms_p99=num("p99_itl_ms"),
+        e2e_ms_p50=num("median_e2el_ms"), e2e_ms_p99=num("p99_e2el_ms"), e2e_ms_mean=num("mean_e2el_ms"), decode_tok_s_p50=1000.0 / tpot if tpot else None,
     )  # fmt: skip
     try:
         started = datetime.strptime(str(data.get("date")), "%Y%m%d-%H%M%S").isoformat()
@@ -115,7 +103,6 @@ def from_vllm_bench(data: dict, path: Path, digest: str) -> Run:
         started = None
     backend = str(data.get("backend") or data.get("endpoint_type") or "")
     lengths = [data.get("total_input_tokens"), data.get("total_output_tokens")]
-    completed = int(_float(data, "completed", path) or 0)
     return Run(
         id=digest, source="vllm-bench-serve", origin=str(path.resolve()), imported_at=_now(), started_at=started, status="complete",
         model=str(data["model_id"]), engine="vllm" if backend in ("vllm", "openai", "openai-chat", "") else backend, engine_version=None,
@@ -203,7 +190,7 @@ def read_results(path: Path) -> list[Run]:
         dirs = [path] if (path / "run.json").is_file() else sorted(p.parent for p in path.rglob("run.json"))
         if not dirs:
             raise ServelabError(f"{path}: no servelab run in it (no run.json)")
-        return [_run_dir(d) for d in dirs]
+        return [from_run(read_document(RunResult, d / "run.json"), d) for d in dirs]
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -216,7 +203,7 @@ def read_results(path: Path) -> list[Run]:
     except (ValueError, UnicodeDecodeError):
         raise ServelabError(f"{path}: not JSON, CSV or Markdown; servelab reads run directories, vllm bench serve JSON and llama-benchy JSON/CSV") from None
     if isinstance(data, dict) and "schema_version" in data and "levels" in data and path.name == "run.json":
-        return [_run_dir(path.parent)]
+        return [from_run(read_document(RunResult, path), path.parent)]
     if isinstance(data, dict) and "model_id" in data and "output_throughput" in data:
         return [from_vllm_bench(data, path, digest)]
     if isinstance(data, dict) and isinstance(data.get("benchmarks"), list) and "version" in data:

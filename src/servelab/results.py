@@ -21,16 +21,18 @@ import platform
 import socket
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from servelab import __version__
+from servelab.errors import ServelabError
 from servelab.metrics.bootlog import BootFacts
 from servelab.metrics.summary import LevelSummary
 from servelab.records import RequestRecord
 
 SCHEMA_VERSION = 1
+Doc = TypeVar("Doc", bound=BaseModel)
 
 class Environment(BaseModel):
     """Where the client ran."""
@@ -207,6 +209,20 @@ class RunWriter:
         self.run.ended_at = datetime.now(timezone.utc).isoformat()
         self.save()
         self._records.close()
+
+
+def read_document(model: type[Doc], path: Path) -> Doc:
+    """``path`` (a run.json, variant.json or sweep.json) parsed as ``model``.
+
+    Raises:
+        ServelabError: unreadable, or not that kind of servelab document (naming the file).
+    """
+    try:
+        return model.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        raise ServelabError(f"{path}: not a servelab {path.name} document ({exc.errors()[0]['msg']})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ServelabError(f"{path}: cannot read it ({exc})") from None
 
 
 def load_run(directory: Path) -> tuple[RunResult, list[RequestRecord]]:

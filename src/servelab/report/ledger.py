@@ -11,15 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, ValidationError
 from rich.table import Table
 from tabulate import tabulate
 
 from servelab.errors import ServelabError
 from servelab.metrics.summary import LevelSummary
-from servelab.results import RunResult, SweepIndex, VariantStatus
+from servelab.results import RunResult, SweepIndex, VariantStatus, read_document
 
 
 @dataclass(frozen=True)
@@ -55,26 +53,12 @@ class Entry:
     status: str  # complete, partial, failed-to-start
 
 
-def _load(model: type[BaseModel], path: Path) -> Any:
-    """``path`` parsed as ``model``.
-
-    Raises:
-        ServelabError: unreadable, or not that kind of servelab document (naming the file).
-    """
-    try:
-        return model.model_validate_json(path.read_text(encoding="utf-8"))
-    except ValidationError as exc:
-        raise ServelabError(f"{path}: not a servelab {path.name} ({exc.errors()[0]['msg']})") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ServelabError(f"{path}: cannot read it ({exc})") from None
-
-
 def _read(directory: Path) -> Entry:
     """The entry of one run directory, or of a variant that has no run (failed to start)."""
     if (directory / "run.json").is_file():
-        run = _load(RunResult, directory / "run.json")
+        run = read_document(RunResult, directory / "run.json")
         return Entry(run.recipe.variant if run.recipe else directory.name, run, run.status)
-    variant = _load(VariantStatus, directory / "variant.json")
+    variant = read_document(VariantStatus, directory / "variant.json")
     return Entry(variant.variant, None, variant.status)
 
 
@@ -90,7 +74,7 @@ def collect(paths: list[Path]) -> list[Entry]:
         if (path / "run.json").is_file() or (path / "variant.json").is_file():
             entries.append(_read(path))
         elif (path / "sweep.json").is_file():
-            index = _load(SweepIndex, path / "sweep.json")
+            index = read_document(SweepIndex, path / "sweep.json")
             entries += [_read(path / d) for d in index.directories if (path / d).is_dir()]
         elif path.is_dir() and (subs := sorted(d for d in path.iterdir() if (d / "run.json").is_file())):
             entries += [_read(d) for d in subs]
