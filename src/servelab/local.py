@@ -131,7 +131,7 @@ class LocalServer:
         return self.proc is not None and self.proc.alive()
 
     def stop(self) -> None:
-        """Stop the server: SIGTERM to its process group, SIGKILL if it lingers."""
+        """Stop the server (``Proc.stop``: SIGTERM to it, then SIGKILL to what is left of its process group)."""
         if self.proc is not None:
             self.proc.stop()
 
