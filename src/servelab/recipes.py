@@ -239,11 +239,12 @@ class Recipe(BaseModel):
             merged.setdefault("model", self.model)
         if "port" not in merged:
             merged["port"] = str(free_port() if "port" in used else DEFAULT_PORT[self.engine])
-        if "embedded_llama_server" in used or "embedded_model" in used:
-            from servelab.local import model_path, server_binary
+        if used & {"embedded_llama_server", "embedded_model", "embedded_chat_template"}:
+            from servelab.local import chat_template_path, model_path, server_program
 
-            merged.setdefault("embedded_llama_server", str(server_binary()))
+            merged.setdefault("embedded_llama_server", str(server_program()))
             merged.setdefault("embedded_model", str(model_path()))
+            merged.setdefault("embedded_chat_template", str(chat_template_path()))
 
         def fill(text: str, *loc: str | int) -> str:  # the syntax was checked when the recipe was parsed
             out = []
