@@ -30,7 +30,9 @@ def bootlog_table(f: BootFacts) -> Table:
     row("CUDA-graph sizes", f.cudagraph_sizes)
     row("time to ready", f.ready_s, " s")
     row("KV-cache memory", f.kv_cache_gib, " GiB")
-    row("KV-cache size", f"{f.kv_cache_tokens:,}" if f.kv_cache_tokens else None, " tokens")
+    full = " (full-attention pool)" if f.swa_kv_cache_tokens is not None else ""
+    row("KV-cache size", f"{f.kv_cache_tokens:,}" if f.kv_cache_tokens else None, f" tokens{full}")
+    row("KV-cache size, sliding-window pool", f"{f.swa_kv_cache_tokens:,}" if f.swa_kv_cache_tokens else None, " tokens")
     if f.max_concurrency:
         row(f"max concurrency at {f.max_concurrency.context_tokens:,} tokens", f.max_concurrency.factor, "x")
     row("slots", f.slots)

@@ -1,0 +1,98 @@
+"""llama.cpp's ``llama-server``: what its startup log says, and how (server-facts.md §5; fixtures in
+tests/fixtures/bootlogs/INDEX.yaml).
+
+Line shapes across builds:
+
+- 2025–2026 text: ``0.01.744.861 I srv  load_model: …`` (time since start, level letter), sometimes
+  after a ``[pid]`` prefix;
+- 2024–2025 server logs in text form: ``INFO [    init] new slot | tid="…" timestamp=… id_slot=0 n_ctx_slot=1024``;
+- 2024 ``--log-format json`` (the default then): one object per line, ``{"tid": …, "timestamp": …,
+  "level": "INFO", "function": "init", "line": 123, "msg": "new slot", "id_slot": 0, "n_ctx_slot": 1024}``
+  (``message`` instead of ``msg`` in early 2024); read as ``new slot | id_slot=0 n_ctx_slot=1024``;
+- library lines without a prefix (``llama_context: n_ctx = 4096``, ``llama_kv_cache: size = …``).
+
+KV capacity: ``kv_cache_tokens`` is the cache's cells (the context all slots share: ``n_ctx``);
+``max_model_len`` is one slot's context; ``slots`` is ``--parallel``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from servelab.metrics.bootlog import BootFacts, Rule, set_fact, set_facts
+
+NAME = "llama.cpp"
+PREFIX = re.compile(r"^(?:\[\d+\] )?(\d+)\.(\d\d)\.(\d{3})\.(\d{3}) ([IWEDT]) (.*)$")
+SERVER_TEXT = re.compile(r"^(INFO|WARN|ERR|VERB|DEBUG)\s+\[\s*(\w+)\]\s+(.*)$")
+JSON_META = ("tid", "timestamp", "level", "function", "line", "msg", "message")
+LEVELS = {"W": "WARNING", "E": "ERROR", "WARN": "WARNING", "ERR": "ERROR"}
+
+
+def strip_prefix(line: str) -> tuple[str, float | None, str] | None:
+    """(message, timestamp in s or None, level) of a llama-server log line, or None if it is not one."""
+    if m := PREFIX.match(line):
+        ts = int(m.group(1)) * 60 + int(m.group(2)) + int(m.group(3)) / 1e3 + int(m.group(4)) / 1e6
+        return m.group(6), ts, LEVELS.get(m.group(5), "INFO")
+    if m := SERVER_TEXT.match(line):
+        ts = re.search(r"\btimestamp=(\d+)", m.group(3))
+        return m.group(3), float(ts.group(1)) if ts else None, LEVELS.get(m.group(1), "INFO")
+    if line.startswith("{") and '"function"' in line:
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(obj, dict) or not isinstance(obj.get("msg", obj.get("message")), str):
+            return None
+        fields = " ".join(f"{k}={v}" for k, v in obj.items() if k not in JSON_META)
+        ts = obj.get("timestamp")
+        return f"{obj.get('msg', obj.get('message'))} | {fields}", float(ts) if isinstance(ts, int | float) else None, LEVELS.get(str(obj.get("level")), "INFO")
+    return None
+
+
+def _slots(f: BootFacts, m: re.Match) -> None:
+    f.slots, f.max_model_len = int(m.group(1)), int(m.group(2))
+    f.kv_cache_tokens = f.kv_cache_tokens or f.slots * f.max_model_len
+
+
+def _new_slot(f: BootFacts, m: re.Match) -> None:
+    """``new slot | … n_ctx_slot=N``: one slot's context; the slots share the cache equally."""
+    f.max_model_len = f.max_model_len or int(m.group(1))
+    if f.slots and f.kv_cache_tokens is None:
+        f.kv_cache_tokens = f.slots * f.max_model_len
+
+
+def _listed_slot(f: BootFacts, m: re.Match) -> None:
+    """``-> Slot 3 - max context: 512`` (one line per slot): slots = highest id + 1."""
+    f.slots = max(f.slots or 0, int(m.group(1)) + 1)
+    f.max_model_len = f.max_model_len or int(m.group(2))
+
+
+def _build(f: BootFacts, m: re.Match) -> None:
+    f.version = f.version or f"b{m.group(1)} ({m.group(2)})"
+
+
+RULES: list[Rule] = [
+    Rule(re.compile(r"build(?:_info)?: (b?\d+[\w\-]*(?: \(\w+\))?)"), set_fact("version"), "b4000–b11549 (text)"),
+    Rule(re.compile(r"build info \|.*?\bbuild=(\d+) commit=\"?(\w+)"), _build, "b2000–b3900 (server text/JSON log)"),
+    Rule(re.compile(r"loading model '([^']+)'"), set_fact("model"), "b5000–b11549"),
+    Rule(re.compile(r"initializing, n_slots = (\d+), n_ctx_slot = (\d+)"), _slots, "b11549 (2026-10)"),
+    Rule(re.compile(r"initializing slots(?:, n_slots = | \|.*?\bn_slots=)(\d+)"), set_fact("slots", lambda m: int(m.group(1))), "b2500–b3900 (server log), 2025–2026 text"),
+    Rule(re.compile(r"new slot \|.*?\bn_ctx_slot=(\d+)"), _new_slot, "b2500–b3900 (server text/JSON log)"),
+    Rule(re.compile(r"-> Slot (\d+) - max context: (\d+)"), _listed_slot, "b1900–b2300 (early 2024)"),
+    Rule(re.compile(r"\bn_seq_max\s*=\s*(\d+)"), set_fact("slots", lambda m: int(m.group(1))), "b4900–b11549 (llama_context)"),
+    Rule(re.compile(r"\bn_ctx_(?:per_seq|seq)\s*(?:=\s*|\()(\d+)"), set_fact("max_model_len", lambda m: int(m.group(1))), "b4200–b11549"),
+    Rule(re.compile(r"^(?:llama_new_context_with_model|llama_init_from_model|llama_context|create_memory):\s+n_ctx\s*=\s*(\d+)"),
+         set_fact("kv_cache_tokens", lambda m: int(m.group(1))), "b1500–b11549"),  # fmt: skip
+    Rule(re.compile(r"llama_kv_cache_init: kv_size = (\d+)"), set_fact("kv_cache_tokens", lambda m: int(m.group(1))), "b4300–b4800 (early 2025)"),
+    Rule(re.compile(r"creating non-SWA KV cache, size = (\d+) cells"), set_fact("kv_cache_tokens", lambda m: int(m.group(1))), "b5600–b6000 (iSWA)"),
+    # the whole cache over all devices (the per-device "KV buffer size" lines before it are parts); with
+    # sliding-window layers (iSWA) the non-SWA cache prints first and is the one kept
+    Rule(re.compile(r"^llama_kv_cache(?:_unified)?: size =\s*([\d.]+) MiB \(\s*(\d+) cells"),
+         set_facts(kv_cache_gib=lambda m: float(m.group(1)) / 1024, kv_cache_tokens=lambda m: int(m.group(2))), "b5600–b11549"),  # fmt: skip
+    Rule(re.compile(r"KV self size\s*=\s*([\d.]+) MiB"), set_fact("kv_cache_gib", lambda m: float(m.group(1)) / 1024), "b1500–b5500"),
+    Rule(re.compile(r"model buffer size =\s*([\d.]+) MiB"), set_fact("weights_gib", lambda m: float(m.group(1)) / 1024), "b3000–b11549"),
+    Rule(re.compile(r"llama_server: model loaded|main: model loaded|^model loaded \|"), lambda f, m: None, "all"),
+]
+READY = re.compile(r"listening on|server is listening on|HTTP server listening")
+NOTABLE = re.compile(r"(?!)")  # nothing beyond WARNING/ERROR lines

@@ -1,0 +1,82 @@
+"""SGLang: what its startup log says, and how (server-facts.md §4; fixtures in tests/fixtures/bootlogs/INDEX.yaml).
+
+Line prefix: ``[2025-11-30 12:50:10 TP0] …`` (the rank is dropped: tensor-parallel ranks repeat lines).
+
+KV pools: a model with sliding-window layers gets two pools (``SWAKVPool`` in SGLang's
+``python/sglang/srt/mem_cache/swa_memory_pool.py``: the SWA pool is created first, then the
+full-attention pool), each printing ``KV Cache is allocated. #tokens: N, K size: …, V size: …``;
+the summary lines ``Use sliding window memory pool. full_layer_tokens=F, swa_layer_tokens=S`` and
+``SWAKVPool mem usage: M GB, swa size: S, full size: F`` say which is which. The capacity a user
+plans with is the full-attention pool (the scheduler's ``max_total_num_tokens``):
+``kv_cache_tokens``; the SWA pool is ``swa_kv_cache_tokens``; ``kv_cache_gib`` is all pools together.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from servelab.metrics.bootlog import BootFacts, KvPool, MaxConcurrency, Rule, int_list, set_fact, set_facts
+
+NAME = "sglang"
+PREFIX = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?: [^\]]*)?\]\s*(.*)$")
+
+
+def strip_prefix(line: str) -> tuple[str, float | None, str] | None:
+    """(message, timestamp in s, level) of an SGLang log line, or None if it is not one."""
+    if m := PREFIX.match(line):
+        return m.group(2), datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp(), "INFO"
+    return None
+
+
+def _label_pools(f: BootFacts) -> None:
+    """Name the pools once the log has said the model is hybrid: the SWA pool first, then the full one."""
+    if f.swa_kv_cache_tokens is not None and len(f.kv_pools) == 2:
+        f.kv_pools[0].kind, f.kv_pools[1].kind = "swa", "full"
+
+
+def _kv_pool(f: BootFacts, m: re.Match) -> None:
+    """One ``KV Cache is allocated`` line: a pool (ranks repeat the same line: kept once)."""
+    pool = KvPool(tokens=int(m.group(1)), gib=round(sum(float(x) for x in re.findall(r"\b(?:K|V|KV) size: ([\d.]+) GB", m.string)), 4))
+    if (pool.tokens, pool.gib) in {(p.tokens, p.gib) for p in f.kv_pools}:
+        return
+    f.kv_pools.append(pool)
+    f.kv_cache_gib = round(sum(p.gib for p in f.kv_pools), 4)
+    if f.swa_kv_cache_tokens is None and len(f.kv_pools) == 1:
+        f.kv_cache_tokens = pool.tokens  # a single pool, until the log says otherwise
+    _label_pools(f)
+
+
+def _hybrid(f: BootFacts, m: re.Match) -> None:
+    """``full_layer_tokens=F, swa_layer_tokens=S`` or ``swa size: S, full size: F``: the pools named."""
+    full, swa = (int(m.group("full")), int(m.group("swa")))
+    f.kv_cache_tokens, f.swa_kv_cache_tokens = full, swa
+    if m.groupdict().get("mem"):
+        f.kv_cache_gib = float(m.group("mem"))
+    _label_pools(f)
+
+
+def _scheduler(f: BootFacts, m: re.Match) -> None:
+    total, context = int(m.group(1)), int(m.group(2))
+    f.kv_cache_tokens = total  # max_total_num_tokens: the full-attention pool, whatever the KV lines said
+    f.max_model_len = f.max_model_len or context
+    if f.max_concurrency is None:
+        f.max_concurrency = MaxConcurrency(context_tokens=context, factor=round(total / context, 2))
+
+
+RULES: list[Rule] = [
+    Rule(re.compile(r"Load weight end\. elapsed=([\d.]+) s.*?mem usage=([\d.]+) GB"),
+         set_facts(weights_load_s=lambda m: float(m.group(1)), weights_gib=lambda m: float(m.group(2))), "0.4–0.5"),  # fmt: skip
+    Rule(re.compile(r"KV Cache is allocated\.(?: dtype: \S+,)? #tokens: (\d+)"), _kv_pool, "0.4–0.5 (one line per pool)"),
+    Rule(re.compile(r"Use sliding window memory pool\. full_layer_tokens=(?P<full>\d+), swa_layer_tokens=(?P<swa>\d+)"), _hybrid, "0.5 (2026-01)"),
+    Rule(re.compile(r"SWAKVPool mem usage: (?P<mem>[\d.]+) GB, swa size: (?P<swa>\d+), full size: (?P<full>\d+)"), _hybrid, "0.5 (2025-12)"),
+    Rule(re.compile(r"Capture (?:\w+ )?cuda graph bs \[([\d, ]*)\]", re.I), set_fact("cudagraph_sizes", lambda m: int_list(m.group(1))), "0.4–0.5"),
+    Rule(re.compile(r"Capture (?:\w+ )?cuda graph end\. (?:bs=\[([\d, ]*)\], )?(?:elapsed=|Time elapsed: )([\d.]+) s[.,] mem usage=([\d.]+) GB", re.I),
+         set_facts(graph_capture_s=lambda m: float(m.group(2)), graph_capture_gib=lambda m: float(m.group(3)),
+                   cudagraph_sizes=lambda m: int_list(m.group(1)) if m.group(1) else None), "0.4–0.5"),  # fmt: skip
+    Rule(re.compile(r"max_total_num_tokens=(\d+),.*context_len=(\d+)"), _scheduler, "0.4–0.5"),
+    Rule(re.compile(r"attention_backend='(\w+)'"), set_fact("attention_backend"), "0.4–0.5 (server_args)"),
+    Rule(re.compile(r"Memory pool end\.|Capture cuda graph begin|Load weight begin", re.I), lambda f, m: None, "0.4–0.5"),
+]
+READY = re.compile(r"The server is fired up and ready to roll")
+NOTABLE = re.compile(r"(?!)")  # nothing beyond WARNING/ERROR lines
