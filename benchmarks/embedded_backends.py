@@ -26,6 +26,7 @@ from rich.table import Table
 
 from servelab.bench import Bench, BenchOptions
 from servelab.endpoint import discover
+from servelab.errors import ServelabError
 from servelab.local import PACKAGED_NATIVE, LocalServer
 
 
@@ -86,4 +87,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ServelabError as exc:
+        raise SystemExit(f"error: {exc}") from None
