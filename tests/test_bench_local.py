@@ -63,7 +63,9 @@ def test_client_and_server_token_counts_agree(llama, tmp_path):
 
     assert result.status == "complete" and not result.failed
     records = read_jsonl(tmp_path / "run" / "records.jsonl")
-    assert len(records) == 1 + (1 + 4) + (3 + 4)  # calibration + warm-up and measured per level
+    ramp = result.levels[1].ramp_requests  # c=3 ramps its streams up (stagger): those requests are warm-up
+    assert result.levels[0].ramp_requests == 0 and 1 <= ramp <= 2 * 3
+    assert len(records) == 1 + (1 + 4) + (3 + ramp + 4)  # calibration + warm-up (and ramp) and measured per level
     measured = [r for r in records if r["phase"] == "measured"]
     for r in measured:
         assert r["status"] == "ok"
@@ -80,7 +82,7 @@ def test_client_and_server_token_counts_agree(llama, tmp_path):
     assert after["llamacpp:prompt_tokens_total"] - before["llamacpp:prompt_tokens_total"] == sum(
         r["prompt_tokens"] for r in records
     )
-    assert result.prompt_check.checked_requests == 8 and result.prompt_check.mismatched_requests == 0
+    assert result.prompt_check.checked_requests == 8 + ramp and result.prompt_check.mismatched_requests == 0
     for level in result.levels:
         assert level.ok == 4 and level.failed_requests == 0
         assert 0 < level.ttft_ms.p50 < level.e2e_ms.p50
@@ -185,7 +187,7 @@ def test_embedded_default_runs_and_stops(tmp_path):
     assert result.status == "complete" and result.endpoint.embedded and result.endpoint.engine == "llama.cpp"
     assert [lv.concurrency for lv in result.levels] == [1, 2]
     assert result.boot.engine == "llama.cpp" and result.boot.slots == 4  # its own startup log, read back
-    assert all(lv.server is not None and lv.server.generation_tokens == lv.output_tokens for lv in result.levels)
+    assert all(lv.server is not None and lv.server.generation_tokens == lv.phase_output_tokens for lv in result.levels)
     assert all(lv.gpu is None for lv in result.levels)  # no NVML here: no telemetry, no error
     assert "server-side" in res.output
     log = (out / "server.log").read_text()
@@ -262,7 +264,7 @@ def test_bench_shows_percent_of_ceiling_with_hardware(llama, tmp_path):
 
 
 def test_duration_bounded_level_keeps_cut_off_requests_as_incomplete(llama, tmp_path):
-    opts = BenchOptions(concurrency=[2], duration_s=2.0, warmup=1, input_tokens=64, output_tokens=200)
+    opts = BenchOptions(concurrency=[2], duration_s=2.0, warmup=1, input_tokens=64, output_tokens=200, closed_loop="burst")
     result = run(_bench(llama.url, opts, tmp_path / "run", Hooks()))
     level = result.levels[0]
     assert level.window_s == pytest.approx(2.0)

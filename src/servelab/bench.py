@@ -26,6 +26,7 @@ from servelab.diagnose import diagnose
 from servelab.errors import ServelabError
 from servelab.load.client import StreamClient, chat_body, connection_reuse
 from servelab.load.scheduler import Phase, ServerGone, closed_loop, open_loop
+from servelab.metrics.waves import wave_stats
 from servelab.metrics.bootlog import parse_bootlog
 from servelab.metrics.gpu import GpuSampler, GpuStats
 from servelab.metrics.server import MetricsWatch, ServerStats
@@ -66,6 +67,7 @@ class BenchOptions:
     ceiling: Ceiling | None = None
     server_log: Path | None = None
     rates: list[float] | None = None
+    closed_loop: Literal["stagger", "burst"] = "stagger"  # how a closed-loop level's streams start (scheduler.closed_loop)
     burstiness: float = 1.0
     max_concurrency: int | None = None
     lang: str = "en"
@@ -197,6 +199,7 @@ class Bench:
         return LoadSpec(
             concurrency=[] if o.rates else o.concurrency,
             rates=o.rates,
+            closed_loop=o.closed_loop,
             burstiness=o.burstiness,
             max_concurrency=o.max_concurrency,
             requests=o.requests if o.duration_s is None else None,
@@ -448,6 +451,7 @@ class Bench:
         duration_s: float | None,
         pool: int,
         rate: float | None = None,
+        stagger_s: float = 0.0,
     ) -> Phase:
         o = self.opts
         self.hooks.phase_started(level, phase, count, duration_s)
@@ -476,8 +480,9 @@ class Bench:
         try:
             if rate is None:
                 result = await closed_loop(
-                    client, make, concurrency=level, count=count, duration_s=duration_s, on_record=self._on_record, alive=self.alive
-                )
+                    client, make, concurrency=level, count=count, duration_s=duration_s, stagger_s=stagger_s,
+                    on_record=self._on_record, alive=self.alive,
+                )  # fmt: skip
             else:
                 result = await open_loop(
                     client, make, rate=rate, burstiness=o.burstiness, count=count, duration_s=duration_s,
@@ -498,14 +503,19 @@ class Bench:
             done = [r.end - r.start for r in warm_phase.records if r.status == "ok" and r.start is not None]
             e2e_s = statistics.median(done) if done else None
         count = o.requests_at(level)
+        # stagger: the measured phase ramps its streams up over one request's duration (the warm-up's
+        # median E2E); the ramp's requests are warm-up, so the pool holds them too
+        stagger_s = e2e_s if o.closed_loop == "stagger" and e2e_s and level > 1 else 0.0
         if count is not None:
-            pool = count
+            pool = count + (2 * level if stagger_s else 0)
         else:
             # Enough unique prompts for the whole duration at the warm-up's pace, with 50% to spare.
             per_slot = o.duration_s / e2e_s if e2e_s else 16
             pool = max(2 * level, math.ceil(1.5 * level * per_slot) + level)
-        measured = await self._phase(client, level, "measured", warm, count, o.duration_s, pool)
-        self._conclude_level(summarize(level, measured.records, measured.window), measured, level)
+        measured = await self._phase(client, level, "measured", warm, count, o.duration_s, pool, stagger_s=stagger_s)
+        summary = summarize(level, measured.records, measured.window)
+        summary.waves = wave_stats(level, measured.records, summary.window_s)
+        self._conclude_level(summary, measured, level)
 
     async def _rate_level(self, client: StreamClient, rate: float, warm: Prompt | None) -> None:
         """One open-loop level: a closed-loop warm-up of one stream, then arrivals at ``rate``/s."""

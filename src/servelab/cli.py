@@ -292,6 +292,7 @@ def bench(
     workloads_file: Annotated[Path | None, typer.Option(help="YAML with your own workloads and mixes.")] = None,
     dataset: Annotated[Path | None, typer.Option(help="JSONL of prompts ({\"prompt\", \"output_tokens\"?}) or ShareGPT conversations, used in file order.")] = None,
     rate: Annotated[str | None, typer.Option(help="Open loop instead: arrival rates in requests/s, e.g. 0.5,1,2 (one level each; --concurrency is then unused).")] = None,
+    closed_loop: Annotated[Literal["stagger", "burst"], typer.Option(help="Closed loop: stagger = ramp the streams up over one request's duration and measure the steady state; burst = start them together (waves may stay synchronized).")] = "stagger",
     burstiness: Annotated[float, typer.Option(min=0.01, help="Open loop: gamma shape of the arrival gaps; 1 = Poisson, < 1 burstier.")] = 1.0,
     max_concurrency: Annotated[int | None, typer.Option(min=1, help="Open loop: at most this many requests in flight; the rest wait on the client side (reported apart from TTFT).")] = None,
     requests: Annotated[int | None, typer.Option(min=1, help="Measured requests per level (default 4 per slot, at least 8; 4 on the embedded server).")] = None,
@@ -330,6 +331,7 @@ def bench(
             workloads=workloads,
             dataset=load_dataset(dataset) if dataset else None,
             rates=parse_float_list(rate, "--rate") if rate else None,
+            closed_loop=closed_loop,
             burstiness=burstiness,
             max_concurrency=max_concurrency,
             requests=requests,
@@ -506,6 +508,7 @@ def grid(
                     concurrency=[cell.concurrency] * runs, requests=cell.concurrency, warmup=1, input_tokens=cell.depth + cell.pp,
                     output_tokens=cell.tg, ignore_eos=True, seed=seed, tokenizer_path=tokenizer,
                     prefix_cache="shared-prefix" if cell.depth else "cold", shared_prefix_tokens=max(cell.depth, 1),
+                    closed_loop="burst",
                 )  # fmt: skip
                 try:
                     runner.run(_bench(url, model, api_key, options, out, server, (None, None, "bf16")))

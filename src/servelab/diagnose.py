@@ -7,6 +7,7 @@ Definitions of the inputs: docs/metrics.md.
 
 from __future__ import annotations
 
+from servelab.metrics.waves import WaveStats
 from servelab.plan.cudagraph import default_capture_sizes, padding
 from servelab.results import Finding, RunResult
 
@@ -27,6 +28,8 @@ def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Fin
             out.append(Finding(kind="incomplete_requests", severity="info",
                                message=f"c={c}: {lv.incomplete} requests were still in flight at the end ({lv.window_s and round(lv.window_s, 2)} s window): counted as incomplete, their tokens in the window count toward throughput",
                                evidence={"concurrency": c, "incomplete": lv.incomplete}))  # fmt: skip
+        if lv.waves and lv.waves.synchronized:
+            out.append(_waves(lv.concurrency, lv.waves))
         if s is None:
             continue
         if run.load.prefix_cache == "cold" and (s.prefix_cache_hit_rate or 0) > PREFIX_HIT_TOLERANCE:
@@ -44,17 +47,27 @@ def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Fin
             out.append(Finding(kind="preemptions", severity="warning",
                                message=f"c={c}: the server preempted {s.preemptions:.0f} requests (KV cache full): their work was recomputed",
                                evidence={"concurrency": c, "preemptions": s.preemptions, "peak_kv_usage": s.peak_kv_usage}))  # fmt: skip
-        client_out = lv.output_tokens if not lv.incomplete else None
+        client_out = lv.phase_output_tokens if not lv.incomplete else None
         if s.generation_tokens is not None and client_out is not None and s.generation_tokens != client_out:
             out.append(Finding(kind="token_count_mismatch", severity="warning",
                                message=f"c={c}: the server generated {s.generation_tokens:.0f} tokens, the client counted {client_out}",
                                evidence={"concurrency": c, "server_generation_tokens": s.generation_tokens, "client_output_tokens": client_out}))  # fmt: skip
-        if s.prompt_tokens is not None and not lv.incomplete and s.prompt_tokens != lv.prompt_tokens:
+        if s.prompt_tokens is not None and not lv.incomplete and s.prompt_tokens != lv.phase_prompt_tokens:
             out.append(Finding(kind="prompt_count_mismatch", severity="warning",
-                               message=f"c={c}: the server processed {s.prompt_tokens:.0f} prompt tokens, the client sent {lv.prompt_tokens}",
-                               evidence={"concurrency": c, "server_prompt_tokens": s.prompt_tokens, "client_prompt_tokens": lv.prompt_tokens}))  # fmt: skip
+                               message=f"c={c}: the server processed {s.prompt_tokens:.0f} prompt tokens, the client sent {lv.phase_prompt_tokens}",
+                               evidence={"concurrency": c, "server_prompt_tokens": s.prompt_tokens, "client_prompt_tokens": lv.phase_prompt_tokens}))  # fmt: skip
     out += _acceptance_trend(run) + _padding(run, capture_sizes) + _prompt_truncation(run)
     return out
+
+
+def _waves(c: int, w: WaveStats) -> Finding:
+    by_wave = " / ".join(f"{v:,.0f}" if v is not None else "–" for v in w.ttft_p50_ms_by_wave)
+    spread = f" ({w.ttft_spread:.1f}× apart)" if w.ttft_spread else ""
+    return Finding(kind="synchronized_waves", severity="warning",
+                   message=f"c={c}: the streams ran in {w.waves} synchronized waves (each wave's sends within {w.send_spread:.0%} of a request's duration; "
+                           f"{w.densest_share:.0%} of the sends in the densest 10% of the window); TTFT p50 by wave {by_wave} ms{spread}: "
+                           "TTFT here depends on how the waves line up, not only on the server; --closed-loop stagger measures the steady state",
+                   evidence={"concurrency": c, **w.model_dump(), "ttft_spread": w.ttft_spread})  # fmt: skip
 
 
 def _acceptance_trend(run: RunResult) -> list[Finding]:

@@ -73,6 +73,9 @@ class LoadSpec(BaseModel):
 
     concurrency: list[int]
     rates: list[float] | None = Field(None, description="Open loop: arrival rates, requests/s, one level each.")
+    closed_loop: Literal["stagger", "burst"] = Field(
+        "burst", description="Closed loop: streams ramped up over one request's duration (stagger) or started together (burst; runs before this field)."
+    )
     burstiness: float = Field(1.0, description="Open loop: gamma shape of the arrival gaps (1 = Poisson).")
     max_concurrency: int | None = Field(None, description="Open loop: cap on requests in flight.")
     mix: dict[str, float] | None = Field(None, description="Workload name → weight, when requests were drawn from a mix.")

@@ -1,7 +1,11 @@
 """Load schedules: closed loop (N requests kept in flight) and open loop (requests arrive at a rate).
 
 Closed loop: each of the N workers sends a request, waits for it to finish, and sends the next;
-so exactly N requests are in flight except while the last ones drain.
+so exactly N requests are in flight except while the last ones drain. The workers start together
+(``stagger_s`` 0: a burst, whose waves may stay locked when every request takes as long) or worker
+k after k·``stagger_s``/N (a ramp over ``stagger_s``, about one request's duration: the sends stay
+spread, a steady state). Requests sent during the ramp (before the last worker's first send) are
+marked ``warmup``: kept, not measured, and not counted against ``count``.
 
 Open loop: requests arrive at ``rate`` per second with gamma-distributed gaps of shape
 ``burstiness`` (1 = Poisson arrivals; below 1 burstier, above 1 more regular; mean gap 1/rate —
@@ -76,6 +80,7 @@ async def closed_loop(
     concurrency: int,
     count: int | None = None,
     duration_s: float | None = None,
+    stagger_s: float = 0.0,
     on_record: Callable[[RequestRecord], None],
     alive: Callable[[], Awaitable[bool]],
 ) -> Phase:
@@ -86,7 +91,9 @@ async def closed_loop(
         make: builds request ``i`` (its record and body); called just before it is sent.
         concurrency: requests kept in flight.
         count: stop after this many requests (exactly one of ``count`` and ``duration_s``).
-        duration_s: stop launching and cancel what is in flight after this many seconds.
+        duration_s: stop launching and cancel what is in flight after this many seconds (counted
+            from the end of the ramp).
+        stagger_s: spread the workers' first sends over this many seconds (module docstring).
         on_record: called once per request as it completes, fails or is cancelled.
         alive: asked after a connection-level failure; False ends the phase with ServerGone.
 
@@ -102,25 +109,32 @@ async def closed_loop(
         raise ValueError("give exactly one of count and duration_s")
     phase = Phase()
     indices = itertools.count()
+    measured = itertools.count()
     t_begin = time.perf_counter() - client.origin
-    deadline = None if duration_s is None else t_begin + duration_s
+    ramp_end = t_begin + stagger_s * (concurrency - 1) / concurrency
+    deadline = None if duration_s is None else ramp_end + duration_s
 
-    async def worker() -> None:
+    async def worker(k: int) -> None:
+        if stagger_s:
+            await asyncio.sleep(k * stagger_s / concurrency)  # a schedule, not synchronisation
         while True:
-            i = next(indices)
-            if count is not None and i >= count:
+            in_ramp = time.perf_counter() - client.origin < ramp_end
+            if not in_ramp and count is not None and next(measured) >= count:
                 return
-            await _send(client, *make(i), phase, on_record, alive)
+            record, body = make(next(indices))
+            if in_ramp:
+                record.phase = "warmup"
+            await _send(client, record, body, phase, on_record, alive)
 
-    tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
+    tasks = [asyncio.create_task(worker(k)) for k in range(concurrency)]
     try:
         if deadline is None:
             await asyncio.gather(*tasks)
         else:
-            done, pending = await asyncio.wait(tasks, timeout=duration_s, return_when=asyncio.FIRST_EXCEPTION)
+            done, pending = await asyncio.wait(tasks, timeout=deadline - t_begin, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
                 task.result()  # re-raise ServerGone
-            phase.window = (t_begin, t_begin + duration_s)
+            phase.window = (ramp_end, deadline)
     finally:
         for task in tasks:
             task.cancel()

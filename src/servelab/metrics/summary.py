@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from servelab.metrics.gpu import GpuStats
 from servelab.metrics.server import ServerStats
+from servelab.metrics.waves import WaveStats
 from servelab.records import RequestRecord
 
 PERCENTILES = (50, 90, 95, 99)
@@ -84,6 +85,10 @@ class LevelSummary(BaseModel):
     prefill_tok_s: Distribution = Field(default_factory=Distribution)
     server: ServerStats | None = Field(None, description="What the server's /metrics counters say about the measured phase.")
     gpu: GpuStats | None = Field(None, description="NVML telemetry of the measured phase, where NVML is available.")
+    ramp_requests: int = Field(0, description="Closed loop, stagger: requests sent while the streams ramped up; not measured, but in the server's counters.")
+    ramp_prompt_tokens: int = 0
+    ramp_output_tokens: int = 0
+    waves: WaveStats | None = Field(None, description="Closed loop: how clustered the sends were (metrics/waves.py).")
     decode_ceiling_tok_s: float | None = Field(
         None, description="Roofline decode ceiling per stream at this batch (servelab plan), when model and hardware are known."
     )
@@ -94,6 +99,16 @@ class LevelSummary(BaseModel):
         if not self.decode_ceiling_tok_s or self.decode_tok_s.p50 is None:
             return None
         return 100.0 * self.decode_tok_s.p50 / self.decode_ceiling_tok_s
+
+    @property
+    def phase_prompt_tokens(self) -> int:
+        """Prompt tokens of every request of the measured phase, ramp included: what the server's counters saw."""
+        return self.prompt_tokens + self.ramp_prompt_tokens
+
+    @property
+    def phase_output_tokens(self) -> int:
+        """Output tokens of every request of the measured phase, ramp included: what the server's counters saw."""
+        return self.output_tokens + self.ramp_output_tokens
 
     @property
     def failed(self) -> bool:
@@ -134,8 +149,8 @@ def summarize(
         ends = [r.end for r in measured if r.end is not None]
         window = (min(starts), max(ends)) if ends else None
     window_s = (window[1] - window[0]) if window else None
-    # Incomplete requests never got a usage chunk: what they delivered is their chunk count.
-    out_tokens = sum(r.output_tokens or 0 for r in ok) + sum(len(r.chunk_times) for r in incomplete)
+    out_tokens = _delivered(ok + incomplete)
+    ramp = [r for r in records if r.phase == "warmup"]
     spans = {id(r): decode_span(r) for r in ok}
     with_ttft = [r for r in ok if r.first_token is not None and r.start is not None]
     summary = LevelSummary(
@@ -147,6 +162,9 @@ def summarize(
         window_s=window_s,
         prompt_tokens=sum(r.prompt_tokens or 0 for r in ok),
         output_tokens=out_tokens,
+        ramp_requests=len(ramp),
+        ramp_prompt_tokens=sum(r.prompt_tokens or 0 for r in ramp if r.status == "ok"),
+        ramp_output_tokens=_delivered([r for r in ramp if r.status != "failed"]),
         output_throughput_tok_s=out_tokens / window_s if window_s else None,
         request_throughput_rps=len(ok) / window_s if window_s else None,
         client_wait_ms=Distribution.of((r.start - r.queued) * 1e3 for r in measured if r.start is not None),
@@ -167,3 +185,9 @@ def summarize(
         ),
     )
     return summary
+
+
+def _delivered(records: Sequence[RequestRecord]) -> int:
+    """Output tokens of successful and incomplete requests: an incomplete one never got a usage
+    chunk, so what it delivered is its chunk count."""
+    return sum((r.output_tokens or 0) if r.status == "ok" else len(r.chunk_times) for r in records)

@@ -29,8 +29,9 @@ def bench_table(run: RunResult) -> Table:
         if run.load.mix
         else f"{run.load.input_tokens} prompt tokens, {run.load.output_tokens} max output tokens"
     )
+    streams = ", streams staggered" if run.load.closed_loop == "stagger" and not run.load.rates else ""
     caption = (
-        f"{shape}, prefix cache {run.load.prefix_cache}"
+        f"{shape}, prefix cache {run.load.prefix_cache}{streams}"
         f"{', ignore_eos' if run.load.ignore_eos else ''}; latencies ms, p50 / p99"
     )
     if run.ceiling:
@@ -96,8 +97,8 @@ def server_table(run: RunResult) -> Table | None:
         spec = f"{pct(s.acceptance_rate)} / {_num(s.mean_acceptance_length, 2)}" if s.spec_drafts else "–"
         table.add_row(
             f"{lv.rate_rps:g}/s" if lv.rate_rps else str(lv.concurrency),
-            f"{_num(s.prompt_tokens, 0)} / {lv.prompt_tokens:,}",
-            f"{_num(s.generation_tokens, 0)} / {lv.output_tokens:,}",
+            f"{_num(s.prompt_tokens, 0)} / {lv.phase_prompt_tokens:,}",
+            f"{_num(s.generation_tokens, 0)} / {lv.phase_output_tokens:,}",
             pct(s.prefix_cache_hit_rate),
             _num(s.queue_time_mean_ms),
             f"{_num(s.peak_running, 0)} / {_num(s.peak_waiting, 0)}",

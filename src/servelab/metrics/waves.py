@@ -1,0 +1,94 @@
+"""Synchronized waves in a closed loop: are the sends of one level clustered in bursts?
+
+With identical prompt and output lengths, N requests that start together are prefilled together,
+decode together and finish together; the closed loop then sends the next N at once, and the burst
+repeats (issue 20; measured on vLLM 0.25 at 256 streams: TTFT p50 by wave 3,507 / 2,599 / 635 /
+3,197 ms). TTFT at such a level depends on where each wave falls, not only on the server.
+
+Definitions (docs/metrics.md, "Synchronized waves"): the measured requests in send order are cut
+into waves of ``concurrency`` consecutive sends. A wave's *send spread* is the time from its first
+to its last send divided by the level's median E2E latency; the level's is the median over waves.
+In a steady closed loop, N sends are spread over one request's duration (≈ (N−1)/N); in locked
+waves they come within milliseconds (≈ 0). The *densest-10% share* is the largest fraction of the
+level's sends that fall within any interval of 10% of the window (uniform sends: ≈ 0.1).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
+
+from servelab.records import RequestRecord
+
+MIN_CONCURRENCY = 2  # one stream cannot form waves
+MIN_WAVES = 2
+SYNC_SPREAD = 0.25  # a median wave send spread below this is "synchronized" (steady state ≈ (N−1)/N)
+DENSE_FRACTION = 0.1
+DENSE_SHARE = 0.2  # twice the uniform 0.1: a level this dense is bursty even if its later waves drifted apart
+DENSE_MIN_SENDS = 64  # below this the densest-10% share of uniform sends is too noisy to judge
+
+
+class WaveStats(BaseModel):
+    """How clustered one closed-loop level's sends were (module docstring; docs/metrics.md)."""
+
+    concurrency: int = Field(description="Streams of the level (the size of a wave).")
+    waves: int = Field(description="Waves of `concurrency` consecutive sends among the measured requests.")
+    send_spread: float = Field(description="Median over waves of (last − first send) ÷ median E2E latency; ≈0 locked, ≈(N−1)/N steady.")
+    densest_share: float = Field(description="Largest fraction of sends within any 10% of the window (uniform ≈ 0.1).")
+    ttft_p50_ms_by_wave: list[float | None] = Field(description="TTFT p50 of the successful requests of each wave, ms.")
+
+    @property
+    def synchronized(self) -> bool:
+        """True when the waves are locked (``send_spread`` below ``SYNC_SPREAD``), or, with at least
+        ``DENSE_MIN_SENDS`` sends, when a tenth of the window holds ``DENSE_SHARE`` of them (waves
+        that were locked for part of the level: measured on vLLM 0.25, burst levels gave 0.25 and
+        steady ones 0.13–0.15, validation/RESULTS-waves-h100.md)."""
+        dense = self.waves * self.concurrency >= DENSE_MIN_SENDS and self.densest_share >= DENSE_SHARE
+        return self.send_spread < SYNC_SPREAD or dense
+
+    @property
+    def ttft_spread(self) -> float | None:
+        """Highest ÷ lowest wave TTFT p50 (1 = the waves agree), or None without two waves with a TTFT."""
+        values = [v for v in self.ttft_p50_ms_by_wave if v]
+        return max(values) / min(values) if len(values) >= 2 else None
+
+
+def wave_stats(concurrency: int, records: Sequence[RequestRecord], window_s: float | None) -> WaveStats | None:
+    """Wave statistics of one closed-loop level's measured records, or None where waves cannot be
+    told (fewer than 2 streams, fewer than 2 full waves, or no successful request to time).
+
+    Args:
+        concurrency: the level's streams.
+        records: the level's records (only ``phase == "measured"`` ones with a send time count).
+        window_s: the level's measured window, s (for the densest-10% share).
+    """
+    sent = sorted((r for r in records if r.phase == "measured" and r.start is not None), key=lambda r: r.start)
+    e2e = [r.end - r.start for r in sent if r.status == "ok" and r.end is not None]
+    if concurrency < MIN_CONCURRENCY or len(sent) < MIN_WAVES * concurrency or not e2e:
+        return None
+    cycle = statistics.median(e2e)
+    waves = [sent[i : i + concurrency] for i in range(0, len(sent) - concurrency + 1, concurrency)]
+    spreads = [(w[-1].start - w[0].start) / cycle for w in waves] if cycle > 0 else [0.0]
+    ttfts = []
+    for wave in waves:
+        values = sorted((r.first_token - r.start) * 1e3 for r in wave if r.status == "ok" and r.first_token is not None)
+        ttfts.append(round(statistics.median(values), 1) if values else None)  # = the linear p50 (docs/metrics.md)
+    return WaveStats(
+        concurrency=concurrency,
+        waves=len(waves),
+        send_spread=round(statistics.median(spreads), 4),
+        densest_share=round(_densest_share([r.start for r in sent], DENSE_FRACTION * (window_s or cycle)), 4),
+        ttft_p50_ms_by_wave=ttfts,
+    )
+
+
+def _densest_share(starts: list[float], width: float) -> float:
+    """Largest fraction of the sorted ``starts`` inside any interval of ``width`` seconds."""
+    best, lo = 0, 0
+    for hi, t in enumerate(starts):
+        while t - starts[lo] > width:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best / len(starts)

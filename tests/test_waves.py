@@ -1,0 +1,68 @@
+"""Synchronized-wave statistics (pure logic on synthetic records; the real-server tests are in test_bench_local.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from servelab.metrics.waves import wave_stats
+from servelab.records import RequestRecord
+
+
+def rec(i: int, start: float, e2e: float = 10.0, ttft: float = 1.0, phase: str = "measured") -> RequestRecord:
+    return RequestRecord(index=i, concurrency=4, phase=phase, max_tokens=8, queued=start, start=start,
+                         first_token=start + ttft, end=start + e2e, output_tokens=8)  # fmt: skip
+
+
+def test_locked_waves_have_no_spread_and_their_ttft_by_wave():
+    records = [rec(w * 4 + k, start=w * 10.0 + 0.001 * k, ttft=[3.5, 2.6, 0.6, 3.2][w]) for w in range(4) for k in range(4)]
+    s = wave_stats(4, records, window_s=40.0)
+    assert s.waves == 4 and s.send_spread < 0.01 and s.synchronized
+    assert s.ttft_p50_ms_by_wave == [3500.0, 2600.0, 600.0, 3200.0]
+    assert s.ttft_spread == pytest.approx(3500 / 600)
+    assert s.densest_share == pytest.approx(0.25)  # one whole wave inside any 4 s
+
+
+def test_steady_closed_loop_is_not_synchronized():
+    # 4 streams, each request 10 s, streams offset by 2.5 s: sends evenly spread
+    records = [rec(i, start=i * 2.5) for i in range(16)]
+    s = wave_stats(4, records, window_s=47.5)
+    assert s.send_spread == pytest.approx(0.75) and not s.synchronized
+    assert s.densest_share <= 0.15
+
+
+@pytest.mark.parametrize(("concurrency", "n"), [(1, 10), (4, 7)])
+def test_too_few_streams_or_waves_give_nothing(concurrency, n):
+    assert wave_stats(concurrency, [rec(i, start=float(i)) for i in range(n)], window_s=10.0) is None
+
+
+def test_only_measured_requests_count():
+    records = [rec(i, start=0.0, phase="warmup") for i in range(8)] + [rec(10 + i, start=i * 2.5) for i in range(8)]
+    s = wave_stats(4, records, window_s=30.0)
+    assert s.waves == 2 and not s.synchronized
+
+
+def test_detector_fires_on_a_burst_locked_level_and_not_on_a_staggered_one(llama, tmp_path):
+    """The embedded server, 4 slots, identical requests: started together, the 4 streams finish
+    together and the next 4 go out at once (locked waves); ramped up, they stay spread."""
+    from conftest import run
+    from test_bench_local import Hooks, _bench
+
+    from servelab.bench import BenchOptions
+
+    def level(mode: str):
+        opts = BenchOptions(concurrency=[4], requests=12, warmup=4, input_tokens=64, output_tokens=24, closed_loop=mode)
+        return run(_bench(llama.url, opts, tmp_path / mode, Hooks()))
+
+    burst = level("burst")
+    lv = burst.levels[0]
+    assert lv.waves.waves == 3 and lv.waves.synchronized and lv.ramp_requests == 0
+    finding = next(f for f in burst.findings if f.kind == "synchronized_waves")
+    assert finding.evidence["send_spread"] == lv.waves.send_spread and len(finding.evidence["ttft_p50_ms_by_wave"]) == 3
+
+    steady = level("stagger")
+    lv = steady.levels[0]
+    assert steady.load.closed_loop == "stagger" and lv.ok == 12 and lv.ramp_requests >= 1
+    assert not lv.waves.synchronized and lv.waves.send_spread > 0.5
+    assert not [f for f in steady.findings if f.kind == "synchronized_waves"]
+    assert lv.server.generation_tokens == lv.phase_output_tokens  # the ramp is in the server's counters and in ours
+    assert not [f for f in steady.findings if f.kind in ("token_count_mismatch", "prompt_count_mismatch")]
