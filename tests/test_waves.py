@@ -66,3 +66,19 @@ def test_detector_fires_on_a_burst_locked_level_and_not_on_a_staggered_one(llama
     assert not [f for f in steady.findings if f.kind == "synchronized_waves"]
     assert lv.server.generation_tokens == lv.phase_output_tokens  # the ramp is in the server's counters and in ours
     assert not [f for f in steady.findings if f.kind in ("token_count_mismatch", "prompt_count_mismatch")]
+
+
+def test_real_h100_runs_read_back_and_burst_is_flagged():
+    """Run documents written on the H100 (validation/waves-h100, before WaveStats recorded its concurrency) still load."""
+    import json
+    from pathlib import Path
+
+    from servelab.diagnose import diagnose
+    from servelab.results import RunResult
+
+    root = Path(__file__).resolve().parent.parent / "validation" / "waves-h100"
+    burst = RunResult.model_validate(json.loads((root / "burst-1-run.json").read_text()))
+    steady = RunResult.model_validate(json.loads((root / "stagger-1-run.json").read_text()))
+    assert [f.kind for f in diagnose(burst) if f.kind == "synchronized_waves"] == ["synchronized_waves"]
+    assert not [f for f in diagnose(steady) if f.kind == "synchronized_waves"]
+    assert steady.load.closed_loop == "stagger" and all(lv.waves.send_spread > 0.9 for lv in steady.levels)

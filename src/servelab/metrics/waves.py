@@ -33,7 +33,7 @@ DENSE_MIN_SENDS = 64  # below this the densest-10% share of uniform sends is too
 class WaveStats(BaseModel):
     """How clustered one closed-loop level's sends were (module docstring; docs/metrics.md)."""
 
-    concurrency: int = Field(description="Streams of the level (the size of a wave).")
+    concurrency: int = Field(0, description="Streams of the level (the size of a wave); 0 in runs written before it was recorded.")
     waves: int = Field(description="Waves of `concurrency` consecutive sends among the measured requests.")
     send_spread: float = Field(description="Median over waves of (last − first send) ÷ median E2E latency; ≈0 locked, ≈(N−1)/N steady.")
     densest_share: float = Field(description="Largest fraction of sends within any 10% of the window (uniform ≈ 0.1).")
