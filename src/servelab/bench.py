@@ -26,11 +26,11 @@ from servelab.diagnose import diagnose
 from servelab.errors import ServelabError
 from servelab.load.client import StreamClient, chat_body, connection_reuse
 from servelab.load.scheduler import Phase, ServerGone, closed_loop, open_loop
-from servelab.metrics.waves import wave_stats
 from servelab.metrics.bootlog import parse_bootlog
 from servelab.metrics.gpu import GpuSampler, GpuStats
 from servelab.metrics.server import MetricsWatch, ServerStats
 from servelab.metrics.summary import LevelSummary, summarize
+from servelab.metrics.waves import wave_stats
 from servelab.plan.hardware import Hardware
 from servelab.plan.model_spec import ModelSpec
 from servelab.plan.planner import bench_ceiling

@@ -1,8 +1,9 @@
 """What servelab knows about each engine, one module per engine.
 
 So far each module holds its boot-log knowledge: the line prefix its logs use and one table of
-patterns (``BOOTLOG_RULES``), each with the versions it was seen in, plus the line that says the
-server is ready. ``servelab.metrics.bootlog`` applies them; it knows no engine itself.
+patterns (``RULES``), each with the versions it was seen in, the line that says the server is ready
+(``READY``) and lines worth keeping as warnings (``NOTABLE``); ``strip_prefix`` reads its line
+prefix. ``servelab.metrics.bootlog`` applies them; it knows no engine itself.
 """
 
 from __future__ import annotations
