@@ -7,8 +7,9 @@ Definitions of the inputs: docs/metrics.md.
 
 from __future__ import annotations
 
+from servelab import engines
 from servelab.metrics.waves import WaveStats
-from servelab.plan.cudagraph import default_capture_sizes, padding
+from servelab.plan.cudagraph import padding
 from servelab.results import Finding, RunResult
 
 PREFIX_HIT_TOLERANCE = 0.01  # cold runs: more than 1% of prompt tokens from cache is contamination
@@ -83,16 +84,18 @@ def _acceptance_trend(run: RunResult) -> list[Finding]:
 
 
 def _padding(run: RunResult, capture_sizes: list[int] | None) -> list[Finding]:
-    if run.endpoint.engine != "vllm":
+    engine = engines.get(run.endpoint.engine)
+    defaults = engine.capture_sizes()
+    if defaults is None:
         return []
     assumed = capture_sizes is None
-    sizes = capture_sizes or default_capture_sizes(256, 8192)
+    sizes = capture_sizes or defaults
     out = []
     for row in padding(sizes, [lv.concurrency for lv in run.levels]):
         if row.waste > 0:
             out.append(Finding(kind="cudagraph_padding", severity="info",
                                message=f"c={row.concurrency}: decode batches of {row.tokens} are padded to the CUDA graph of {row.graph_size} ({row.waste:.0%} wasted)"
-                                       + (" — assuming vLLM's default capture sizes" if assumed else ""),
+                                       + (f" — assuming {engine.title}'s default capture sizes" if assumed else ""),
                                evidence={"concurrency": row.concurrency, "graph_size": row.graph_size, "waste": row.waste, "capture_sizes_assumed": assumed}))  # fmt: skip
     return out
 

@@ -1,18 +1,10 @@
 """Endpoint discovery: what an OpenAI-compatible server offers, asked of the server itself.
 
 For a base URL this finds the served model (``/v1/models``), the engine kind and version, the
-context length per request, a tokenize endpoint and the metrics URL. Engines differ; each is
-handled explicitly (facts from ../shared/reference/server-facts.md):
-
-- vLLM: ``/v1/models`` cards carry ``owned_by: "vllm"`` and ``max_model_len``; ``GET /version``;
-  ``POST /tokenize`` ``{"prompt", "add_special_tokens"}`` → ``{"tokens", "count"}``.
-- SGLang: ``owned_by: "sglang"``, ``max_model_len``; version in ``GET /server_info``;
-  ``POST /tokenize`` as vLLM.
-- llama.cpp ``llama-server``: ``owned_by: "llamacpp"``; the per-slot context is
-  ``/props`` → ``default_generation_settings.n_ctx`` (``-fit`` and ``--parallel`` change it, so it is
-  read, never assumed); version in ``/props`` → ``build_info``; ``POST /tokenize``
-  ``{"content", "add_special"}``.
-- anything else: ``generic``; no tokenize endpoint unless one answers.
+context length per request, a tokenize endpoint and the metrics URL. The engine is the registered
+one (``servelab.engines``) whose ``owned_by`` names the model card's owner, else the first whose
+``recognise`` says so, else ``generic``; that engine then says how to read its version and context
+(``describe``) and how to call ``/tokenize`` (``tokenize_body``).
 """
 
 from __future__ import annotations
@@ -22,12 +14,12 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from servelab import engines
+from servelab.engines.base import Engine
 from servelab.errors import ServelabError
 from servelab.results import EndpointInfo
 
 DISCOVERY_TIMEOUT_S = 4.0
-
-_OWNER_TO_ENGINE = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llama.cpp"}
 
 
 def split_url(url: str) -> str:
@@ -74,11 +66,22 @@ async def _get_json(session: aiohttp.ClientSession, url: str, headers: dict[str,
         return None
 
 
-async def _probe_tokenize(session: aiohttp.ClientSession, root: str, engine: str, headers: dict[str, str]) -> str | None:
+async def _identify(card: dict, get) -> Engine:
+    """The engine serving ``card`` (see the module docstring)."""
+    owner = str(card.get("owned_by", "")).lower()
+    for engine in engines.all_engines():
+        if owner in engine.owned_by:
+            return engine
+    for engine in engines.all_engines():
+        if await engine.recognise(get):
+            return engine
+    return engines.get(engines.GENERIC)
+
+
+async def _probe_tokenize(session: aiohttp.ClientSession, root: str, engine: Engine, headers: dict[str, str]) -> str | None:
     """Return ``/tokenize`` if the server tokenizes a probe text there, else None."""
-    body = {"content": "hello", "add_special": False} if engine == "llama.cpp" else {"prompt": "hello", "add_special_tokens": False}
     try:
-        async with session.post(root + "/tokenize", json=body, headers=headers) as resp:
+        async with session.post(root + "/tokenize", json=engine.tokenize_body("hello"), headers=headers) as resp:
             if resp.status == 200 and isinstance((await resp.json(content_type=None)).get("tokens"), list):
                 return "/tokenize"
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError):
@@ -143,31 +146,20 @@ async def discover(url: str, model: str | None = None, api_key: str | None = Non
         elif model not in cards:
             raise ServelabError(f"--model {model!r} is not served at {root}; it serves: {', '.join(map(str, cards))}")
         card = cards[model]
-        engine = _OWNER_TO_ENGINE.get(str(card.get("owned_by", "")).lower(), "generic")
-        max_model_len = card.get("max_model_len")
-        version = None
-        if engine == "generic" and isinstance(await _get_json(session, root + "/props", headers), dict):
-            engine = "llama.cpp"
-        if engine == "vllm":
-            body = await _get_json(session, root + "/version", headers)
-            version = body.get("version") if isinstance(body, dict) else None
-        elif engine == "sglang":
-            body = await _get_json(session, root + "/server_info", headers)
-            version = body.get("version") if isinstance(body, dict) else None
-        elif engine == "llama.cpp":
-            props = await _get_json(session, root + "/props", headers)
-            if isinstance(props, dict):
-                version = props.get("build_info")
-                n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx")
-                max_model_len = n_ctx or max_model_len
+
+        async def get(path: str) -> object | None:
+            return await _get_json(session, root + path, headers)
+
+        engine = await _identify(card, get)
+        version, max_model_len = await engine.describe(get, card)
         tokenize_path = await _probe_tokenize(session, root, engine, headers)
         metrics_url = await _probe_metrics(session, root, headers)
     info = EndpointInfo(
         url=root,
-        engine=engine,
+        engine=engine.name,
         engine_version=str(version) if version else None,
         model=str(model),
-        max_model_len=int(max_model_len) if max_model_len else None,
+        max_model_len=max_model_len,
         tokenizer=f"server {tokenize_path}" if tokenize_path else None,
         metrics_url=metrics_url,
         embedded=embedded,

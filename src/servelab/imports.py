@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-
 from servelab.errors import ServelabError
 from servelab.grid import llama_benchy_rows, read_llama_benchy
 from servelab.results import RunResult, read_document

@@ -1,28 +1,24 @@
 """``servelab lint``: a recipe checked against the field's known pitfalls, each with its reason.
 
 Every rule looks at a resolved variant (the exact server command) and the recipe's bench plan.
-Facts and defaults come from ../shared/reference/server-facts.md (vLLM 0.33 unless said) and
-``servelab plan``; the rules are listed with their reasons in README "servelab lint".
+The rules here are shared: they read the engine's flags and defaults (``servelab.engines``:
+``flags``, ``gpu_memory_utilization_default``, ``max_num_seqs_floor``, ``ready_timeout_s``); an
+engine adds its own (``lint_rules``). Memory rules use ``servelab plan``. The rules are listed
+with their reasons in README "servelab lint".
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Literal
 
+from servelab import engines
 from servelab.errors import ServelabError
-from servelab.plan.cudagraph import default_capture_sizes, padding, recommend
 from servelab.plan.hardware import Hardware, load_hardware
 from servelab.plan.model_spec import load_model
 from servelab.plan.planner import make_plan
 from servelab.plan.quant import FORMATS, get_format, kv_dtype_bytes
-from servelab.recipes import READY_TIMEOUT_S, Recipe, Resolved, flag_value, has_flag
-
-# vLLM's --gpu-memory-utilization default (vllm/config/cache.py; 0.9 before 0.2x) and the smallest
-# max_num_seqs default of `vllm serve` (DGX Spark, A100, RTX 5090: server-facts.md §2.3).
-VLLM_GPU_UTIL_DEFAULT = 0.92
-VLLM_SMALL_TIER_MAX_NUM_SEQS = 256
+from servelab.recipes import Recipe, Resolved, flag_value, has_flag
 
 
 @dataclass(frozen=True)
@@ -53,22 +49,14 @@ def _until_flag(args: list[str]) -> list[str]:
     return out
 
 
-def _spec_tokens(argv: list[str]) -> int:
-    """``num_speculative_tokens`` from vLLM's ``--speculative-config`` JSON (0 when absent or unreadable)."""
-    raw = flag_value(argv, "--speculative-config")
-    try:
-        return int(json.loads(raw).get("num_speculative_tokens", 0)) if raw else 0
-    except (ValueError, AttributeError, TypeError):
-        return 0
-
-
-def _concurrencies(recipe: Recipe) -> list[int]:
+def plan_concurrencies(recipe: Recipe) -> list[int]:
+    """The closed-loop levels of the recipe's bench plan, or its open-loop cap (none when uncapped)."""
     plan = recipe.bench
     return [plan.max_concurrency] if plan.rates and plan.max_concurrency else ([] if plan.rates else plan.concurrency)
 
 
 def _eager(recipe: Recipe, argv: list[str]) -> list[LintFinding]:
-    flag = {"vllm": "--enforce-eager", "sglang": "--disable-cuda-graph"}.get(recipe.engine)
+    flag = engines.get(recipe.engine).flags.eager
     if not flag or not has_flag(argv, flag):
         return []
     return [LintFinding(
@@ -80,12 +68,13 @@ def _eager(recipe: Recipe, argv: list[str]) -> list[LintFinding]:
 
 
 def _max_num_seqs(recipe: Recipe, argv: list[str]) -> list[LintFinding]:
-    flag = {"vllm": "--max-num-seqs", "sglang": "--max-running-requests"}.get(recipe.engine)
+    engine = engines.get(recipe.engine)
+    flag, floor = engine.flags.max_num_seqs, engine.max_num_seqs_floor
     peak = recipe.bench.max_in_flight()
     if not flag or not peak:
         return []
     value = flag_value(argv, flag)
-    if value is None and peak > VLLM_SMALL_TIER_MAX_NUM_SEQS:
+    if value is None and floor is not None and peak > floor:
         return [LintFinding(
             "max-num-seqs", "warning", f"the bench plan keeps up to {peak} requests in flight but {flag} is not set",
             "The default depends on the GPU (vLLM 0.33: 1024 on ≥70 GiB GPUs, 256 on DGX Spark, A100 and RTX 5090), so the "
@@ -101,47 +90,11 @@ def _max_num_seqs(recipe: Recipe, argv: list[str]) -> list[LintFinding]:
     return []
 
 
-def _capture_sizes(recipe: Recipe, argv: list[str]) -> list[LintFinding]:
-    if recipe.engine != "vllm" or has_flag(argv, "--enforce-eager"):
-        return []
-    conc = _concurrencies(recipe)
-    k = _spec_tokens(argv)
-    seqs = flag_value(argv, "--max-num-seqs")
-    seqs_n = int(seqs) if seqs and seqs.isdigit() else None
-    if seqs_n:  # no decode batch is larger than max_num_seqs, whatever the plan's concurrency
-        conc = sorted({min(c, seqs_n) for c in conc})
-    given = flag_values(argv, "--cudagraph-capture-sizes") or flag_values(argv, "--cuda-graph-sizes")
-    if given and all(v.isdigit() for v in given):
-        sizes, source = sorted({int(v) for v in given}), "the recipe's capture sizes"
-    else:
-        tokens = flag_value(argv, "--max-num-batched-tokens")
-        tokens_n = int(tokens) if tokens and tokens.isdigit() else 2048
-        sizes, source = default_capture_sizes(seqs_n or VLLM_SMALL_TIER_MAX_NUM_SEQS, tokens_n, k), "vLLM's default capture sizes"
-    padded = [p for p in padding(sizes, conc, k) if p.graph_size is None or p.waste > 0]
-    if not padded:
-        return []
-    parts = [
-        f"c={p.concurrency} runs without a graph (above the largest size {max(sizes)})" if p.graph_size is None
-        else f"c={p.concurrency} pads {p.tokens} → {p.graph_size} ({100 * p.waste:.0f} % wasted)"
-        for p in padded
-    ]  # fmt: skip
-    fix = ",".join(str(s) for s in recommend([s for s in sizes if s <= max(conc)], conc, k))
-    return [LintFinding(
-        "capture-sizes", "warning", f"plan concurrencies are not {source}: " + "; ".join(parts),
-        "A decode batch runs the CUDA graph of the smallest captured size ≥ its tokens (vllm/v1/cudagraph_dispatcher.py), "
-        "so the padding is computed for nothing and per-stream tok/s dips at exactly these levels. Capture them, e.g. "
-        f"--cudagraph-capture-sizes {fix.replace(',', ' ')} (servelab plan cudagraph), or measure the levels users run.",
-    )]  # fmt: skip
-
-
 def _spec_with_prefix(recipe: Recipe, argv: list[str]) -> list[LintFinding]:
-    if recipe.engine == "vllm":
-        spec, prefix_off = has_flag(argv, "--speculative-config"), has_flag(argv, "--no-enable-prefix-caching")
-    elif recipe.engine == "sglang":
-        spec, prefix_off = has_flag(argv, "--speculative-algorithm"), has_flag(argv, "--disable-radix-cache")
-    else:
+    flags = engines.get(recipe.engine).flags
+    if not flags.speculative or not has_flag(argv, flags.speculative):
         return []
-    if not spec or prefix_off:
+    if flags.prefix_cache_off and has_flag(argv, flags.prefix_cache_off):
         return []
     return [LintFinding(
         "spec-with-prefix-cache", "warning", "speculative decoding runs together with prefix caching (on by default)",
@@ -154,18 +107,19 @@ def _spec_with_prefix(recipe: Recipe, argv: list[str]) -> list[LintFinding]:
 def _unified_memory(recipe: Recipe, argv: list[str], hw: Hardware | None) -> list[LintFinding]:
     if hw is None or not hw.unified:
         return []
-    flag = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static"}.get(recipe.engine)
+    engine = engines.get(recipe.engine)
+    flag, default = engine.flags.gpu_memory, engine.gpu_memory_utilization_default
     raw = flag_value(argv, flag) if flag else None
-    if raw is None and recipe.engine != "vllm":
+    if raw is None and default is None:
         return []
     try:
-        util = float(raw) if raw is not None else VLLM_GPU_UTIL_DEFAULT
+        util = float(raw) if raw is not None else default
     except ValueError:
         return []
     left = hw.memory_gib * (1 - util)
     if left >= hw.os_reserved_gib:
         return []
-    shown = f"{flag} {raw}" if raw is not None else f"vLLM's default {flag} {VLLM_GPU_UTIL_DEFAULT}"
+    shown = f"{flag} {raw}" if raw is not None else f"{engine.title}'s default {flag} {default}"
     return [LintFinding(
         "unified-memory", "warning", f"{shown} leaves {left:.1f} GiB of {hw.name}'s {hw.memory_gib:.1f} GiB for the OS and everything else",
         f"On a unified-memory machine the GPU's share comes out of the same memory the OS and the CPU side use; with less than "
@@ -176,7 +130,8 @@ def _unified_memory(recipe: Recipe, argv: list[str], hw: Hardware | None) -> lis
 
 def quant_of(recipe: Recipe, argv: list[str]) -> str:
     """The weight format for the plan: ``--quantization``, else a format named in the model id, else bf16."""
-    given = flag_value(argv, "--quantization")
+    flag = engines.get(recipe.engine).flags.quantization
+    given = flag_value(argv, flag) if flag else None
     if given and given.lower() in FORMATS:
         return given.lower()
     words = (recipe.model or "").lower().replace("_", "-").split("/")[-1].split("-")
@@ -184,15 +139,17 @@ def quant_of(recipe: Recipe, argv: list[str]) -> str:
 
 
 def _max_model_len(recipe: Recipe, resolved: Resolved, hw: Hardware | None) -> list[LintFinding]:
-    argv = resolved.argv
-    raw = flag_value(argv, "--max-model-len" if recipe.engine == "vllm" else "--context-length")
-    if hw is None or recipe.model is None or raw is None or not raw.isdigit() or recipe.engine not in ("vllm", "sglang"):
+    argv, engine = resolved.argv, engines.get(recipe.engine)
+    flags = engine.flags
+    raw = flag_value(argv, flags.max_model_len) if flags.max_model_len else None
+    if hw is None or recipe.model is None or raw is None or not raw.isdigit():
         return []
     try:
         spec = load_model(recipe.model)
         fmt = get_format(quant_of(recipe, argv), spec)
-        kv = flag_value(argv, "--kv-cache-dtype") or "auto"
-        util = float(flag_value(argv, "--gpu-memory-utilization") or VLLM_GPU_UTIL_DEFAULT)
+        kv = (flag_value(argv, flags.kv_cache_dtype) if flags.kv_cache_dtype else None) or "auto"
+        given = flag_value(argv, flags.gpu_memory) if flags.gpu_memory else None
+        util = float(given or engine.gpu_memory_utilization_default or engines.plan_engine().gpu_memory_utilization_default)
         nodes = len(recipe.cluster.hosts) if recipe.cluster else 1
         plan = make_plan(spec, fmt, hw, kv_dtype=kv, kv_dtype_bytes=kv_dtype_bytes(kv), max_model_len=int(raw),
                          gpu_memory_utilization=util, nodes=nodes, tp=max(resolved.tensor_parallel, nodes))  # fmt: skip
@@ -211,23 +168,13 @@ def _max_model_len(recipe: Recipe, resolved: Resolved, hw: Hardware | None) -> l
 
 
 def _ready_timeout(recipe: Recipe, resolved: Resolved) -> list[LintFinding]:
-    floor = READY_TIMEOUT_S[recipe.engine]
+    floor = engines.get(recipe.engine).ready_timeout_s
     if resolved.ready_timeout_s >= floor:
         return []
     return [LintFinding(
         "ready-timeout", "warning", f"ready.timeout_s {resolved.ready_timeout_s:g} s is below {floor:g} s for {recipe.engine}",
         "Loading weights, torch.compile and CUDA-graph capture take 5-15 minutes for large models on the first start "
         "(less once the compile cache is warm); a slow but healthy start would be recorded as a failure to start.",
-    )]  # fmt: skip
-
-
-def _llama_metrics(recipe: Recipe, argv: list[str]) -> list[LintFinding]:
-    if recipe.engine != "llama.cpp" or has_flag(argv, "--metrics"):
-        return []
-    return [LintFinding(
-        "llama-metrics", "warning", "llama-server runs without --metrics",
-        "llama-server serves /metrics only with --metrics; without it the runs have no server-side counters "
-        "(prompt/generated tokens, queue, KV use) to check the client's numbers against.",
     )]  # fmt: skip
 
 
@@ -246,9 +193,9 @@ def lint(recipe: Recipe, variants: list[Resolved], hardware: str | None = None) 
     hw = load_hardware(hardware or recipe.hardware) if (hardware or recipe.hardware) else None
     found: list[LintFinding] = [LintFinding("import", "warning", note, "servelab launches the image as it is.") for note in recipe.notes]
     for v in variants:
-        for f in (*_eager(recipe, v.argv), *_max_num_seqs(recipe, v.argv), *_capture_sizes(recipe, v.argv),
+        for f in (*_eager(recipe, v.argv), *_max_num_seqs(recipe, v.argv), *engines.get(recipe.engine).lint_rules(recipe, v),
                   *_spec_with_prefix(recipe, v.argv), *_unified_memory(recipe, v.argv, hw), *_max_model_len(recipe, v, hw),
-                  *_ready_timeout(recipe, v), *_llama_metrics(recipe, v.argv)):  # fmt: skip
+                  *_ready_timeout(recipe, v)):  # fmt: skip
             labelled = f if len(variants) == 1 else LintFinding(f.rule, f.severity, f"{v.label}: {f.message}", f.why)
             if labelled not in found:
                 found.append(labelled)

@@ -214,6 +214,31 @@ class RunWriter:
         self._records.close()
 
 
+def resume_run(run_dir: Path, load: LoadSpec, model: str, notes: list[str]) -> RunResult | None:
+    """An earlier run of the same load and model in ``run_dir``: kept with its finished levels (those
+    without failures), so that rerunning an interrupted run measures only what is missing. A note
+    saying so is appended to ``notes``.
+
+    Raises:
+        ServelabError: the directory holds something else, or a run of a different load or model
+            (it is never overwritten).
+    """
+    path = run_dir / "run.json"
+    if not path.exists():
+        return None
+    try:
+        earlier = RunResult.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValueError:
+        raise ServelabError(f"{path} is not a servelab run; use another --output") from None
+    if earlier.load != load or earlier.endpoint.model != model:
+        raise ServelabError(f"{run_dir} holds a run of another load or model; use another --output")
+    earlier.levels = [lv for lv in earlier.levels if not lv.failed]
+    earlier.status, earlier.partial_reason = "partial", "resumed: still running"
+    notes.append(f"resumed {run_dir}: {len(earlier.levels)} finished levels kept")
+    earlier.notes = list(dict.fromkeys([*earlier.notes, *notes]))
+    return earlier
+
+
 def read_document(model: type[Doc], path: Path) -> Doc:
     """``path`` (a run.json, variant.json or sweep.json) parsed as ``model``.
 

@@ -11,21 +11,20 @@ from pathlib import Path
 import aiohttp
 from tokenizers import Tokenizer as HFTokenizer
 
+from servelab import engines
 from servelab.endpoint import Endpoint
 from servelab.errors import ServelabError
 
 
 class ServerTokenizer:
-    """Tokenizes with the server's ``/tokenize`` and ``/detokenize`` (vLLM, SGLang, llama.cpp).
-
-    Request and response shapes per engine: ../shared/reference/server-facts.md §3–5.
-    """
+    """Tokenizes with the server's ``/tokenize`` and ``/detokenize``; the request shapes are the
+    engine's (``tokenize_body``, ``chat_count``: ``servelab.engines``)."""
 
     def __init__(self, endpoint: Endpoint, session: aiohttp.ClientSession) -> None:
         self.endpoint = endpoint
         self.session = session
         self.name = f"server {endpoint.tokenize_path}"
-        self._llama = endpoint.info.engine == "llama.cpp"
+        self.engine = engines.get(endpoint.info.engine)
 
     async def _post(self, path: str, body: dict) -> dict:
         url = self.endpoint.root + path
@@ -39,8 +38,7 @@ class ServerTokenizer:
 
     async def encode(self, text: str) -> list[int]:
         """Token ids of ``text``, no special tokens added."""
-        body = {"content": text, "add_special": False} if self._llama else {"prompt": text, "add_special_tokens": False}
-        tokens = (await self._post("/tokenize", body))["tokens"]
+        tokens = (await self._post("/tokenize", self.engine.tokenize_body(text)))["tokens"]
         return [t["id"] if isinstance(t, dict) else t for t in tokens]
 
     async def decode(self, ids: list[int]) -> str:
@@ -49,23 +47,11 @@ class ServerTokenizer:
         return out.get("content", out.get("prompt", out.get("text", "")))
 
     async def chat_count(self, text: str, chat_template_kwargs: dict | None = None) -> int | None:
-        """Tokens of ``text`` sent as one user message, chat template included, as the server counts them.
-
-        llama.cpp: ``POST /apply-template`` then ``/tokenize`` with special tokens (BOS) parsed and
-        added; vLLM: ``POST /tokenize`` in its chat form (``messages``, ``add_generation_prompt``).
-        None for engines without such an endpoint (SGLang, generic).
-        """
+        """Tokens of ``text`` sent as one user message, chat template included, as the server counts
+        them (the engine's ``chat_count``); None for engines without such an endpoint."""
         messages = [{"role": "user", "content": text}]
         extra = {"chat_template_kwargs": chat_template_kwargs} if chat_template_kwargs else {}
-        if self._llama:
-            prompt = (await self._post("/apply-template", {"messages": messages, **extra}))["prompt"]
-            body = {"content": prompt, "add_special": True, "parse_special": True}
-            return len((await self._post("/tokenize", body))["tokens"])
-        if self.endpoint.info.engine == "vllm":
-            body = {"model": self.endpoint.info.model, "messages": messages, "add_generation_prompt": True, **extra}
-            out = await self._post("/tokenize", body)
-            return out.get("count", len(out["tokens"]))
-        return None
+        return await self.engine.chat_count(self._post, self.endpoint.info.model, messages, extra)
 
 
 class LocalTokenizer:

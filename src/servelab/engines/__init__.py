@@ -1,18 +1,58 @@
-"""What servelab knows about each engine, one module per engine.
+"""The engine registry: what servelab knows about each inference server, one module per engine.
 
-So far each module holds its boot-log knowledge: the line prefix its logs use and one table of
-patterns (``RULES``), each with the versions it was seen in, the line that says the server is ready
-(``READY``) and lines worth keeping as warnings (``NOTABLE``); ``strip_prefix`` reads its line
-prefix. ``servelab.metrics.bootlog`` applies them; it knows no engine itself.
+Engines are :class:`~servelab.engines.base.Engine` instances registered under the entry-point
+group ``servelab.engines`` (servelab's own in its ``pyproject.toml``; another package adds one the
+same way, without editing servelab). :func:`get` finds one by name; a name nobody registered is
+served by the generic engine (any OpenAI-compatible server), so old results and imports still load.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
+from functools import cache
+from importlib.metadata import entry_points
+
+from servelab.engines.base import Engine
+from servelab.errors import ServelabError
+
+GROUP = "servelab.engines"
+GENERIC = "generic"
+BUILTIN = ("vllm", "sglang", "llama.cpp", "trtllm")  # listed in this order, then others by name, then generic
+PLAN_ENGINE = "vllm"  # servelab plan models this engine's memory accounting and defaults
 
 
-def bootlog_engines() -> list[ModuleType]:
-    """The engine modules with boot-log tables, in the order their line prefixes are tried."""
-    from servelab.engines import llamacpp, sglang, vllm
+@cache
+def all_engines() -> tuple[Engine, ...]:
+    """Every registered engine: servelab's own first (``BUILTIN``), then others by name, generic last.
 
-    return [vllm, sglang, llamacpp]
+    Raises:
+        ServelabError: an entry point does not load or is not an Engine (naming it).
+    """
+    found: list[Engine] = []
+    for ep in entry_points(group=GROUP):
+        try:
+            engine = ep.load()
+        except Exception as exc:  # a third-party plugin may fail in any way; say which one
+            raise ServelabError(f"engine plugin {ep.name!r} ({ep.value}) does not load: {exc}") from None
+        if not isinstance(engine, Engine):
+            raise ServelabError(f"engine plugin {ep.name!r} ({ep.value}) is not a servelab.engines.base.Engine instance")
+        if all(e.name != engine.name for e in found):
+            found.append(engine)
+    if not any(e.name == GENERIC for e in found):
+        found.append(Engine())
+    rank = {name: i for i, name in enumerate(BUILTIN)}
+    return tuple(sorted(found, key=lambda e: (e.name == GENERIC, rank.get(e.name, len(rank)), e.name)))
+
+
+def get(name: str) -> Engine:
+    """The engine called ``name`` (its name or recipe name); the generic engine for an unknown name."""
+    return lookup(name) or next(e for e in all_engines() if e.name == GENERIC)
+
+
+def lookup(name: str) -> Engine | None:
+    """The engine called ``name`` (its name or recipe name), or None."""
+    return next((e for e in all_engines() if name == e.name or name in e.recipe_names), None)
+
+
+def plan_engine() -> Engine:
+    """The engine whose accounting and defaults ``servelab plan`` models (``PLAN_ENGINE``)."""
+    return get(PLAN_ENGINE)

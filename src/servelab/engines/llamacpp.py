@@ -1,7 +1,13 @@
-"""llama.cpp's ``llama-server``: what its startup log says, and how (server-facts.md §5; fixtures in
-tests/fixtures/bootlogs/INDEX.yaml).
+"""llama.cpp's ``llama-server``: everything servelab knows about it (the engine interface: ``servelab.engines.base``).
 
-Line shapes across builds:
+Facts from ../shared/reference/server-facts.md §5: discovery (``owned_by: "llamacpp"``, or a
+``/props`` that answers; the per-slot context is ``/props`` → ``default_generation_settings.n_ctx``,
+which ``-fit`` and ``--parallel`` change, so it is read, never assumed; version in ``build_info``),
+``/tokenize`` ``{"content", "add_special"}`` and ``/apply-template``, request fields
+(``cache_prompt: false`` for a cold cache), its connection behaviour, its Prometheus names
+(``llamacpp:*``, only with ``--metrics``) and its startup log (fixtures in tests/fixtures/bootlogs/INDEX.yaml).
+
+Startup-log line shapes across builds:
 
 - 2025–2026 text: ``0.01.744.861 I srv  load_model: …`` (time since start, level letter), sometimes
   after a ``[pid]`` prefix;
@@ -19,8 +25,16 @@ from __future__ import annotations
 
 import json
 import re
+from typing import TYPE_CHECKING
 
+from servelab.engines.base import Engine, Gauges, JsonGet, JsonPost, positive_int
+from servelab.errors import ServelabError
 from servelab.metrics.bootlog import BootFacts, Rule, set_fact, set_facts
+
+if TYPE_CHECKING:
+    from servelab.lint import LintFinding
+    from servelab.metrics.server import Scrapes, ServerStats
+    from servelab.recipes import Recipe, Resolved
 
 NAME = "llama.cpp"
 PREFIX = re.compile(r"^(?:\[\d+\] )?(\d+)\.(\d\d)\.(\d{3})\.(\d{3}) ([IWEDT]) (.*)$")
@@ -29,7 +43,7 @@ JSON_META = ("tid", "timestamp", "level", "function", "line", "msg", "message")
 LEVELS = {"W": "WARNING", "E": "ERROR", "WARN": "WARNING", "ERR": "ERROR"}
 
 
-def strip_prefix(line: str) -> tuple[str, float | None, str] | None:
+def _strip_prefix(line: str) -> tuple[str, float | None, str] | None:
     """(message, timestamp in s or None, level) of a llama-server log line, or None if it is not one."""
     if m := PREFIX.match(line):
         ts = int(m.group(1)) * 60 + int(m.group(2)) + int(m.group(3)) / 1e3 + int(m.group(4)) / 1e6
@@ -96,3 +110,93 @@ RULES: list[Rule] = [
 ]
 READY = re.compile(r"listening on|server is listening on|HTTP server listening")
 NOTABLE = re.compile(r"(?!)")  # nothing beyond WARNING/ERROR lines
+
+
+class LlamaCpp(Engine):
+    """llama.cpp's ``llama-server`` (also the embedded default, ``servelab.local``)."""
+
+    name = NAME
+    title = "llama.cpp"
+    owned_by = ("llamacpp",)
+    exact_output_length = True  # honours ignore_eos (it has no min_tokens)
+    context_limit = "per slot (llama.cpp -c / --parallel)"
+    gauges = Gauges(("llamacpp:requests_processing",), ("llamacpp:requests_deferred",), ("llamacpp:kv_cache_usage_ratio",))
+    spec_decode_prefix = "llamacpp:spec_decode_num_"
+    rules = RULES
+    ready = READY
+    notable = NOTABLE
+    ready_path = "/health"  # 503 "Loading model", then 200 (server-facts.md, llama.cpp endpoints)
+    ready_timeout_s = 300.0
+    default_port = 8080
+
+    async def recognise(self, get: JsonGet) -> bool:
+        """Builds whose model card names no owner: ``GET /props`` answers with an object."""
+        return isinstance(await get("/props"), dict)
+
+    async def describe(self, get: JsonGet, card: dict) -> tuple[str | None, int | None]:
+        """Version: ``/props`` → ``build_info``; context per request: ``/props`` →
+        ``default_generation_settings.n_ctx`` (one slot's), else the card's ``max_model_len``."""
+        _, context = await super().describe(get, card)
+        props = await get("/props")
+        if not isinstance(props, dict):
+            return None, context
+        settings = props.get("default_generation_settings")
+        n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+        version = props.get("build_info")
+        return (str(version) if version else None), (positive_int(n_ctx) or context)
+
+    def tokenize_body(self, text: str) -> dict:
+        """``{"content", "add_special"}``."""
+        return {"content": text, "add_special": False}
+
+    async def chat_count(self, post: JsonPost, model: str, messages: list[dict], extra: dict) -> int | None:
+        """``POST /apply-template``, then ``/tokenize`` with special tokens (BOS) parsed and added."""
+        prompt = (await post("/apply-template", {"messages": messages, **extra}))["prompt"]
+        return len((await post("/tokenize", {"content": prompt, "add_special": True, "parse_special": True}))["tokens"])
+
+    def request_fields(self, *, max_tokens: int, ignore_eos: bool, cold: bool) -> dict:
+        """``ignore_eos``; for a cold prefix cache ``cache_prompt: false``, because llama.cpp reuses
+        any common token prefix of a slot (the chat template's first tokens), not only whole blocks."""
+        return {**({"ignore_eos": True} if ignore_eos else {}), **({"cache_prompt": False} if cold else {})}
+
+    def connector_options(self) -> dict:
+        """One connection per request: llama-server closes connections although it answers
+        "Keep-Alive: timeout=5" (after every streamed response, and idle ones early), so a pooled
+        connection fails the next POST ("Can not write request body")."""
+        return {"force_close": True}
+
+    def server_counters(self, s: Scrapes, stats: ServerStats) -> None:
+        """``llamacpp:prompt_tokens_total`` counts computed tokens (cached excluded): prompt tokens
+        = computed + ``llamacpp:prompt_tokens_cached_total``; generated = ``tokens_predicted_total``."""
+        computed = s.delta("llamacpp:prompt_tokens_total")
+        cached = s.delta("llamacpp:prompt_tokens_cached_total")
+        stats.prompt_tokens = None if computed is None else computed + (cached or 0)
+        stats.cached_prompt_tokens = cached
+        stats.prefix_cache_hit_rate = s.ratio(cached, stats.prompt_tokens)
+        stats.generation_tokens = s.delta("llamacpp:tokens_predicted_total")
+
+    def strip_prefix(self, line: str) -> tuple[str, float | None, str] | None:
+        """See the module docstring."""
+        return _strip_prefix(line)
+
+    def check_recipe(self, recipe: Recipe) -> None:
+        """No tensor parallelism (``--split-mode`` spreads layers instead), no clusters."""
+        if recipe.tensor_parallel > 1:
+            raise ServelabError(f"{recipe.where('tensor_parallel')}: llama.cpp has no tensor parallelism; give --split-mode in the command instead")
+        super().check_recipe(recipe)
+
+    def lint_rules(self, recipe: Recipe, resolved: Resolved) -> list[LintFinding]:
+        """llama-metrics: without ``--metrics`` there is no ``/metrics``."""
+        from servelab.lint import LintFinding
+        from servelab.recipes import has_flag
+
+        if has_flag(resolved.argv, "--metrics"):
+            return []
+        return [LintFinding(
+            "llama-metrics", "warning", "llama-server runs without --metrics",
+            "llama-server serves /metrics only with --metrics; without it the runs have no server-side counters "
+            "(prompt/generated tokens, queue, KV use) to check the client's numbers against.",
+        )]  # fmt: skip
+
+
+ENGINE = LlamaCpp()

@@ -1,6 +1,10 @@
-"""SGLang: what its startup log says, and how (server-facts.md §4; fixtures in tests/fixtures/bootlogs/INDEX.yaml).
+"""SGLang: everything servelab knows about it (the engine interface: ``servelab.engines.base``).
 
-Line prefix: ``[2025-11-30 12:50:10 TP0] …`` (the rank is dropped: tensor-parallel ranks repeat lines).
+Facts from ../shared/reference/server-facts.md §4: discovery (``owned_by: "sglang"``, version in
+``GET /server_info``), request fields (``ignore_eos`` + ``min_tokens``), Prometheus names, its
+flags (``sglang/srt/server_args.py``) and its startup log (fixtures in tests/fixtures/bootlogs/INDEX.yaml).
+
+Startup-log line prefix: ``[2025-11-30 12:50:10 TP0] …`` (the rank is dropped: tensor-parallel ranks repeat lines).
 
 KV pools: a model with sliding-window layers gets two pools (``SWAKVPool`` in SGLang's
 ``python/sglang/srt/mem_cache/swa_memory_pool.py``: the SWA pool is created first, then the
@@ -15,14 +19,21 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from typing import TYPE_CHECKING
 
+from servelab.engines.base import Engine, Flags, Gauges, JsonGet
+from servelab.errors import ServelabError
 from servelab.metrics.bootlog import BootFacts, KvPool, MaxConcurrency, Rule, int_list, set_fact, set_facts
+
+if TYPE_CHECKING:
+    from servelab.metrics.server import Scrapes, ServerStats
+    from servelab.recipes import Recipe
 
 NAME = "sglang"
 PREFIX = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?: [^\]]*)?\]\s*(.*)$")
 
 
-def strip_prefix(line: str) -> tuple[str, float | None, str] | None:
+def _strip_prefix(line: str) -> tuple[str, float | None, str] | None:
     """(message, timestamp in s, level) of an SGLang log line, or None if it is not one."""
     if m := PREFIX.match(line):
         return m.group(2), datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp(), "INFO"
@@ -80,3 +91,74 @@ RULES: list[Rule] = [
 ]
 READY = re.compile(r"The server is fired up and ready to roll")
 NOTABLE = re.compile(r"(?!)")  # nothing beyond WARNING/ERROR lines
+
+
+class SGLang(Engine):
+    """SGLang's OpenAI-compatible server (``python -m sglang.launch_server``)."""
+
+    name = NAME
+    title = "SGLang"
+    owned_by = ("sglang",)
+    exact_output_length = True
+    gauges = Gauges(("sglang:num_running_reqs",), ("sglang:num_queue_reqs",), ("sglang:token_usage",))
+    rules = RULES
+    ready = READY
+    notable = NOTABLE
+    ready_path = "/health"  # 503 until its warm-up request has run (server-facts.md, SGLang endpoints)
+    ready_timeout_s = 900.0
+    default_port = 30000
+    cluster_backends = ("native",)
+    # sglang/srt/server_args.py (--tp-size/--tp, --ep-size/--expert-parallel-size)
+    flags = Flags(
+        max_model_len="--context-length", max_num_seqs="--max-running-requests", max_num_batched_tokens="--chunked-prefill-size",
+        eager="--disable-cuda-graph", gpu_memory="--mem-fraction-static", speculative="--speculative-algorithm",
+        prefix_cache_off="--disable-radix-cache", kv_cache_dtype="--kv-cache-dtype", quantization="--quantization",
+        tp=("--tp-size", "--tp", "--tensor-parallel-size"), ep=("--ep-size", "--expert-parallel-size"), ep_takes_size=True,
+    )  # fmt: skip
+    max_num_seqs_floor = 256  # flagged as for vLLM (README "servelab lint"): its default depends on the memory
+
+    async def describe(self, get: JsonGet, card: dict) -> tuple[str | None, int | None]:
+        """Version from ``GET /server_info``; context from the card's ``max_model_len``."""
+        body = await get("/server_info")
+        _, context = await super().describe(get, card)
+        return (body.get("version") if isinstance(body, dict) else None), context
+
+    def request_fields(self, *, max_tokens: int, ignore_eos: bool, cold: bool) -> dict:
+        """``ignore_eos`` and ``min_tokens = max_tokens`` for an exact output length."""
+        return {"ignore_eos": True, "min_tokens": max_tokens} if ignore_eos else {}
+
+    def server_counters(self, s: Scrapes, stats: ServerStats) -> None:
+        """Tokens; cached tokens summed over ``cache_source`` labels when it has them (not the
+        ``total`` one); mean acceptance length = Δgenerated ÷ Δ``sglang:spec_verify_calls_total``;
+        preemptions = the peak of the ``sglang:num_retracted_reqs`` gauge; histogram means."""
+        stats.prompt_tokens = s.delta("sglang:prompt_tokens_total")
+        stats.generation_tokens = s.delta("sglang:generation_tokens_total")
+        sources = s.by_label("sglang:cached_tokens_total", "cache_source")
+        if sources:
+            keys = [k for k in sources if k != "total"] or ["total"]
+            stats.cached_prompt_tokens = sum(s.delta("sglang:cached_tokens_total", cache_source=k) or 0 for k in keys)
+        else:
+            stats.cached_prompt_tokens = s.delta("sglang:cached_tokens_total")
+        stats.prefix_cache_hit_rate = s.ratio(stats.cached_prompt_tokens, stats.prompt_tokens)
+        verify = s.delta("sglang:spec_verify_calls_total")
+        stats.mean_acceptance_length = s.ratio(stats.generation_tokens, verify) if verify else None
+        stats.queue_time_mean_ms = s.hist_mean_ms("sglang:queue_time_seconds")
+        stats.ttft_mean_ms = s.hist_mean_ms("sglang:time_to_first_token_seconds")
+        stats.e2e_mean_ms = s.hist_mean_ms("sglang:e2e_request_latency_seconds")
+        stats.preemptions = s.peak(("sglang:num_retracted_reqs",))
+
+    def strip_prefix(self, line: str) -> tuple[str, float | None, str] | None:
+        """See the module docstring."""
+        return _strip_prefix(line)
+
+    def cluster_flags(self, nodes: int, rank: int, head: str, port: int) -> list[str]:
+        """``--nnodes N --node-rank R --dist-init-addr HEAD:P`` (sglang/srt/server_args.py)."""
+        return ["--nnodes", str(nodes), "--node-rank", str(rank), "--dist-init-addr", f"{head}:{port}"]
+
+    def check_recipe(self, recipe: Recipe) -> None:
+        """Several nodes only natively (``--nnodes``), never over Ray."""
+        if recipe.cluster and recipe.cluster.backend == "ray":
+            raise ServelabError(f"{recipe.where('cluster')}: SGLang runs several nodes natively (--nnodes); use backend: native")
+
+
+ENGINE = SGLang()

@@ -1,7 +1,12 @@
-"""vLLM: what its startup log says, and how (server-facts.md §2.1; fixtures in tests/fixtures/bootlogs/INDEX.yaml).
+"""vLLM: everything servelab knows about it (the engine interface: ``servelab.engines.base``).
 
-Line prefixes: ``INFO 11-06 10:51:36 [kv_cache_utils.py:1229] …`` (≥ 0.8), ``INFO 01-30 03:18:12
-gpu_model_runner.py:848] …`` (older), and the logfmt lines of a structured-logging setup
+Facts from ../shared/reference/server-facts.md §1–3: discovery (``owned_by: "vllm"``, ``GET
+/version``, ``max_model_len`` on the model card), ``/tokenize`` in its chat form, request fields
+(``ignore_eos`` + ``min_tokens``), Prometheus names with their renames, startup-log formats
+(fixtures in tests/fixtures/bootlogs/INDEX.yaml), its flags, its defaults and its CUDA-graph sizes.
+
+Startup-log line prefixes: ``INFO 11-06 10:51:36 [kv_cache_utils.py:1229] …`` (≥ 0.8), ``INFO 01-30
+03:18:12 gpu_model_runner.py:848] …`` (older), and the logfmt lines of a structured-logging setup
 (``level=INFO name=vllm.v1.core.kv_cache_utils msg="…"``). Process prefixes such as
 ``(EngineCore_DP0 pid=7)`` are removed before (``servelab.metrics.bootlog``).
 """
@@ -9,10 +14,19 @@ gpu_model_runner.py:848] …`` (older), and the logfmt lines of a structured-log
 from __future__ import annotations
 
 import ast
+import json
 import re
 from datetime import datetime
+from typing import TYPE_CHECKING
 
+from servelab.engines.base import Engine, Flags, Gauges, JsonGet, JsonPost
 from servelab.metrics.bootlog import BootFacts, MaxConcurrency, Rule, int_list, num, set_fact, set_facts
+
+if TYPE_CHECKING:
+    from servelab.lint import LintFinding
+    from servelab.metrics.server import Scrapes, ServerStats
+    from servelab.plan.hardware import Hardware
+    from servelab.recipes import Recipe, Resolved
 
 NAME = "vllm"
 BLOCK_TOKENS = 16  # vLLM's default --block-size, for logs that print "# GPU blocks" (≤ 0.7)
@@ -21,7 +35,7 @@ PREFIX = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d\d-\d\d \d\d:\d\
 LOGFMT = re.compile(r'^level=(\w+) name=vllm\S* msg="(.*)"$')
 
 
-def strip_prefix(line: str) -> tuple[str, float | None, str] | None:
+def _strip_prefix(line: str) -> tuple[str, float | None, str] | None:
     """(message, timestamp in s or None, level) of a vLLM log line, or None if it is not one."""
     if m := PREFIX.match(line):
         return m.group(3), datetime.strptime("2000-" + m.group(2), "%Y-%m-%d %H:%M:%S").timestamp(), m.group(1)
@@ -98,3 +112,173 @@ NOTABLE = re.compile(
     r"Auto-prefetch is disabled|Mamba cache mode is set|max_num_scheduled_tokens is set to|padding layers|"
     r"CUDA graph memory profiling is enabled|not supported|is deprecated|Truncating max_cudagraph_capture_size"
 )
+
+
+def default_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, num_spec_tokens: int = 0, sm100: bool = False) -> list[int]:
+    """vLLM 0.33's default ``cudagraph_capture_sizes``, ascending.
+
+    Source: ``vllm/config/vllm.py`` ``_set_cudagraph_sizes`` (server-facts.md §2.4): with no user
+    list, ``max = min(max_num_seqs · (1 + num_spec_tokens) · 2, 512)`` (1024 on data-center
+    Blackwell, sm_100), capped at ``max_num_batched_tokens``; the sizes are ``[1, 2, 4] + range(8,
+    min(max+1, 256), 8) + range(256, max+1, 16)``, plus ``max_num_batched_tokens`` itself when it is
+    the cap; with speculative decoding, the multiples ``n · (1 + num_spec_tokens)`` of those sizes up
+    to ``max_num_batched_tokens`` are added.
+    """
+    query_len = 1 + num_spec_tokens
+    largest = min(max_num_seqs * query_len * 2, 1024 if sm100 else 512)
+    largest = min(max_num_batched_tokens, largest)
+    sizes = [s for s in [1, 2, 4] if s <= largest] + list(range(8, min(largest + 1, 256), 8)) + list(range(256, largest + 1, 16))
+    if largest == max_num_batched_tokens:
+        sizes.append(max_num_batched_tokens)
+    if num_spec_tokens:
+        sizes += [n * query_len for n in list(sizes) if n * query_len <= max_num_batched_tokens]
+    return sorted(set(sizes))
+
+
+def spec_tokens(argv: list[str]) -> int:
+    """``num_speculative_tokens`` from ``--speculative-config`` JSON (0 when absent or unreadable)."""
+    from servelab.recipes import flag_value
+
+    raw = flag_value(argv, "--speculative-config")
+    try:
+        return int(json.loads(raw).get("num_speculative_tokens", 0)) if raw else 0
+    except (ValueError, AttributeError, TypeError):
+        return 0
+
+
+SMALL_TIER_MAX_NUM_SEQS = 256  # the max_num_seqs default of `vllm serve` on DGX Spark, A100, RTX 5090 (server-facts.md §2.3)
+
+
+class VLLM(Engine):
+    """vLLM's OpenAI-compatible server (``vllm serve``)."""
+
+    name = NAME
+    title = "vLLM"
+    owned_by = ("vllm",)
+    exact_output_length = True
+    gauges = Gauges(("vllm:num_requests_running",), ("vllm:num_requests_waiting",), ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"))
+    spec_decode_prefix = "vllm:spec_decode_num_"
+    rules = RULES
+    ready = READY
+    notable = NOTABLE
+    # /health is refused until the engine is built (server-facts.md §2.2); weight loading, torch.compile
+    # and CUDA-graph capture take 5-15 minutes on big models, hence 900 s at least.
+    ready_path = "/health"
+    ready_timeout_s = 900.0
+    default_port = 8000
+    container_caches = (("vllm", ".cache/vllm"),)  # its torch_compile_cache survives the container
+    cluster_backends = ("ray", "native")
+    # vllm/engine/arg_utils.py (-tp/--tensor-parallel-size, --enable-expert-parallel/-ep)
+    flags = Flags(
+        max_model_len="--max-model-len", max_num_seqs="--max-num-seqs", max_num_batched_tokens="--max-num-batched-tokens",
+        eager="--enforce-eager", gpu_memory="--gpu-memory-utilization", speculative="--speculative-config",
+        prefix_cache_off="--no-enable-prefix-caching", kv_cache_dtype="--kv-cache-dtype", quantization="--quantization",
+        tp=("--tensor-parallel-size", "-tp"), ep=("--enable-expert-parallel", "-ep"),
+    )  # fmt: skip
+    gpu_memory_utilization_default = 0.92  # vllm/config/cache.py (0.9 before 0.2x)
+    max_num_seqs_floor = SMALL_TIER_MAX_NUM_SEQS
+
+    async def describe(self, get: JsonGet, card: dict) -> tuple[str | None, int | None]:
+        """Version from ``GET /version``; context from the card's ``max_model_len``."""
+        body = await get("/version")
+        _, context = await super().describe(get, card)
+        return (body.get("version") if isinstance(body, dict) else None), context
+
+    async def chat_count(self, post: JsonPost, model: str, messages: list[dict], extra: dict) -> int | None:
+        """``POST /tokenize`` in its chat form (``messages``, ``add_generation_prompt``) → ``count``."""
+        out = await post("/tokenize", {"model": model, "messages": messages, "add_generation_prompt": True, **extra})
+        return out.get("count", len(out["tokens"]))
+
+    def request_fields(self, *, max_tokens: int, ignore_eos: bool, cold: bool) -> dict:
+        """``ignore_eos`` and ``min_tokens = max_tokens`` for an exact output length."""
+        return {"ignore_eos": True, "min_tokens": max_tokens} if ignore_eos else {}
+
+    def server_counters(self, s: Scrapes, stats: ServerStats) -> None:
+        """Tokens, prefix-cache queries and hits (≤ 0.10: ``vllm:gpu_prefix_cache_*``), preemptions,
+        and the queue-time, TTFT and E2E histograms."""
+        stats.prompt_tokens = s.delta("vllm:prompt_tokens_total")
+        stats.generation_tokens = s.delta("vllm:generation_tokens_total")
+        queries = s.delta("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+        hits = s.delta("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
+        stats.cached_prompt_tokens, stats.prefix_cache_hit_rate = hits, s.ratio(hits, queries)
+        stats.preemptions = s.delta("vllm:num_preemptions_total")
+        stats.queue_time_mean_ms = s.hist_mean_ms("vllm:request_queue_time_seconds")
+        stats.ttft_mean_ms = s.hist_mean_ms("vllm:time_to_first_token_seconds")
+        stats.e2e_mean_ms = s.hist_mean_ms("vllm:e2e_request_latency_seconds")
+
+    def strip_prefix(self, line: str) -> tuple[str, float | None, str] | None:
+        """See the module docstring."""
+        return _strip_prefix(line)
+
+    def parallel_flags(self, argv: list[str], tp: int, expert_parallel: bool, backend: str | None) -> list[str]:
+        """TP/EP flags, and ``--distributed-executor-backend ray`` on a Ray cluster."""
+        from servelab.recipes import has_flag
+
+        extra = super().parallel_flags(argv, tp, expert_parallel, backend)
+        if backend == "ray" and not has_flag(argv, "--distributed-executor-backend"):
+            extra += ["--distributed-executor-backend", "ray"]
+        return extra
+
+    def cluster_flags(self, nodes: int, rank: int, head: str, port: int) -> list[str]:
+        """``--nnodes N --node-rank R --master-addr HEAD --master-port P``, ``--headless`` on workers (vllm/engine/arg_utils.py)."""
+        flags = ["--nnodes", str(nodes), "--node-rank", str(rank), "--master-addr", head, "--master-port", str(port)]
+        return flags + (["--headless"] if rank else [])
+
+    def lint_rules(self, recipe: Recipe, resolved: Resolved) -> list[LintFinding]:
+        """capture-sizes: plan concurrencies that decode padded to a larger CUDA graph, or without one."""
+        from servelab.lint import LintFinding, flag_values, plan_concurrencies
+        from servelab.plan.cudagraph import padding, recommend
+        from servelab.recipes import flag_value, has_flag
+
+        argv = resolved.argv
+        if has_flag(argv, "--enforce-eager"):
+            return []
+        conc = plan_concurrencies(recipe)
+        k = spec_tokens(argv)
+        seqs = flag_value(argv, "--max-num-seqs")
+        seqs_n = int(seqs) if seqs and seqs.isdigit() else None
+        if seqs_n:  # no decode batch is larger than max_num_seqs, whatever the plan's concurrency
+            conc = sorted({min(c, seqs_n) for c in conc})
+        given = flag_values(argv, "--cudagraph-capture-sizes") or flag_values(argv, "--cuda-graph-sizes")
+        if given and all(v.isdigit() for v in given):
+            sizes, source = sorted({int(v) for v in given}), "the recipe's capture sizes"
+        else:
+            tokens = flag_value(argv, "--max-num-batched-tokens")
+            tokens_n = int(tokens) if tokens and tokens.isdigit() else 2048
+            sizes, source = default_capture_sizes(seqs_n or SMALL_TIER_MAX_NUM_SEQS, tokens_n, k), "vLLM's default capture sizes"
+        padded = [p for p in padding(sizes, conc, k) if p.graph_size is None or p.waste > 0]
+        if not padded:
+            return []
+        parts = [
+            f"c={p.concurrency} runs without a graph (above the largest size {max(sizes)})" if p.graph_size is None
+            else f"c={p.concurrency} pads {p.tokens} → {p.graph_size} ({100 * p.waste:.0f} % wasted)"
+            for p in padded
+        ]  # fmt: skip
+        fix = ",".join(str(s) for s in recommend([s for s in sizes if s <= max(conc)], conc, k))
+        return [LintFinding(
+            "capture-sizes", "warning", f"plan concurrencies are not {source}: " + "; ".join(parts),
+            "A decode batch runs the CUDA graph of the smallest captured size ≥ its tokens (vllm/v1/cudagraph_dispatcher.py), "
+            "so the padding is computed for nothing and per-stream tok/s dips at exactly these levels. Capture them, e.g. "
+            f"--cudagraph-capture-sizes {fix.replace(',', ' ')} (servelab plan cudagraph), or measure the levels users run.",
+        )]  # fmt: skip
+
+    def batch_defaults(self, hw: Hardware) -> tuple[int, int]:
+        """vLLM 0.33 ``vllm serve`` defaults (max_num_batched_tokens, max_num_seqs) by device tier.
+
+        Source: ``vllm/engine/arg_utils.py`` ``EngineArgs.get_batch_defaults`` (server-facts.md §2.3):
+        ≥ 160 GiB → 16384 / 1024; ≥ 70 GiB and not GB10 → 8192 / 1024; otherwise (GB10 included) 2048 / 256.
+        """
+        if hw.memory_gib >= 160:
+            return 16384, 1024
+        if hw.memory_gib >= 70 and "gb10" not in hw.name.lower():
+            return 8192, 1024
+        return 2048, SMALL_TIER_MAX_NUM_SEQS
+
+    def capture_sizes(
+        self, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192, num_spec_tokens: int = 0, sm100: bool = False
+    ) -> list[int]:
+        """:func:`default_capture_sizes`."""
+        return default_capture_sizes(max_num_seqs, max_num_batched_tokens, num_spec_tokens, sm100)
+
+
+ENGINE = VLLM()

@@ -1,4 +1,4 @@
-"""Command lines for several nodes: ssh to each host, Ray head and workers, native multi-node flags.
+"""Command lines for several nodes: ssh to each host, Ray head and workers.
 
 Every remote command is an argument list quoted with ``shlex.join`` for the remote shell (ssh
 hands one string to it), run with ``ssh -tt`` so that stopping the local ssh hangs up the remote
@@ -8,10 +8,8 @@ process. Hosts named ``localhost`` or ``127.0.0.1`` run locally, without ssh.
   head, ``ray start --address HEAD:P --block`` on each worker, the server on the head once Ray
   counts every node (``ray.nodes()``); as eugr/spark-vllm-docker and sparkrun do
   (anchors-serving-ops.md §A "Multi-node").
-- Native: the same server command on every node with the engine's own flags. vLLM
-  (``vllm/engine/arg_utils.py``): ``--nnodes N --node-rank R --master-addr HEAD --master-port P``,
-  ``--headless`` on workers. SGLang (``sglang/srt/server_args.py``): ``--nnodes N --node-rank R
-  --dist-init-addr HEAD:P``.
+- Native: the same server command on every node with the engine's own multi-node flags
+  (``Engine.cluster_flags``, ``servelab.engines``).
 """
 
 from __future__ import annotations
@@ -57,11 +55,3 @@ def ray_worker_argv(head: str, port: int, extra: list[str]) -> list[str]:
 def ray_nodes_argv(head: str, port: int) -> list[str]:
     """Print the number of live nodes of the Ray cluster at ``head:port`` (run on the head)."""
     return ["python3", "-c", RAY_NODES.format(address=f"{head}:{port}")]
-
-
-def native_flags(engine: str, nodes: int, rank: int, head: str, port: int) -> list[str]:
-    """The engine's multi-node flags for node ``rank`` of ``nodes`` (see the module docstring)."""
-    if engine == "sglang":
-        return ["--nnodes", str(nodes), "--node-rank", str(rank), "--dist-init-addr", f"{head}:{port}"]
-    flags = ["--nnodes", str(nodes), "--node-rank", str(rank), "--master-addr", head, "--master-port", str(port)]
-    return flags + (["--headless"] if rank else [])

@@ -2,9 +2,10 @@
 
 Defaults follow what DGX Spark / vLLM container users run (eugr/spark-vllm-docker
 ``launch-cluster.sh``, anchors-serving-ops.md §B; vLLM's Docker docs): ``--gpus all --ipc host
---network host``, and the host's caches mounted so weights, torch.compile artefacts and Triton /
-FlashInfer kernels survive the container: ``~/.cache/huggingface``, ``~/.cache/vllm`` (vLLM's
-``torch_compile_cache``), ``~/.cache/flashinfer``, ``~/.triton``.
+--network host``, and the host's caches mounted so weights, compile artefacts and Triton /
+FlashInfer kernels survive the container: ``~/.cache/huggingface``, the engine's own caches
+(``Engine.container_caches``; vLLM's ``~/.cache/vllm`` holds its ``torch_compile_cache``),
+``~/.cache/flashinfer``, ``~/.triton``.
 """
 
 from __future__ import annotations
@@ -14,22 +15,19 @@ import os
 from servelab.recipes import Container
 
 CONTAINER_HOME = "/root"
-# (host folder relative to cache_dir, or "~/…" for the home directory) → folder in the container
-CACHE_MOUNTS = [
-    ("huggingface", f"{CONTAINER_HOME}/.cache/huggingface"),
-    ("vllm", f"{CONTAINER_HOME}/.cache/vllm"),
-    ("flashinfer", f"{CONTAINER_HOME}/.cache/flashinfer"),
-    ("~/.triton", f"{CONTAINER_HOME}/.triton"),
-]
+# (host folder relative to cache_dir, or "~/…" for the home directory) → folder in the container under CONTAINER_HOME
+MODEL_CACHE = ("huggingface", ".cache/huggingface")
+KERNEL_CACHES = [("flashinfer", ".cache/flashinfer"), ("~/.triton", ".triton")]
 
 
-def cache_volumes(container: Container) -> list[str]:
-    """``-v`` values for the caches (host paths expanded on this machine; cluster nodes are
-    expected to share the user's home layout)."""
+def cache_volumes(container: Container, engine_caches: tuple[tuple[str, str], ...] = ()) -> list[str]:
+    """``-v`` values for the caches: the model cache, the engine's, the kernel caches (host paths
+    expanded on this machine; cluster nodes are expected to share the user's home layout)."""
     if not container.cache_volumes:
         return []
     root = os.path.expanduser(container.cache_dir)
-    return [f"{os.path.expanduser(src) if src.startswith('~') else os.path.join(root, src)}:{dst}" for src, dst in CACHE_MOUNTS]
+    mounts = [MODEL_CACHE, *engine_caches, *KERNEL_CACHES]
+    return [f"{os.path.expanduser(src) if src.startswith('~') else os.path.join(root, src)}:{CONTAINER_HOME}/{dst}" for src, dst in mounts]
 
 
 def run_argv(
@@ -40,6 +38,7 @@ def run_argv(
     env: dict[str, str],
     pass_env: list[str],
     port: int,
+    engine_caches: tuple[tuple[str, str], ...] = (),
 ) -> list[str]:
     """``docker run --rm --name NAME …  IMAGE ARGV``, in the foreground (its exit is the container's).
 
@@ -52,6 +51,7 @@ def run_argv(
         pass_env: variables passed through from the caller's environment (``-e K``, value never
             on the command line).
         port: published with ``-p`` when the network is not ``host``.
+        engine_caches: the engine's cache folders (``Engine.container_caches``).
     """
     out = ["docker", "run", "--rm", "--name", name]
     if container.gpus:
@@ -63,7 +63,7 @@ def run_argv(
     out += ["--network", container.network]
     if container.network != "host":
         out += ["-p", f"{port}:{port}"]
-    for volume in cache_volumes(container) + container.volumes:
+    for volume in cache_volumes(container, engine_caches) + container.volumes:
         out += ["-v", volume]
     for key, value in env.items():
         out += ["-e", f"{key}={value}"]

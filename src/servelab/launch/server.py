@@ -22,6 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from servelab import engines
 from servelab.errors import ServelabError
 from servelab.launch import cluster, docker
 from servelab.launch.process import POLL_S, Proc, wait_ready
@@ -73,7 +74,8 @@ class RecipeServer:
             argv = cluster.on_host(host, argv, ssh, env=None if local else self.resolved.env)
             return Proc(name, argv, self.log_dir / log, env=self.resolved.env if local else None, stop_argv=stop)
         cname = f"{self.container_prefix}-{rank}"
-        run = docker.run_argv(r.container, self.resolved.image, cname, argv, self.resolved.env, r.pass_env, self.resolved.port)
+        run = docker.run_argv(r.container, self.resolved.image, cname, argv, self.resolved.env, r.pass_env, self.resolved.port,
+                                 engines.get(r.engine).container_caches)  # fmt: skip
         stop = cluster.on_host(host, docker.stop_argv(cname), ssh, tty=False)
         return Proc(name, cluster.on_host(host, run, ssh), self.log_dir / log, stop_argv=stop)
 
@@ -88,7 +90,7 @@ class RecipeServer:
         if r.backend() == "native":
             servers = []
             for rank, host in enumerate(hosts):
-                argv = v.argv + cluster.native_flags(r.engine, len(hosts), rank, head, c.dist_port)
+                argv = v.argv + engines.get(r.engine).cluster_flags(len(hosts), rank, head, c.dist_port)
                 servers.append(self._wrap(host, rank, argv, f"{what} on {host}", "server.log" if rank == 0 else f"server-node{rank}.log"))
             return [], servers
         nodes = [

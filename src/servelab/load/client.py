@@ -30,6 +30,7 @@ import aiohttp
 import orjson
 from aiohttp.client_proto import ResponseHandler
 
+from servelab import engines
 from servelab.endpoint import Endpoint
 from servelab.records import RequestRecord
 from servelab.tokenizer import Tokenizer
@@ -209,19 +210,14 @@ def chat_body(
     cold: bool,
     chat_template_kwargs: dict | None = None,
 ) -> bytes:
-    """The JSON body of one streaming chat request, with each engine's extra fields.
+    """The JSON body of one streaming chat request, with the engine's extra fields.
 
     - every engine: greedy (``temperature: 0``), ``stream_options.include_usage`` so the server
       reports exact token counts in a final chunk;
-    - ``ignore_eos`` (exact output length): vLLM, SGLang and llama.cpp accept it; vLLM and SGLang
-      also get ``min_tokens = max_tokens``; llama.cpp has no ``min_tokens``;
-    - cold prefix cache on llama.cpp: ``cache_prompt: false``, because llama.cpp reuses any common
-      token prefix of a slot (the chat template's first tokens), not only whole blocks;
+    - exact output length (``ignore_eos``) and a cold prefix cache as the engine spells them
+      (``Engine.request_fields``, ``servelab.engines``);
     - ``chat_template_kwargs`` passed through (e.g. ``{"enable_thinking": false}``).
-
-    Sources: ../shared/reference/server-facts.md §3 (vLLM), §4 (SGLang), §5 (llama.cpp).
     """
-    engine = endpoint.info.engine
     body: dict = {
         "model": endpoint.info.model,
         "messages": [{"role": "user", "content": text}],
@@ -229,28 +225,11 @@ def chat_body(
         "temperature": 0,
         "stream": True,
         "stream_options": {"include_usage": True},
+        **engines.get(endpoint.info.engine).request_fields(max_tokens=max_tokens, ignore_eos=ignore_eos, cold=cold),
     }
-    if ignore_eos:
-        body["ignore_eos"] = True
-        if engine in ("vllm", "sglang"):
-            body["min_tokens"] = max_tokens
-    if cold and engine == "llama.cpp":
-        body["cache_prompt"] = False
     if chat_template_kwargs:
         body["chat_template_kwargs"] = chat_template_kwargs
     return orjson.dumps(body)
-
-
-def connection_reuse(engine: str) -> dict:
-    """aiohttp connector options for an engine's keep-alive behaviour.
-
-    llama-server closes connections although it answers "Keep-Alive: timeout=5" (after every
-    streamed response, and idle ones early), so a pooled connection fails the next POST ("Can not
-    write request body"): one connection per request there. Elsewhere connections are kept
-    (opening one costs the client ~0.5 ms of CPU) but dropped after 2 s idle, before servers drop
-    theirs (uvicorn, under vLLM and SGLang: 5 s), so a stale one is never used.
-    """
-    return {"force_close": True} if engine == "llama.cpp" else {"keepalive_timeout": 2.0}
 
 
 class StreamClient:
@@ -288,7 +267,7 @@ class StreamClient:
     async def __aenter__(self) -> StreamClient:
         trace = aiohttp.TraceConfig()
         trace.on_request_chunk_sent.append(_on_body_sent)
-        connector = TimedConnector(limit=self._connections + 4, **connection_reuse(self.endpoint.info.engine))
+        connector = TimedConnector(limit=self._connections + 4, **engines.get(self.endpoint.info.engine).connector_options())
         self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, trace_configs=[trace])
         return self
 

@@ -1,8 +1,8 @@
 """Startup-log facts of vLLM, SGLang and llama.cpp: what the server decided while it booted.
 
-This module is engine-independent: each engine's module in ``servelab.engines`` gives its line
-prefix (``strip_prefix``), one table of patterns with the versions each was seen in (``RULES``),
-its ready line (``READY``) and its notable lines (``NOTABLE``). Lines are cleaned first: ANSI
+This module is engine-independent: each registered engine (``servelab.engines``) gives its line
+prefix (``strip_prefix``), one table of patterns with the versions each was seen in (``rules``),
+its ready line (``ready``) and its notable lines (``notable``). Lines are cleaned first: ANSI
 colours, a syslog/journald or docker-compose prefix, process prefixes such as
 ``(EngineCore_DP0 pid=123)`` or ``(Worker_TP0 pid=9)`` (nested, as under Ray); then the first
 engine whose prefix matches strips its own. Every rule that matches a line applies (one line may
@@ -116,15 +116,15 @@ def _clean(line: str, engines: list) -> tuple[str, str | None, float | None, str
     for engine in engines:
         if found := engine.strip_prefix(line):
             msg, ts, level = found
-            return msg, engine.NAME, ts, level
+            return msg, engine.name, ts, level
     return line, None, None, "WARNING" if "WARNING" in line[:20] or line.startswith("W ") else "INFO"
 
 
 def parse_bootlog(text: str) -> BootFacts:
     """Facts from a startup log's text (see the module docstring); never raises on odd lines."""
-    from servelab.engines import bootlog_engines
+    from servelab.engines import all_engines
 
-    engines = bootlog_engines()
+    engines = [e for e in all_engines() if e.rules]
     facts = BootFacts()
     hints: dict[str, int] = {}
     first_ts = last_ts = None
@@ -139,16 +139,16 @@ def parse_bootlog(text: str) -> BootFacts:
         ts = last_ts = ts if ts is not None else last_ts  # uvicorn's own lines carry no time: the latest seen
         known = False
         for engine in engines:
-            for rule in engine.RULES:  # every rule that matches (one line may hold two facts)
+            for rule in engine.rules:  # every rule that matches (one line may hold two facts)
                 if m := rule.pattern.search(msg):
                     rule.apply(facts, m)
-                    hints[engine.NAME] = hints.get(engine.NAME, 0) + 2
+                    hints[engine.name] = hints.get(engine.name, 0) + 2
                     known = True
-            if engine.READY.search(msg):
+            if engine.ready and engine.ready.search(msg):
                 known = True
                 if ts is not None and first_ts is not None and facts.ready_s is None:
                     facts.ready_s = round(ts - first_ts, 3)
-        if level in ("WARNING", "ERROR") or any(engine.NOTABLE.search(msg) for engine in engines):
+        if level in ("WARNING", "ERROR") or any(engine.notable and engine.notable.search(msg) for engine in engines):
             known = True
             if msg not in facts.warnings:
                 facts.warnings.append(msg)

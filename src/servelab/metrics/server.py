@@ -1,28 +1,14 @@
 """Server-side counters: scrape ``/metrics`` around a measured phase and compute what changed.
 
-Parsed with ``prometheus_client``'s text parser. Every metric name is optional (older versions
-lack some); the names per engine come from ../shared/reference/server-facts.md:
+Parsed with ``prometheus_client``'s text parser. Which names an engine exposes (with their renames
+across versions) is the engine's knowledge (``servelab.engines``: ``server_counters``, ``gauges``,
+``spec_decode_prefix``); every name is optional (older versions lack some). This module keeps what
+is the same for all: deltas, ratios, histogram means, peaks and the speculative-decoding counters.
 
-- vLLM (§1): ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``,
-  ``vllm:prefix_cache_{queries,hits}_total`` (≤ 0.10: ``vllm:gpu_prefix_cache_*``),
-  ``vllm:num_preemptions_total``, ``vllm:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total``,
-  ``vllm:spec_decode_num_accepted_tokens_per_pos_total{position}``,
-  ``vllm:request_queue_time_seconds`` (histogram), ``vllm:time_to_first_token_seconds``,
-  ``vllm:e2e_request_latency_seconds``; gauges ``vllm:num_requests_{running,waiting}``,
-  ``vllm:kv_cache_usage_perc`` (≤ 0.10: ``vllm:gpu_cache_usage_perc``).
-- SGLang (§4): ``sglang:{prompt,generation,cached}_tokens_total``, ``sglang:spec_verify_calls_total``,
-  ``sglang:queue_time_seconds``, gauges ``sglang:num_running_reqs``, ``sglang:num_queue_reqs``,
-  ``sglang:token_usage``, ``sglang:num_retracted_reqs``.
-- llama.cpp (§5): ``llamacpp:prompt_tokens_total`` (computed, cached excluded),
-  ``llamacpp:prompt_tokens_cached_total``, ``llamacpp:tokens_predicted_total``,
-  ``llamacpp:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total`` (+ ``_per_pos``),
-  gauges ``llamacpp:requests_processing``, ``llamacpp:requests_deferred``
-  (older builds: ``llamacpp:kv_cache_usage_ratio``).
-
-Formulas (docs/metrics.md, "Server-side metrics"): prefix-cache hit rate = Δhits ÷ Δqueries (vLLM)
-or Δcached ÷ Δprompt (SGLang, llama.cpp); acceptance rate = Δaccepted ÷ Δdraft tokens; mean
-acceptance length = 1 + Δaccepted ÷ Δdrafts (SGLang: Δgenerated ÷ Δverify calls); per-position
-acceptance = Δaccepted at position i ÷ Δdrafts; queue time = Δsum ÷ Δcount of the histogram.
+Formulas (docs/metrics.md, "Server-side metrics"): prefix-cache hit rate = Δhits ÷ Δqueries or
+Δcached ÷ Δprompt (per engine); acceptance rate = Δaccepted ÷ Δdraft tokens; mean acceptance
+length = 1 + Δaccepted ÷ Δdrafts (or the engine's own); per-position acceptance = Δaccepted at
+position i ÷ Δdrafts; queue time = Δsum ÷ Δcount of the histogram.
 """
 
 from __future__ import annotations
@@ -33,6 +19,9 @@ from collections import defaultdict
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, Field
+
+from servelab import engines
+from servelab.engines.base import Engine
 
 SAMPLE_INTERVAL_S = 1.0
 
@@ -93,92 +82,70 @@ class ServerStats(BaseModel):
     peak_kv_usage: float | None = Field(None, description="Peak KV-cache usage, fraction 0–1.")
 
 
-def _delta(before: Samples, after: Samples, *names: str, **labels: str) -> float | None:
-    a, b = total(after, *names, **labels), total(before, *names, **labels)
-    return None if a is None or b is None else a - b
+class Scrapes:
+    """The scrapes of one phase (before, during, after), with the helpers engines compute their counters with."""
+
+    def __init__(self, before: Samples, after: Samples, during: list[Samples]) -> None:
+        self.before, self.after, self.all = before, after, [before, *during, after]
+
+    def delta(self, *names: str, **labels: str) -> float | None:
+        """After − before of the first present name (labels matched); None if absent in either."""
+        a, b = total(self.after, *names, **labels), total(self.before, *names, **labels)
+        return None if a is None or b is None else a - b
+
+    @staticmethod
+    def ratio(num: float | None, den: float | None) -> float | None:
+        """num ÷ den, None when either is missing or den is 0."""
+        return num / den if num is not None and den else None
+
+    def hist_mean_ms(self, base: str) -> float | None:
+        """Mean of a seconds histogram over the phase, in ms: Δ``_sum`` ÷ Δ``_count``."""
+        mean = self.ratio(self.delta(base + "_sum"), self.delta(base + "_count"))
+        return None if mean is None else mean * 1e3
+
+    def peak(self, names: tuple[str, ...]) -> float | None:
+        """Largest value of a gauge over every scrape (first present name), None if never present."""
+        values = [v for s in self.all if (v := total(s, *names)) is not None]
+        return max(values) if values else None
+
+    def by_label(self, name: str, label: str, when: str = "after") -> dict[str, float]:
+        """{label value: summed value} of one sample name in the ``before`` or ``after`` scrape."""
+        return by_label(self.after if when == "after" else self.before, name, label)
 
 
-def _ratio(num: float | None, den: float | None) -> float | None:
-    return num / den if num is not None and den else None
+def _spec_decode(s: Scrapes, prefix: str, stats: ServerStats) -> None:
+    """Draft, draft-token and accepted-token counters named ``<prefix>drafts_total`` etc. (vLLM's
+    scheme, which llama.cpp copies), with per-position acceptance from ``…accepted_tokens_per_pos_total{position}``."""
+    stats.spec_drafts = s.delta(prefix + "drafts_total")
+    stats.spec_draft_tokens = s.delta(prefix + "draft_tokens_total")
+    stats.spec_accepted_tokens = s.delta(prefix + "accepted_tokens_total")
+    stats.acceptance_rate = s.ratio(stats.spec_accepted_tokens, stats.spec_draft_tokens)
+    if stats.spec_drafts:
+        stats.mean_acceptance_length = 1 + (stats.spec_accepted_tokens or 0) / stats.spec_drafts
+        pos_after = s.by_label(prefix + "accepted_tokens_per_pos_total", "position")
+        pos_before = s.by_label(prefix + "accepted_tokens_per_pos_total", "position", when="before")
+        if pos_after:
+            order = sorted(pos_after, key=int)
+            stats.per_position_acceptance = [(pos_after[p] - pos_before.get(p, 0)) / stats.spec_drafts for p in order]
 
 
-def _hist_mean_ms(before: Samples, after: Samples, base: str) -> float | None:
-    mean = _ratio(_delta(before, after, base + "_sum"), _delta(before, after, base + "_count"))
-    return None if mean is None else mean * 1e3
+def compute(engine: str | Engine, before: Samples, after: Samples, during: list[Samples]) -> ServerStats:
+    """Deltas between two scrapes and peaks over all of them, for one engine (by name or object).
 
-
-GAUGES = {
-    "vllm": (("vllm:num_requests_running",), ("vllm:num_requests_waiting",), ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")),
-    "sglang": (("sglang:num_running_reqs",), ("sglang:num_queue_reqs",), ("sglang:token_usage",)),
-    "llama.cpp": (("llamacpp:requests_processing",), ("llamacpp:requests_deferred",), ("llamacpp:kv_cache_usage_ratio",)),
-}
-
-
-def compute(engine: str, before: Samples, after: Samples, during: list[Samples]) -> ServerStats:
-    """Deltas between two scrapes and peaks over all of them, for one engine (see the module docstring)."""
-    allscrapes = [before, *during, after]
-    stats = ServerStats(engine=engine, scrapes=len(allscrapes))
-    if engine == "vllm":
-        stats.prompt_tokens = _delta(before, after, "vllm:prompt_tokens_total")
-        stats.generation_tokens = _delta(before, after, "vllm:generation_tokens_total")
-        queries = _delta(before, after, "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
-        hits = _delta(before, after, "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
-        stats.cached_prompt_tokens, stats.prefix_cache_hit_rate = hits, _ratio(hits, queries)
-        stats.preemptions = _delta(before, after, "vllm:num_preemptions_total")
-        prefix = "vllm:spec_decode_num_"
-        stats.queue_time_mean_ms = _hist_mean_ms(before, after, "vllm:request_queue_time_seconds")
-        stats.ttft_mean_ms = _hist_mean_ms(before, after, "vllm:time_to_first_token_seconds")
-        stats.e2e_mean_ms = _hist_mean_ms(before, after, "vllm:e2e_request_latency_seconds")
-    elif engine == "sglang":
-        stats.prompt_tokens = _delta(before, after, "sglang:prompt_tokens_total")
-        stats.generation_tokens = _delta(before, after, "sglang:generation_tokens_total")
-        sources = by_label(after, "sglang:cached_tokens_total", "cache_source")
-        if sources:
-            keys = [k for k in sources if k != "total"] or ["total"]
-            stats.cached_prompt_tokens = sum(_delta(before, after, "sglang:cached_tokens_total", cache_source=k) or 0 for k in keys)
-        else:
-            stats.cached_prompt_tokens = _delta(before, after, "sglang:cached_tokens_total")
-        stats.prefix_cache_hit_rate = _ratio(stats.cached_prompt_tokens, stats.prompt_tokens)
-        verify = _delta(before, after, "sglang:spec_verify_calls_total")
-        stats.mean_acceptance_length = _ratio(stats.generation_tokens, verify) if verify else None
-        stats.queue_time_mean_ms = _hist_mean_ms(before, after, "sglang:queue_time_seconds")
-        stats.ttft_mean_ms = _hist_mean_ms(before, after, "sglang:time_to_first_token_seconds")
-        stats.e2e_mean_ms = _hist_mean_ms(before, after, "sglang:e2e_request_latency_seconds")
-        retracted = [total(s, "sglang:num_retracted_reqs") for s in allscrapes]
-        stats.preemptions = max((r for r in retracted if r is not None), default=None)
-        prefix = None
-    elif engine == "llama.cpp":
-        computed = _delta(before, after, "llamacpp:prompt_tokens_total")
-        cached = _delta(before, after, "llamacpp:prompt_tokens_cached_total")
-        stats.prompt_tokens = None if computed is None else computed + (cached or 0)
-        stats.cached_prompt_tokens = cached
-        stats.prefix_cache_hit_rate = _ratio(cached, stats.prompt_tokens)
-        stats.generation_tokens = _delta(before, after, "llamacpp:tokens_predicted_total")
-        prefix = "llamacpp:spec_decode_num_"
-    else:
+    An engine without known metrics (``gauges`` None) gives only the scrape count.
+    """
+    engine = engines.get(engine) if isinstance(engine, str) else engine
+    s = Scrapes(before, after, during)
+    stats = ServerStats(engine=engine.name, scrapes=len(s.all))
+    if engine.gauges is None:
         return stats
-    if prefix:
-        stats.spec_drafts = _delta(before, after, prefix + "drafts_total")
-        stats.spec_draft_tokens = _delta(before, after, prefix + "draft_tokens_total")
-        stats.spec_accepted_tokens = _delta(before, after, prefix + "accepted_tokens_total")
-        stats.acceptance_rate = _ratio(stats.spec_accepted_tokens, stats.spec_draft_tokens)
-        if stats.spec_drafts:
-            stats.mean_acceptance_length = 1 + (stats.spec_accepted_tokens or 0) / stats.spec_drafts
-            pos_after = by_label(after, prefix + "accepted_tokens_per_pos_total", "position")
-            pos_before = by_label(before, prefix + "accepted_tokens_per_pos_total", "position")
-            if pos_after:
-                order = sorted(pos_after, key=int)
-                stats.per_position_acceptance = [(pos_after[p] - pos_before.get(p, 0)) / stats.spec_drafts for p in order]
-    running, waiting, kv = GAUGES[engine]
-    stats.peak_running = _peak(allscrapes, running)
-    stats.peak_waiting = _peak(allscrapes, waiting)
-    stats.peak_kv_usage = _peak(allscrapes, kv)
+    engine.server_counters(s, stats)
+    if engine.spec_decode_prefix:
+        _spec_decode(s, engine.spec_decode_prefix, stats)
+    stats.peak_running = s.peak(engine.gauges.running)
+    stats.peak_waiting = s.peak(engine.gauges.waiting)
+    stats.peak_kv_usage = s.peak(engine.gauges.kv_usage)
     return stats
-
-
-def _peak(scrapes: list[Samples], names: tuple[str, ...]) -> float | None:
-    values = [v for s in scrapes if (v := total(s, *names)) is not None]
-    return max(values) if values else None
 
 
 class MetricsWatch:
@@ -189,7 +156,7 @@ class MetricsWatch:
     """
 
     def __init__(self, url: str | None, engine: str, headers: dict[str, str]) -> None:
-        self.url, self.engine, self.headers = url, engine, headers
+        self.url, self.engine, self.headers = url, engines.get(engine), headers
         self._session: aiohttp.ClientSession | None = None
         self._before: Samples | None = None
         self._during: list[Samples] = []
@@ -213,7 +180,7 @@ class MetricsWatch:
 
     async def start(self) -> None:
         """Take the first scrape and start sampling (no-op without a metrics URL)."""
-        if not self.url or self.engine not in GAUGES:
+        if not self.url or self.engine.gauges is None:
             return
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
         self._before = await self._scrape()

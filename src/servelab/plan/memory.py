@@ -1,6 +1,7 @@
 """Memory plan: weights, KV-cache budget, KV capacity and concurrency, per GPU (node).
 
-Following vLLM's accounting (``vllm/v1/worker/gpu_worker.py``, ``vllm/v1/core/kv_cache_utils.py``):
+Following vLLM's accounting (``vllm/v1/worker/gpu_worker.py``, ``vllm/v1/core/kv_cache_utils.py``),
+with the batch defaults of the plan's engine (``servelab.engines.plan_engine``):
 
     budget = memory × gpu_memory_utilization − weights − runtime overhead
     KV capacity (tokens) = budget ÷ KV bytes per token, rounded down to whole 16-token blocks
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from servelab.engines import plan_engine
 from servelab.plan.hardware import GIB, Hardware
 from servelab.plan.model_spec import ModelSpec
 from servelab.plan.quant import QuantFormat, weight_bytes
@@ -35,19 +37,6 @@ from servelab.plan.quant import QuantFormat, weight_bytes
 BLOCK_TOKENS = 16
 CUDA_CONTEXT_GIB = 0.5
 CUDA_GRAPHS_GIB = 0.5
-
-
-def vllm_batch_defaults(hw: Hardware) -> tuple[int, int]:
-    """vLLM 0.33 ``vllm serve`` defaults (max_num_batched_tokens, max_num_seqs) by device tier.
-
-    Source: ``vllm/engine/arg_utils.py`` ``EngineArgs.get_batch_defaults`` (server-facts.md §2.3):
-    ≥ 160 GiB → 16384 / 1024; ≥ 70 GiB and not GB10 → 8192 / 1024; otherwise (GB10 included) 2048 / 256.
-    """
-    if hw.memory_gib >= 160:
-        return 16384, 1024
-    if hw.memory_gib >= 70 and "gb10" not in hw.name.lower():
-        return 8192, 1024
-    return 2048, 256
 
 
 def activation_gib(spec: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int) -> float:
@@ -105,7 +94,7 @@ def plan_memory(
     """
     notes: list[str] = []
     L = max_model_len or spec.max_position_embeddings or 4096
-    mbt_default, seqs_default = vllm_batch_defaults(hw)
+    mbt_default, seqs_default = plan_engine().batch_defaults(hw)
     mbt = max_num_batched_tokens or mbt_default
     seqs = max_num_seqs or seqs_default
     weights_total = weight_bytes(spec, fmt) / GIB

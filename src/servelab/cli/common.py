@@ -1,0 +1,148 @@
+"""What every ``servelab`` command shares: the consoles, the one-line error exit, option parsers,
+signals, the event loop, run directories and the runs database.
+
+Exit codes: 0 success; 1 the run finished but requests failed or the run is partial; 2 bad input
+or an unusable server (one clear line, no traceback); 130 interrupted with Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import threading
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from servelab.errors import ServelabError
+from servelab.imports import read_results
+from servelab.store import Store, database_url
+
+# Tables are wide; when output is not a terminal (a file, CI) do not squeeze them to 80 columns.
+console = Console(width=None if Console().is_terminal else 200)
+err_console = Console(stderr=True, width=None if Console(stderr=True).is_terminal else 200)
+DbOpt = Annotated[str | None, typer.Option("--db", help="Runs database: an SQLite file or a SQLAlchemy URL (postgresql+psycopg://…); default $SERVELAB_DB or the per-user data directory.")]
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print one clear error line and exit."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def parse_int_list(value: str, option: str, minimum: int = 1) -> list[int]:
+    """``"1,2,4"`` → ``[1, 2, 4]``; every item an integer ≥ ``minimum`` (0 or 1).
+
+    Raises:
+        ServelabError: naming ``option`` and the bad item.
+    """
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items or not all(v.isdigit() and int(v) >= minimum for v in items):
+        kind = "positive integers" if minimum > 0 else "integers ≥ 0"
+        raise ServelabError(f"{option} {value!r}: give {kind} separated by commas, e.g. {minimum},2,4")
+    return [int(v) for v in items]
+
+
+def parse_float_list(value: str, option: str) -> list[float]:
+    """``"0.5,1,2"`` → ``[0.5, 1.0, 2.0]``; every item a positive number.
+
+    Raises:
+        ServelabError: naming ``option`` and the bad item.
+    """
+    try:
+        items = [float(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        items = []
+    if not items or any(v <= 0 for v in items):
+        raise ServelabError(f"{option} {value!r}: give positive numbers separated by commas, e.g. 0.5,1,2")
+    return items
+
+
+def parse_duration(value: str) -> float:
+    """``"90"``, ``"90s"``, ``"2m"``, ``"1h"`` → seconds.
+
+    Raises:
+        ServelabError: not a positive duration.
+    """
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", value)
+    if not m or float(m.group(1)) <= 0:
+        raise ServelabError(f"--duration {value!r}: give a positive duration such as 90s, 2m or 1h")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def parse_json_object(value: str | None, option: str) -> dict | None:
+    """Parse a JSON object option (``--chat-template-kwargs``).
+
+    Raises:
+        ServelabError: not a JSON object.
+    """
+    if value is None:
+        return None
+    try:
+        obj = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ServelabError(f"{option}: not valid JSON ({exc.msg}); e.g. '{{\"enable_thinking\": false}}'") from None
+    if not isinstance(obj, dict):
+        raise ServelabError(f"{option}: give a JSON object, e.g. '{{\"enable_thinking\": false}}'")
+    return obj
+
+
+def sigterm_as_sigint() -> None:
+    """Treat SIGTERM like Ctrl-C, so a killed servelab still stops its server and saves the partial run."""
+    if threading.current_thread() is threading.main_thread():  # (signals can only be set there)
+        signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+
+
+def event_loop_runner() -> asyncio.Runner:
+    """An asyncio runner on uvloop where available (lower per-chunk cost, see benchmarks/)."""
+    try:
+        import uvloop
+
+        return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:
+        return asyncio.Runner()
+
+
+def default_run_dir(label: str) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-")[:40] or "run"
+    return Path("servelab-runs") / f"{stamp}-{slug}"
+
+
+def remember(path: Path) -> None:
+    """Store the runs under ``path`` in the runs database. A failure is only a warning: the run
+    directory on disk is the source of truth, and ``servelab import`` can add it later."""
+    if not any(path.rglob("run.json")):
+        return  # nothing measured (every variant failed to start, every cell failed)
+    try:
+        runs = read_results(path)
+        Store(database_url()).add(runs)
+        console.print(f"[dim]{len(runs)} run(s) stored in the runs database (servelab runs, servelab ui)[/]", highlight=False)
+    except ServelabError as exc:
+        err_console.print(f"[yellow]not stored in the runs database:[/] {exc}", soft_wrap=True)
+
+
+def serve_until_ctrl_c(url: str, where: str, wait: Callable[[], str], stop: Callable[[], None]) -> None:
+    """Say where a started server is, block in ``wait`` until it exits (its message, exit code 1)
+    or until Ctrl-C (exit 0), and stop it either way."""
+    try:
+        console.print(f"serving at [bold]{url}[/] {where}", soft_wrap=True)
+        console.print(f"try: servelab bench --url {url}", soft_wrap=True)
+        console.print("press Ctrl-C to stop")
+        fail(wait(), 1)
+    except KeyboardInterrupt:
+        console.print("stopping")
+    finally:
+        stop()
+
+
+def store_at(db: str | None) -> Store:
+    """The runs database at ``--db`` (default ``$SERVELAB_DB`` or the per-user one)."""
+    return Store(database_url(db))

@@ -1,0 +1,82 @@
+"""``servelab plan`` and ``servelab plan cudagraph``: memory fit, KV capacity, ceilings, graph padding."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from servelab.cli.common import console, fail, parse_int_list
+from servelab.engines import plan_engine
+from servelab.errors import ServelabError
+from servelab.plan.cudagraph import padding, recommend
+from servelab.plan.hardware import load_hardware
+from servelab.plan.model_spec import load_model
+from servelab.plan.planner import make_plan
+from servelab.plan.quant import get_format, kv_dtype_bytes
+from servelab.report.plan_table import padding_table, plan_table
+
+plan_app = typer.Typer(help="Memory fit, KV capacity, concurrency and speed ceilings before launching a server.")
+
+
+@plan_app.callback(invoke_without_command=True)
+def plan(
+    ctx: typer.Context,
+    model: Annotated[str | None, typer.Option(help="Catalog name (qwen3-8b, gpt-oss-120b …), a config.json or its directory.")] = None,
+    hardware: Annotated[str, typer.Option(help="Profile name (dgx-spark, h100-sxm, h200, b200, rtx-pro-6000, rtx-5090, m3-ultra, ryzen-ai-max-395) or a YAML file.")] = "h100-sxm",
+    quant: Annotated[str, typer.Option(help="Weight format: bf16, fp8, fp8-block, mxfp8, nvfp4, nvfp4-experts, mxfp4, gptq-int4, awq-int4, gguf-q4_k_m, gguf-q8_0.")] = "bf16",
+    kv_dtype: Annotated[str, typer.Option(help="KV-cache dtype: auto (bf16) or fp8.")] = "auto",
+    max_model_len: Annotated[int | None, typer.Option(min=1, help="Context per request (default the model's maximum).")] = None,
+    gpu_memory_utilization: Annotated[float, typer.Option(help="Fraction of memory the server may take (vLLM's flag; its default is 0.92 since 0.2x, 0.9 in 0.11).")] = 0.92,
+    nodes: Annotated[int, typer.Option(min=1, help="Nodes (machines) the TP group spans; --tp defaults to one GPU per node.")] = 1,
+    tp: Annotated[int | None, typer.Option(min=1, help="Tensor-parallel size (default = nodes).")] = None,
+    concurrency: Annotated[str, typer.Option(help="Batch sizes for ceilings and longest context.")] = "1,4,16,64",
+    overhead_gib: Annotated[float | None, typer.Option(min=0, help="Runtime overhead per GPU, GiB (default estimated).")] = None,
+    os_reserved_gib: Annotated[float | None, typer.Option(min=0, help="Unified memory the OS keeps, GiB (default per profile).")] = None,
+    draft_tokens: Annotated[int, typer.Option(min=0, help="Speculative decoding: draft tokens per step.")] = 0,
+    acceptance: Annotated[float, typer.Option(help="Speculative decoding: acceptance rate per draft token.")] = 0.7,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Does it fit, how many tokens of KV cache, how many concurrent requests, and how fast at best."""
+    if ctx.invoked_subcommand is not None:
+        return
+    try:
+        if model is None:
+            raise ServelabError("--model is required: a catalog name such as qwen3-8b, or a config.json")
+        spec = load_model(model)
+        result = make_plan(
+            spec, get_format(quant, spec), load_hardware(hardware), kv_dtype=kv_dtype, kv_dtype_bytes=kv_dtype_bytes(kv_dtype),
+            max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization, nodes=nodes, tp=tp,
+            concurrency=parse_int_list(concurrency, "--concurrency"), overhead_gib=overhead_gib, os_reserved_gib=os_reserved_gib,
+            draft_tokens=draft_tokens, acceptance=acceptance,
+        )  # fmt: skip
+    except ServelabError as exc:
+        fail(str(exc))
+    if json_out:
+        print(result.model_dump_json(indent=2))
+    else:
+        console.print(plan_table(result))
+
+
+@plan_app.command("cudagraph")
+def plan_cudagraph(
+    concurrency: Annotated[str, typer.Option(help="Target concurrency levels, e.g. 1,2,4,5,8,10,16,32.")] = "1,2,4,5,8,10,16,32,64",
+    capture_sizes: Annotated[str | None, typer.Option(help="The server's capture list (default vLLM's for the settings below).")] = None,
+    max_num_seqs: Annotated[int, typer.Option(min=1, help="vLLM --max-num-seqs.")] = 256,
+    max_num_batched_tokens: Annotated[int, typer.Option(min=1, help="vLLM --max-num-batched-tokens.")] = 8192,
+    num_spec_tokens: Annotated[int, typer.Option(min=0, help="Speculative tokens per step.")] = 0,
+    sm100: Annotated[bool, typer.Option(help="Data-center Blackwell (B200): default largest size 1024.")] = False,
+) -> None:
+    """CUDA-graph padding: which graph each concurrency runs, the waste, and a capture list without it."""
+    try:
+        levels = parse_int_list(concurrency, "--concurrency")
+        sizes = (
+            parse_int_list(capture_sizes, "--capture-sizes")
+            if capture_sizes
+            else plan_engine().capture_sizes(max_num_seqs, max_num_batched_tokens, num_spec_tokens, sm100)
+        )
+    except ServelabError as exc:
+        fail(str(exc))
+    console.print(padding_table(padding(sizes, levels, num_spec_tokens), sizes))
+    best = recommend(sizes, levels, num_spec_tokens)
+    console.print(f"no padding at these levels with: --compilation-config '{{\"cudagraph_capture_sizes\": {best}}}'", soft_wrap=True)

@@ -1,0 +1,62 @@
+"""``servelab serve-local`` and ``servelab bootlog``: the embedded server, and what a server's startup log says."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from servelab.cli.bench import LlamaServerOpt
+from servelab.cli.common import console, fail, serve_until_ctrl_c, sigterm_as_sigint
+from servelab.errors import ServelabError
+from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LocalServer
+from servelab.metrics.bootlog import parse_bootlog
+from servelab.report.bootlog_table import bootlog_table
+
+
+def serve_local(
+    port: Annotated[int | None, typer.Option(help="Port on 127.0.0.1 (default a free one).")] = None,
+    parallel: Annotated[int, typer.Option(min=1, help="llama-server slots.")] = DEFAULT_PARALLEL,
+    ctx_size: Annotated[int, typer.Option(min=256, help="Total context, shared by the slots.")] = DEFAULT_CTX_SIZE,
+    log: Annotated[Path | None, typer.Option(help="Server log file (default a temporary file).")] = None,
+    llama_server: LlamaServerOpt = None,
+) -> None:
+    """Start the embedded llama.cpp server with Gemma 3 270M and print its URL until Ctrl-C."""
+    sigterm_as_sigint()
+    log_path = log or Path(tempfile.mkdtemp(prefix="servelab-")) / "server.log"
+    try:
+        server = LocalServer(log_path, parallel=parallel, ctx_size=ctx_size, port=port, llama_server=llama_server)
+        with console.status(f"starting the embedded server (Gemma 3 270M, {server.backend})…"):
+            server.start()
+    except ServelabError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        fail("interrupted while the server started; it was stopped", 130)
+
+    def wait() -> str:
+        server.proc.process.wait()
+        return f"llama-server exited with code {server.proc.process.returncode}; see {log_path}"
+
+    serve_until_ctrl_c(server.url, f"with {server.backend} (log: {log_path})", wait, server.stop)
+
+
+def bootlog(
+    path: Annotated[str, typer.Argument(help="A vLLM, SGLang or llama.cpp startup log, or - for standard input.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """What a server decided while it booted: KV cache, concurrency, graphs, backends, timings, warnings."""
+    if path == "-":
+        text = sys.stdin.read()
+    else:
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            fail(f"cannot read {path}: {exc.strerror}")
+    facts = parse_bootlog(text)
+    if json_out:
+        print(facts.model_dump_json(indent=2, exclude={"unrecognised"}))
+    else:
+        console.print(bootlog_table(facts))

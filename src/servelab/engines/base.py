@@ -1,0 +1,219 @@
+"""The engine interface: everything servelab knows about one inference server, in one object.
+
+An engine is a subclass of :class:`Engine` whose instance is registered under the entry-point
+group ``servelab.engines`` (``servelab.engines.registry``). The base class is the behaviour of
+any OpenAI-compatible server that servelab knows nothing special about (``generic``); an engine
+overrides what differs. The generic modules ask the engine object and know no engine themselves:
+
+=====================  ==========================================  ===============================
+what                   attributes / methods                        asked by
+=====================  ==========================================  ===============================
+discovery              ``owned_by``, ``recognise``, ``describe``    ``servelab.endpoint``
+tokenizer              ``tokenize_body``, ``chat_count``            ``servelab.tokenizer``
+requests and streams   ``request_fields``, ``connector_options``,   ``servelab.load.client``,
+                       ``exact_output_length``, ``context_limit``  ``servelab.bench``
+Prometheus metrics     ``gauges``, ``spec_decode_prefix``,          ``servelab.metrics.server``
+                       ``server_counters``
+boot log               ``rules``, ``ready``, ``notable``,           ``servelab.metrics.bootlog``
+                       ``strip_prefix``
+recipes and launch     ``recipe_name``, ``ready_path``,             ``servelab.recipes``,
+                       ``ready_timeout_s``, ``default_port``,       ``servelab.launch``
+                       ``container_caches``,
+                       ``parallel_flags``, ``cluster_backends``,
+                       ``cluster_flags``, ``check_recipe``
+flag meanings          ``flags`` (:class:`Flags`),                  ``servelab.lint``
+                       ``gpu_memory_utilization_default``
+lint                   ``lint_rules``                               ``servelab.lint``
+plan                   ``batch_defaults``, ``capture_sizes``        ``servelab.plan``,
+                                                                    ``servelab.diagnose``
+=====================  ==========================================  ===============================
+
+How to add one: docs/architecture.md ("Adding an engine").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
+
+if TYPE_CHECKING:
+    from servelab.lint import LintFinding
+    from servelab.metrics.bootlog import Rule
+    from servelab.metrics.server import Scrapes, ServerStats
+    from servelab.plan.hardware import Hardware
+    from servelab.recipes import Recipe, Resolved
+
+# get(path) → the JSON body of GET root+path, or None on any failure; post(path, body) → JSON, or raises ServelabError
+JsonGet = Callable[[str], Awaitable[object | None]]
+JsonPost = Callable[[str, dict], Awaitable[dict]]
+
+
+class Gauges(NamedTuple):
+    """Prometheus gauge names whose peaks are kept (each: spellings tried in order, newest first)."""
+
+    running: tuple[str, ...]
+    waiting: tuple[str, ...]
+    kv_usage: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Flags:
+    """What an engine's server flags mean: the flag for each setting servelab reads from a recipe's
+    command (None: the engine has no such flag, or servelab does not read it)."""
+
+    max_model_len: str | None = None
+    max_num_seqs: str | None = None
+    max_num_batched_tokens: str | None = None
+    eager: str | None = None  # turns CUDA graphs off
+    gpu_memory: str | None = None  # the fraction of GPU memory the server takes
+    speculative: str | None = None
+    prefix_cache_off: str | None = None
+    kv_cache_dtype: str | None = None
+    quantization: str | None = None
+    tp: tuple[str, ...] = ()  # spellings of the TP-size flag; the first is the one added
+    ep: tuple[str, ...] = ()  # spellings of the EP flag; the first is the one added
+    ep_takes_size: bool = False  # the EP flag takes the EP size (= TP size) as its value
+
+
+class Engine:
+    """An OpenAI-compatible server with no known quirks; engines subclass it (see the module docstring).
+
+    Every attribute is a class attribute so a subclass states its facts as plain assignments.
+    """
+
+    name: ClassVar[str] = "generic"  # the engine field of results (EndpointInfo.engine)
+    title: ClassVar[str] = "an OpenAI-compatible server"  # its name in messages ("vLLM")
+    recipe_name: ClassVar[str | None] = None  # the engine field of recipes, when it differs from name
+    owned_by: ClassVar[tuple[str, ...]] = ()  # /v1/models card owned_by values (lower case) that identify it
+
+    # requests
+    exact_output_length: ClassVar[bool] = False  # honours ignore_eos: outputs are exactly max_tokens
+    context_limit: ClassVar[str] = "(max_model_len)"  # what limits one request's context, for messages
+
+    # Prometheus metrics (None: servelab reads no metrics of this engine)
+    gauges: ClassVar[Gauges | None] = None
+    spec_decode_prefix: ClassVar[str | None] = None  # "<prefix>drafts_total", "…draft_tokens_total", "…accepted_tokens_total"
+
+    # boot log
+    rules: ClassVar[list[Rule]] = []
+    ready: ClassVar[re.Pattern | None] = None
+    notable: ClassVar[re.Pattern | None] = None
+
+    # recipes and launch
+    ready_path: ClassVar[str] = "/v1/models"  # polled until it answers 200
+    ready_timeout_s: ClassVar[float] = 600.0
+    default_port: ClassVar[int] = 8000  # the port it listens on when the command does not say
+    container_caches: ClassVar[tuple[tuple[str, str], ...]] = ()  # (host folder under cache_dir, folder under the container's home)
+    cluster_backends: ClassVar[tuple[str, ...]] = ()  # "ray", "native": how it runs on several nodes; the first is the default
+    flags: ClassVar[Flags] = Flags()
+    gpu_memory_utilization_default: ClassVar[float | None] = None  # the value of flags.gpu_memory when not given
+    max_num_seqs_floor: ClassVar[int | None] = None  # its smallest max_num_seqs default over devices (lint: unset above it)
+
+    @property
+    def recipe_names(self) -> tuple[str, ...]:
+        """The names a recipe's ``engine`` field may use for it."""
+        return (self.recipe_name,) if self.recipe_name else (self.name,)
+
+    # --- discovery -----------------------------------------------------------------------------
+    async def recognise(self, get: JsonGet) -> bool:
+        """True when the server is this engine though its model card did not say so (asked only
+        when no engine's ``owned_by`` matched)."""
+        return False
+
+    async def describe(self, get: JsonGet, card: dict) -> tuple[str | None, int | None]:
+        """(engine version, context tokens per request) of a server found to be this engine.
+
+        Args:
+            get: GET a path of the server → its JSON, or None.
+            card: the served model's ``/v1/models`` card.
+        """
+        return None, positive_int(card.get("max_model_len"))
+
+    def tokenize_body(self, text: str) -> dict:
+        """The ``POST /tokenize`` body for ``text`` without special tokens (vLLM's shape, which SGLang shares)."""
+        return {"prompt": text, "add_special_tokens": False}
+
+    async def chat_count(self, post: JsonPost, model: str, messages: list[dict], extra: dict) -> int | None:
+        """Tokens of ``messages`` with the chat template applied, as the server counts them; None
+        when the server has no endpoint for it."""
+        return None
+
+    # --- requests ------------------------------------------------------------------------------
+    def request_fields(self, *, max_tokens: int, ignore_eos: bool, cold: bool) -> dict:
+        """Extra fields of a chat request: exact output length and a cold prefix cache, as this engine spells them."""
+        return {"ignore_eos": True} if ignore_eos else {}
+
+    def connector_options(self) -> dict:
+        """aiohttp ``TCPConnector`` options for its keep-alive behaviour: connections are kept but
+        dropped after 2 s idle, before servers drop theirs (uvicorn: 5 s), so a stale one is never used."""
+        return {"keepalive_timeout": 2.0}
+
+    # --- metrics -------------------------------------------------------------------------------
+    def server_counters(self, s: Scrapes, stats: ServerStats) -> None:
+        """Fill ``stats`` with the counter deltas this engine's metrics give (prompt, cached and
+        generated tokens, preemptions, histogram means); spec-decode counters and gauge peaks are
+        read generically from ``spec_decode_prefix`` and ``gauges``."""
+
+    # --- boot log ------------------------------------------------------------------------------
+    def strip_prefix(self, line: str) -> tuple[str, float | None, str] | None:
+        """(message, timestamp in s or None, level) of one of its log lines, or None if the line is not its."""
+        return None
+
+    # --- recipes and launch --------------------------------------------------------------------
+    def parallel_flags(self, argv: list[str], tp: int, expert_parallel: bool, backend: str | None) -> list[str]:
+        """Flags to append for tensor/expert parallelism (and the cluster backend) that ``argv`` lacks."""
+        from servelab.recipes import has_flag
+
+        f, extra = self.flags, []
+        if f.tp and tp > 1 and not has_flag(argv, *f.tp):
+            extra += [f.tp[0], str(tp)]
+        if f.ep and expert_parallel and not has_flag(argv, *f.ep):
+            extra += [f.ep[0], str(tp)] if f.ep_takes_size else [f.ep[0]]
+        return extra
+
+    def cluster_flags(self, nodes: int, rank: int, head: str, port: int) -> list[str]:
+        """Its own multi-node flags for node ``rank`` of ``nodes`` (``native`` cluster backend)."""
+        return []
+
+    def check_recipe(self, recipe: Recipe) -> None:
+        """Refuse what this engine cannot run (raises ServelabError naming the recipe line and the fix)."""
+        from servelab.errors import ServelabError
+
+        if recipe.cluster and recipe.cluster.backend and recipe.cluster.backend not in self.cluster_backends:
+            raise ServelabError(
+                f"{recipe.where('cluster')}: {self.name} runs several nodes with {' or '.join(self.cluster_backends)} only; "
+                f"use backend: {self.cluster_backends[0]}"
+            )
+
+    # --- lint and plan -------------------------------------------------------------------------
+    def lint_rules(self, recipe: Recipe, resolved: Resolved) -> list[LintFinding]:
+        """Pitfalls only this engine has, for one resolved variant (the shared rules are in ``servelab.lint``)."""
+        return []
+
+    def batch_defaults(self, hw: Hardware) -> tuple[int, int]:
+        """(max_num_batched_tokens, max_num_seqs) the server picks on ``hw`` when not told.
+
+        Raises:
+            NotImplementedError: servelab does not know this engine's defaults.
+        """
+        raise NotImplementedError(f"{self.name}: no batch defaults known")
+
+    def capture_sizes(
+        self, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192, num_spec_tokens: int = 0, sm100: bool = False
+    ) -> list[int] | None:
+        """The CUDA-graph capture sizes it picks by default (decode batch sizes, ascending), or None
+        when servelab does not know them. The defaults stand for a run whose settings are unknown."""
+        return None
+
+
+def positive_int(value: object) -> int | None:
+    """``value`` as a positive int when a server gave one (int, or a float/str holding one), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    return value if isinstance(value, int) and value > 0 else None

@@ -1,0 +1,69 @@
+"""Server argument lists: reading flags, adding them, and hiding secret values."""
+
+from __future__ import annotations
+
+import re
+
+from servelab.errors import ServelabError
+
+SECRET_WORDS = ("key", "token", "secret", "password")
+
+
+def parse_port(value: str) -> int:
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise ServelabError(f"port {value!r} is not a TCP port; pass --set port=8000")
+    return int(value)
+
+
+def flag_args(name: str, value: str) -> list[str]:
+    """``max_num_seqs``, ``64`` → ``["--max-num-seqs", "64"]``; true → the bare flag; false → nothing."""
+    flag = "--" + name.replace("_", "-")
+    if value.lower() == "true":
+        return [flag]
+    if value.lower() == "false":
+        return []
+    return [flag, value]
+
+
+def _flag_names(argv: list[str]) -> list[str]:
+    return [a.split("=", 1)[0].replace("_", "-") if a.startswith("--") else a for a in argv]
+
+
+def has_flag(argv: list[str], *names: str) -> bool:
+    """True when ``argv`` gives any of ``names`` (``--x v``, ``--x=v``; ``_`` and ``-`` alike)."""
+    wanted = {n.replace("_", "-") for n in names}
+    return any(a in wanted for a in _flag_names(argv))
+
+
+def flag_value(argv: list[str], *names: str) -> str | None:
+    """The value of the last of ``names`` in ``argv`` (``--x v`` or ``--x=v``), or None."""
+    wanted = {n.replace("_", "-") for n in names}
+    found = None
+    for i, a in enumerate(argv):
+        name = a.split("=", 1)[0].replace("_", "-") if a.startswith("--") else a
+        if name in wanted:
+            found = a.split("=", 1)[1] if "=" in a and a.startswith("--") else (argv[i + 1] if i + 1 < len(argv) else "")
+    return found
+
+
+def is_secret(name: str) -> bool:
+    """True for names like ``--api-key``, ``--hf-token``, ``HF_TOKEN`` (word match: ``--max-num-batched-tokens`` is not)."""
+    return any(w in SECRET_WORDS for w in re.split(r"[-_]+", name.lower()))
+
+
+def redact(argv: list[str]) -> list[str]:
+    """``argv`` with the values of secret-looking flags and variables (``--api-key X``,
+    ``--hf-token=X``, ``HF_TOKEN=X``) replaced by ``***``; for anything stored or printed."""
+    out: list[str] = []
+    hide = False
+    for a in argv:
+        name, eq, _ = a.partition("=")
+        if hide:
+            out.append("***")
+            hide = False
+        elif is_secret(name) and eq:
+            out.append(name + "=***")
+        else:
+            hide = a.startswith("-") and is_secret(name)
+            out.append(a)
+    return out

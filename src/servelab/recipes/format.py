@@ -1,0 +1,299 @@
+"""The recipe format: a server described in YAML, validated, each error naming its file and line.
+
+A recipe names the engine and model, how to run the server (``command``: an argument list, or a
+string split once with ``shlex`` *before* any value is filled in, so a value can never become
+extra arguments or shell code), optionally a container image, ``defaults`` for its
+``{placeholders}``, environment variables, tensor/expert parallelism, the cluster hosts, readiness
+(URL and timeout) and the benchmark plan to run once the server is ready. ``variants`` (or
+``servelab sweep --vary``) give placeholder values to try one after the other. Placeholders follow
+Python's ``str.format`` (as spark-vllm-docker recipes do): ``{{`` and ``}}`` are literal braces,
+e.g. in a JSON argument. Filling them in: ``servelab.recipes.resolve``.
+
+The community's DGX Spark format (``servelab.recipes.spark_vllm_docker``) is read too and converted on load.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import shlex
+import string
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveFloat, PositiveInt, PrivateAttr, ValidationError, field_validator
+
+from servelab import engines
+from servelab.errors import ServelabError
+from servelab.recipes.spark_vllm_docker import from_spark_vllm_docker
+from servelab.recipes.variants import NAME_RE
+from servelab.yamlfile import Lines, line_of, read_yaml_lines
+
+if TYPE_CHECKING:
+    from servelab.recipes.resolve import Resolved
+
+SHELL_TOKENS = {"&&", "||", ";", "|", ">", ">>", "<", "&", "$(", "`"}
+
+
+def _scalar(value: Any) -> str:
+    """YAML scalars as the text they stand for (true → "true"); anything else is an error."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    raise ValueError("give a string, number or boolean")
+
+
+Scalar = Annotated[str, BeforeValidator(_scalar)]
+
+
+def _engine(value: Any) -> Any:
+    """A registered engine's recipe name (``servelab.engines``)."""
+    known = [name for e in engines.all_engines() for name in e.recipe_names]
+    if value not in known:
+        raise ValueError(f"Input should be {', '.join(repr(k) for k in known[:-1])} or {known[-1]!r}")
+    return value
+
+
+EngineName = Annotated[str, BeforeValidator(_engine)]
+
+
+class Container(BaseModel):
+    """Run the server in a container (``docker run``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    image: str = Field(description="Image, e.g. vllm/vllm-openai:v0.11.0 (placeholders allowed).")
+    gpus: str | None = Field("all", description="docker run --gpus; null for none.")
+    ipc: str | None = Field("host", description="docker run --ipc (host: PyTorch shared memory without a size limit).")
+    shm_size: str | None = Field(None, description="docker run --shm-size, when ipc is not host.")
+    network: str = Field("host", description="docker run --network; with anything but host the port is published.")
+    cache_dir: str = Field("~/.cache", description="Host folder holding the huggingface/, flashinfer/ and engine caches (and ~/.triton).")
+    cache_volumes: bool = Field(True, description="Mount model-weight, torch.compile, FlashInfer and Triton caches from the host.")
+    volumes: list[str] = Field(default_factory=list, description="More -v HOST:CONTAINER mounts.")
+    options: list[str] = Field(default_factory=list, description="More docker run arguments.")
+
+
+class Cluster(BaseModel):
+    """Several nodes: the head (first host) and workers, reached over ssh (loopback runs locally)."""
+
+    model_config = ConfigDict(extra="forbid")
+    hosts: list[str] = Field(min_length=2, description="Head first, then workers (ssh destinations).")
+    backend: Literal["ray", "native"] | None = Field(None, description="ray (vLLM default) or native (--nnodes/--node-rank; SGLang).")
+    ray_port: PositiveInt = 6379
+    dist_port: PositiveInt = Field(29501, description="native: the rendezvous port on the head.")
+    ray_args: list[str] = Field(default_factory=list, description="More `ray start` arguments, e.g. --num-gpus=1.")
+    ssh: list[str] = Field(default_factory=list, description="More ssh arguments, e.g. [-i, ~/.ssh/spark].")
+    ready_timeout_s: PositiveFloat = Field(300.0, description="How long the Ray cluster may take to show every node.")
+
+
+class Ready(BaseModel):
+    """When the server counts as started."""
+
+    model_config = ConfigDict(extra="forbid")
+    url: str | None = Field(None, description="URL polled until 200; default the engine's health path on the head.")
+    timeout_s: PositiveFloat | None = Field(None, description="Seconds to wait; default per engine (vLLM 900).")
+
+
+class BenchPlan(BaseModel):
+    """What ``servelab bench`` runs once the server is ready (its options, same names and units)."""
+
+    model_config = ConfigDict(extra="forbid")
+    concurrency: list[PositiveInt] = Field(default_factory=lambda: [1, 2, 4], min_length=1)
+    rates: list[PositiveFloat] | None = None
+    burstiness: PositiveFloat = 1.0
+    max_concurrency: PositiveInt | None = None
+    requests: PositiveInt | None = None
+    duration_s: PositiveFloat | None = None
+    warmup: Annotated[int, Field(ge=0)] | None = None
+    input_tokens: PositiveInt = 256
+    output_tokens: PositiveInt = 128
+    prefix_cache: Literal["cold", "warm", "shared-prefix"] = "cold"
+    shared_prefix_tokens: PositiveInt = 512
+    ignore_eos: bool | None = None
+    chat_template_kwargs: dict | None = None
+    seed: int = 0
+    request_timeout_s: PositiveFloat = 600.0
+    api_key_env: str = Field("SERVELAB_API_KEY", description="Environment variable holding the API key (never stored).")
+
+    def max_in_flight(self) -> int:
+        """The most requests the plan keeps in flight (open loop: its cap, or 0 when uncapped)."""
+        return (self.max_concurrency or 0) if self.rates else max(self.concurrency)
+
+
+class Recipe(BaseModel):
+    """A server recipe (YAML). See the module docstring and README "Recipes"."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    engine: EngineName
+    model: str | None = Field(None, description="Model id or path; the {model} placeholder.")
+    description: str | None = None
+    command: list[str] = Field(min_length=1, description="The server's argument list (a string is split with shlex).")
+    container: Container | None = None
+    defaults: dict[str, Scalar] = Field(default_factory=dict)
+    env: dict[str, Scalar] = Field(default_factory=dict)
+    pass_env: list[str] = Field(default_factory=list, description="Variables passed through from servelab's environment (secrets: HF_TOKEN).")
+    tensor_parallel: PositiveInt = 1
+    expert_parallel: bool = False
+    cluster: Cluster | None = None
+    ready: Ready = Field(default_factory=Ready)
+    hardware: str | None = Field(None, description="Hardware profile for `servelab lint` (see servelab plan).")
+    bench: BenchPlan = Field(default_factory=BenchPlan)
+    variants: list[dict[str, Scalar]] = Field(default_factory=list)
+    _path: Path | None = PrivateAttr(None)
+    _lines: Lines = PrivateAttr(default_factory=dict)
+    _notes: list[str] = PrivateAttr(default_factory=list)
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                value = shlex.split(value.replace("\\\n", " "))
+            except ValueError as exc:
+                raise ValueError(f"cannot split the command: {exc}") from None
+        if isinstance(value, list):
+            value = [_scalar(v) if isinstance(v, (int, float, bool)) else v for v in value]
+            bad = [v for v in value if v in SHELL_TOKENS or (isinstance(v, str) and v.startswith(("$(", "`")))]
+            if bad:
+                raise ValueError(f"uses shell syntax ({bad[0]!r}); servelab runs one program with an argument list, no shell")
+        return value
+
+    @property
+    def notes(self) -> list[str]:
+        """What the import of a foreign format left out (e.g. spark-vllm-docker mods)."""
+        return self._notes
+
+    @property
+    def source(self) -> str:
+        """Where the recipe came from, for messages."""
+        return str(self._path) if self._path else f"recipe {self.name!r}"
+
+    def where(self, *loc: str | int) -> str:
+        """``FILE, line N`` for a key path, for error messages."""
+        line = line_of(self._lines, loc)
+        return f"{self.source}, line {line}" if line else self.source
+
+    def sha256(self) -> str:
+        """Hash of the recipe's content (stored with every run it launched)."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
+
+    def backend(self) -> Literal["ray", "native"] | None:
+        """How the nodes of a cluster work together: ``cluster.backend``, else the engine's first (``cluster_backends``)."""
+        if self.cluster is None:
+            return None
+        return self.cluster.backend or engines.get(self.engine).cluster_backends[0]
+
+    def templates(self) -> list[tuple[tuple, str]]:
+        """Every text that may hold ``{placeholders}``, with its key path: command items, env
+        values, the ready URL and the container image."""
+        out: list[tuple[tuple, str]] = [(("command", i), arg) for i, arg in enumerate(self.command)]
+        out += [(("env", k), v) for k, v in self.env.items()]
+        out += [(("ready", "url"), self.ready.url)] if self.ready.url else []
+        return out + ([(("container", "image"), self.container.image)] if self.container else [])
+
+    def placeholders(self) -> set[str]:
+        """Names used as ``{placeholders}`` anywhere they are allowed."""
+        return {name for _, text in self.templates() for _, name, _, _ in string.Formatter().parse(text) if name}
+
+    def resolve(self, values: Mapping[str, str] | None = None, label: str = "default") -> Resolved:
+        """The exact server command for one variant (:func:`servelab.recipes.resolve.resolve`)."""
+        from servelab.recipes.resolve import resolve
+
+        return resolve(self, values, label)
+
+
+_SECTIONS = {(): Recipe, ("container",): Container, ("cluster",): Cluster, ("ready",): Ready, ("bench",): BenchPlan}
+
+
+def _describe(error: dict) -> tuple[tuple, str]:
+    """A pydantic error as (location, one phrase)."""
+    loc = tuple(error["loc"])
+    dotted = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    if error["type"] == "extra_forbidden":
+        model = _SECTIONS.get(loc[:-1])
+        known = list(model.model_fields) if model else []
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else (f"; known fields: {', '.join(known)}" if known else "")
+        return loc, f"unknown field '{dotted}'{hint}"
+    if error["type"] == "missing":
+        return loc, f"missing field '{dotted}'"
+    msg = error["msg"].removeprefix("Value error, ")
+    return loc, f"{dotted}: {msg} (got {error.get('input')!r})" if error["type"] != "value_error" else f"{dotted}: {msg}"
+
+
+def parse_recipe(data: Any, lines: Lines, path: Path | None) -> Recipe:
+    """Validate a parsed recipe document (servelab format, or spark-vllm-docker v1 converted).
+
+    Raises:
+        ServelabError: one line naming the file, line and field (unknown field, missing field,
+            wrong type, a placeholder that is not a plain name, unbalanced braces).
+    """
+    where = str(path) if path else "recipe"
+    if not isinstance(data, dict):
+        raise ServelabError(f"{where}: a recipe is a mapping of fields (name, engine, command, …)")
+    notes: list[str] = []
+    if str(data.get("recipe_version", "")) == "1":
+        data, notes = from_spark_vllm_docker(data, where)
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as exc:
+        loc, phrase = _describe(exc.errors()[0])
+        line = line_of(lines, loc)
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ServelabError(f"{where}{f', line {line}' if line else ''}: {phrase}{more}") from None
+    recipe._path, recipe._lines, recipe._notes = path, lines, notes
+    _check_engine(recipe)
+    _check_templates(recipe)
+    for i, values in enumerate(recipe.variants):
+        bad = [k for k in values if not NAME_RE.fullmatch(k)]
+        if bad:
+            raise ServelabError(f"{recipe.where('variants', i)}: variant name {bad[0]!r} is not a plain name like max_num_seqs")
+    return recipe
+
+
+def _check_templates(recipe: Recipe) -> None:
+    """Every ``{placeholder}`` is a plain name, and braces are balanced (``{{``/``}}`` for literal ones)."""
+    for loc, text in recipe.templates():
+        try:
+            fields = list(string.Formatter().parse(text))
+        except ValueError as exc:  # "Single '}' encountered in format string" and the like
+            raise ServelabError(f"{recipe.where(*loc)}: bad placeholder syntax ({exc}); write {{{{ and }}}} for literal braces") from None
+        for _, name, spec, conv in fields:
+            if name is not None and (not NAME_RE.fullmatch(name) or spec or conv):
+                raise ServelabError(f"{recipe.where(*loc)}: {{{name}}} is not a placeholder name; write {{{{ and }}}} for literal braces (JSON)")
+
+
+def _check_engine(recipe: Recipe) -> None:
+    """What the recipe's engine cannot run: several nodes without a cluster backend, then the engine's own checks."""
+    engine = engines.get(recipe.engine)
+    if recipe.cluster and not engine.cluster_backends:
+        able = " and ".join(f"{e.name} ({' or '.join(e.cluster_backends)})" for e in engines.all_engines() if e.cluster_backends)
+        raise ServelabError(f"{recipe.where('cluster')}: clusters are supported for {able}, not {recipe.engine}")
+    engine.check_recipe(recipe)
+
+
+def with_hosts(recipe: Recipe, hosts: str) -> Recipe:
+    """``recipe`` on the cluster ``hosts`` (``"head,worker1,…"``, the ``--hosts`` option).
+
+    Raises:
+        ServelabError: fewer than two hosts, or an engine servelab cannot run on several nodes.
+    """
+    names = [h.strip() for h in hosts.split(",") if h.strip()]
+    if len(names) < 2:
+        raise ServelabError(f"--hosts {hosts!r}: give at least two hosts, head first (--hosts spark-1,spark-2)")
+    recipe.cluster = recipe.cluster.model_copy(update={"hosts": names}) if recipe.cluster else Cluster(hosts=names)
+    _check_engine(recipe)
+    return recipe
+
+
+def load_recipe(path: Path) -> Recipe:
+    """Read and validate a recipe file. A placeholder without a default is not an error here:
+    ``--set``, ``--vary`` or a variant may give it; :meth:`Recipe.resolve` names any left unfilled.
+
+    Raises:
+        ServelabError: unreadable or invalid file (see :func:`parse_recipe`).
+    """
+    data, lines = read_yaml_lines(path, "recipe")
+    return parse_recipe(data, lines, path)

@@ -1,0 +1,52 @@
+"""Variants of a recipe: ``--set`` / ``--vary`` assignments, their combinations, names and directories."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from servelab.errors import ServelabError
+
+if TYPE_CHECKING:
+    from servelab.recipes.format import Recipe
+
+NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def parse_assignments(items: list[str], option: str) -> dict[str, list[str]]:
+    """``["max_num_seqs=64,256", "kv_cache_dtype=fp8"]`` → ``{"max_num_seqs": ["64", "256"], …}``.
+
+    Raises:
+        ServelabError: an item is not ``NAME=V1[,V2…]`` (naming ``option``).
+    """
+    out: dict[str, list[str]] = {}
+    for item in items:
+        name, sep, values = item.partition("=")
+        name = name.strip()
+        if not sep or not NAME_RE.fullmatch(name) or not values.strip():
+            raise ServelabError(f"{option} {item!r}: give NAME=VALUE (e.g. {option} max_num_seqs=64{',256' if option == '--vary' else ''})")
+        out[name] = [v.strip() for v in values.split(",")] if option == "--vary" else [values]
+    return out
+
+
+def expand(recipe: Recipe, vary: dict[str, list[str]], fixed: dict[str, str]) -> list[dict[str, str]]:
+    """The variants to run: every combination of ``vary`` (``--vary``), else the recipe's
+    ``variants``, else the defaults alone; each with ``fixed`` (``--set``) applied."""
+    if vary:
+        combos = [dict(zip(vary, combo, strict=True)) for combo in itertools.product(*vary.values())]
+    else:
+        combos = [dict(v) for v in recipe.variants] or [{}]
+    return [{**c, **fixed} for c in combos]
+
+
+def variant_label(values: Mapping[str, str], fixed: Mapping[str, str] | None = None) -> str:
+    """A variant's name: its own values as ``a=1,b=2`` (``--set`` values left out), or "default"."""
+    own = {k: v for k, v in values.items() if k not in (fixed or {})}
+    return ",".join(f"{k}={v}" for k, v in own.items()) or "default"
+
+
+def variant_dir(label: str) -> str:
+    """A directory name for a variant label."""
+    return re.sub(r"[^A-Za-z0-9._=,-]+", "_", label)[:120]
