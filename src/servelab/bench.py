@@ -292,7 +292,7 @@ class Bench(LevelRunner):
         await client.send(rec, body)
         self._on_record(rec)
         if rec.status != "ok":
-            raise ServelabError(f"the first request to {self.endpoint.root} failed ({rec.error_kind}): {rec.error}")
+            raise ServelabError(f"the first request to {self.endpoint.info.url} failed ({rec.error_kind}): {rec.error}")
         if rec.prompt_tokens_source != "usage":
             for b in self.builders.values():
                 b.use_template(0, templated=False)

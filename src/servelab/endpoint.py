@@ -17,6 +17,7 @@ import aiohttp
 from servelab import engines
 from servelab.engines.base import Engine
 from servelab.errors import ServelabError
+from servelab.redaction import mask_url, remember
 from servelab.results import EndpointInfo
 
 DISCOVERY_TIMEOUT_S = 4.0
@@ -117,6 +118,9 @@ async def discover(url: str, model: str | None = None, api_key: str | None = Non
             the key, has no ``/v1/models``, or does not serve ``model``.
     """
     root = split_url(url)
+    remember(api_key)
+    if api_key and "@" in root.split("://", 1)[1].split("/", 1)[0]:
+        raise ServelabError(f"--url {mask_url(root)} has credentials and an API key is set too; give one of them (HTTP allows one Authorization header)")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     timeout = aiohttp.ClientTimeout(total=DISCOVERY_TIMEOUT_S)
     async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -140,7 +144,9 @@ async def discover(url: str, model: str | None = None, api_key: str | None = Non
             raise ServelabError(f"{root} is still loading (HTTP 503); wait until it is ready and try again")
         if not isinstance(models, dict) or not isinstance(models.get("data"), list) or not models["data"]:
             raise ServelabError(f"{root}/v1/models answered HTTP {status} with no model list; is this an OpenAI-compatible server?")
-        cards = {card.get("id"): card for card in models["data"] if isinstance(card, dict)}
+        cards = {card["id"]: card for card in models["data"] if isinstance(card, dict) and isinstance(card.get("id"), str) and card["id"]}
+        if not cards:
+            raise ServelabError(f"{root}/v1/models lists no model with an id; is this an OpenAI-compatible server?")
         if model is None:
             model = next(iter(cards))
         elif model not in cards:
@@ -155,7 +161,7 @@ async def discover(url: str, model: str | None = None, api_key: str | None = Non
         tokenize_path = await _probe_tokenize(session, root, engine, headers)
         metrics_url = await _probe_metrics(session, root, headers)
     info = EndpointInfo(
-        url=root,
+        url=mask_url(root),
         engine=engine.name,
         engine_version=str(version) if version else None,
         model=str(model),

@@ -30,6 +30,7 @@ from servelab.errors import ServelabError
 from servelab.metrics.bootlog import BootFacts
 from servelab.metrics.summary import LevelSummary
 from servelab.records import RequestRecord
+from servelab.redaction import scrub
 
 SCHEMA_VERSION = 1
 Doc = TypeVar("Doc", bound=BaseModel)
@@ -206,9 +207,9 @@ class RunWriter:
         os.replace(tmp, self.directory / "run.json")
 
     def finish(self, *, complete: bool, reason: str | None = None) -> None:
-        """Mark the run complete or partial (with its reason), save, and close the records file."""
+        """Mark the run complete or partial (with its reason, secrets masked), save, and close the records file."""
         self.run.status = "complete" if complete else "partial"
-        self.run.partial_reason = None if complete else reason
+        self.run.partial_reason = None if complete or reason is None else scrub(reason)
         self.run.ended_at = datetime.now(timezone.utc).isoformat()
         self.save()
         self._records.close()

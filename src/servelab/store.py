@@ -24,6 +24,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, selectinload
 
 from servelab.errors import ServelabError
+from servelab.redaction import mask_url
 
 DB_ENV = "SERVELAB_DB"
 # Per-level figures kept in the database (docs/metrics.md defines each; *_mean for tools that report means only).
@@ -108,15 +109,6 @@ def database_url(db: str | None = None) -> str:
     return f"sqlite:///{path.resolve()}"
 
 
-def _shown(url: str) -> str:
-    """The URL without its password, for messages."""
-    scheme, sep, rest = url.partition("://")
-    if sep and "@" in rest:
-        creds, host = rest.rsplit("@", 1)
-        rest = f"{creds.split(':', 1)[0]}:***@{host}" if ":" in creds else rest
-    return scheme + sep + rest
-
-
 class Store:
     """The open runs database (migrated to the newest schema on open).
 
@@ -138,9 +130,9 @@ class Store:
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, "head")
         except (ArgumentError, NoSuchModuleError, ModuleNotFoundError) as exc:
-            raise ServelabError(f"--db {_shown(url)}: not a usable database URL ({exc})") from None
+            raise ServelabError(f"--db {mask_url(url)}: not a usable database URL ({exc})") from None
         except DBAPIError as exc:
-            raise ServelabError(f"--db {_shown(url)}: cannot open it ({str(exc.orig).strip().splitlines()[0]})") from None
+            raise ServelabError(f"--db {mask_url(url)}: cannot open it ({str(exc.orig).strip().splitlines()[0]})") from None
 
     def add(self, runs: list[Run]) -> list[bool]:
         """Store ``runs`` in one transaction, each replacing a stored run with the same id.
@@ -178,7 +170,7 @@ class Store:
         with Session(self.engine) as session:
             found = list(session.scalars(select(Run).options(selectinload(Run.levels)).where(Run.id.startswith(run_id)).limit(2)))
         if not found:
-            raise ServelabError(f"no run {run_id!r} in {_shown(self.url)}; `servelab runs` lists them")
+            raise ServelabError(f"no run {run_id!r} in {mask_url(self.url)}; `servelab runs` lists them")
         if len(found) > 1:
             raise ServelabError(f"run id {run_id!r} is ambiguous; give more of it (`servelab runs` lists them)")
         return found[0]

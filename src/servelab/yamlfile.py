@@ -1,4 +1,8 @@
-"""Reading a user's YAML file (workloads, mixes, hardware profiles, recipes) with one-line errors."""
+"""Reading a user's YAML file (workloads, mixes, hardware profiles, recipes) with one-line errors.
+
+Aliases (``*name``) are refused: an alias "bomb" expands exponentially and a self-referencing
+alias is a cycle, and servelab's files need neither (anchors alone are harmless and allowed).
+"""
 
 from __future__ import annotations
 
@@ -30,9 +34,14 @@ def read_yaml_lines(path: Path, option: str) -> tuple[Any, Lines]:
     """
     try:
         text = path.read_text(encoding="utf-8")
+        alias = next((e for e in yaml.parse(text, Loader=yaml.SafeLoader) if isinstance(e, yaml.AliasEvent)), None)
+        if alias is not None:
+            raise ServelabError(f"{option} {path}: line {alias.start_mark.line + 1}: YAML aliases (*{alias.anchor}) are not supported; write the value out")
         return yaml.safe_load(text), _lines(yaml.compose(text, Loader=yaml.SafeLoader), ())
     except OSError as exc:
         raise ServelabError(f"{option} {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ServelabError(f"{option} {path}: not a text file (not UTF-8); give a YAML file") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

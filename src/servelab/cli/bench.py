@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 
 from servelab.bench import Bench, BenchOptions, Ceiling, DoesNotFit
 from servelab.cli.common import (
@@ -101,7 +102,7 @@ def _ceiling(hardware: str | None, model_config: str | None, served: str, quant:
     except ServelabError:
         if model_config:
             raise
-        err_console.print(f"[yellow]no % of ceiling:[/] {served!r} is not in the model catalog; pass --model-config NAME|config.json")
+        err_console.print(f"[yellow]no % of ceiling:[/] {escape(repr(served))} is not in the model catalog; pass --model-config NAME|config.json")
         return None
     return Ceiling(spec, get_format(quant, spec), hw)
 
@@ -239,7 +240,7 @@ def bench(
         console.print(server)
     colors = {"info": "cyan", "warning": "yellow", "error": "red"}
     for f in run.findings:
-        console.print(f"[{colors[f.severity]}]{f.severity}[/] {f.kind}: {f.message}", soft_wrap=True)
+        console.print(f"[{colors[f.severity]}]{f.severity}[/] {f.kind}: {escape(f.message)}", soft_wrap=True)
     check = run.prompt_check
     if check and check.checked_requests:
         console.print(
@@ -247,7 +248,7 @@ def bench(
             f"max |Δ| {check.max_abs_deviation_tokens}, mean Δ {check.mean_deviation_tokens:+.2f} "
             f"(chat template adds {check.template_overhead_tokens} tokens)"
         )
-    console.print(f"run saved in {run_dir}")
+    console.print(f"run saved in {run_dir}", markup=False)
     remember(run_dir)
     if run.failed:
         failed = sum(lv.failed_requests for lv in run.levels)
@@ -287,7 +288,7 @@ def suite(
                     bench_obj, _ = runner.run(measure(url, model, api_key, options, base / w.name, server, (None, None, "bf16")))
                     rows.append((w, bench_obj.writer.run, None))
                 except DoesNotFit as exc:
-                    err_console.print(f"[yellow]skipped {w.name}:[/] {exc}", soft_wrap=True)
+                    err_console.print(f"[yellow]skipped {escape(w.name)}:[/] {escape(str(exc))}", soft_wrap=True)
                     rows.append((w, None, "skipped: longer than the server's context"))
     except ServelabError as exc:
         fail(str(exc))
@@ -358,7 +359,7 @@ def grid(
                 except ServelabError as exc:  # recorded, and the grid goes on
                     out.mkdir(parents=True, exist_ok=True)
                     (out / "error.txt").write_text(str(exc) + "\n")
-                    err_console.print(f"[red]{cell.name} failed:[/] {exc}", soft_wrap=True)
+                    err_console.print(f"[red]{cell.name} failed:[/] {escape(str(exc))}", soft_wrap=True)
                     continue
                 rows.append(cell_stats(cell, load_run(out)[1]))
     except ServelabError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import re
 import signal
@@ -20,9 +21,11 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from servelab.errors import ServelabError
 from servelab.imports import read_results
+from servelab.redaction import scrub
 from servelab.store import Store, database_url
 
 # Tables are wide; when output is not a terminal (a file, CI) do not squeeze them to 80 columns.
@@ -33,7 +36,7 @@ DbOpt = Annotated[str | None, typer.Option("--db", help="Runs database: an SQLit
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print one clear error line and exit."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(scrub(message))}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -51,7 +54,7 @@ def parse_int_list(value: str, option: str, minimum: int = 1) -> list[int]:
 
 
 def parse_float_list(value: str, option: str) -> list[float]:
-    """``"0.5,1,2"`` → ``[0.5, 1.0, 2.0]``; every item a positive number.
+    """``"0.5,1,2"`` → ``[0.5, 1.0, 2.0]``; every item a positive finite number (not nan or inf).
 
     Raises:
         ServelabError: naming ``option`` and the bad item.
@@ -60,8 +63,8 @@ def parse_float_list(value: str, option: str) -> list[float]:
         items = [float(v) for v in value.split(",") if v.strip()]
     except ValueError:
         items = []
-    if not items or any(v <= 0 for v in items):
-        raise ServelabError(f"{option} {value!r}: give positive numbers separated by commas, e.g. 0.5,1,2")
+    if not items or any(not math.isfinite(v) or v <= 0 for v in items):
+        raise ServelabError(f"{option} {value!r}: give positive finite numbers separated by commas, e.g. 0.5,1,2")
     return items
 
 
@@ -126,15 +129,15 @@ def remember(path: Path) -> None:
         Store(database_url()).add(runs)
         console.print(f"[dim]{len(runs)} run(s) stored in the runs database (servelab runs, servelab ui)[/]", highlight=False)
     except ServelabError as exc:
-        err_console.print(f"[yellow]not stored in the runs database:[/] {exc}", soft_wrap=True)
+        err_console.print(f"[yellow]not stored in the runs database:[/] {escape(str(exc))}", soft_wrap=True)
 
 
 def serve_until_ctrl_c(url: str, where: str, wait: Callable[[], str], stop: Callable[[], None]) -> None:
     """Say where a started server is, block in ``wait`` until it exits (its message, exit code 1)
     or until Ctrl-C (exit 0), and stop it either way."""
     try:
-        console.print(f"serving at [bold]{url}[/] {where}", soft_wrap=True)
-        console.print(f"try: servelab bench --url {url}", soft_wrap=True)
+        console.print(f"serving at [bold]{escape(url)}[/] {escape(where)}", soft_wrap=True)
+        console.print(f"try: servelab bench --url {url}", soft_wrap=True, markup=False)
         console.print("press Ctrl-C to stop")
         fail(wait(), 1)
     except KeyboardInterrupt:

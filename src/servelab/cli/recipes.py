@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from rich.markup import escape
+
 from servelab.bench import BenchOptions
 from servelab.cli.bench import measure
 from servelab.cli.common import console, default_run_dir, event_loop_runner, fail, remember, serve_until_ctrl_c, sigterm_as_sigint
@@ -44,8 +46,8 @@ def _print_lint(recipe: Recipe, variants: list[dict[str, str]], fixed: dict[str,
     colors = {"info": "cyan", "warning": "yellow", "error": "red"}
     findings = lint_recipe(recipe, resolved, hardware)
     for f in findings:
-        console.print(f"[{colors[f.severity]}]{f.severity}[/] {f.rule}: {f.message}", soft_wrap=True, highlight=False)
-        console.print(f"  [dim]why: {f.why}[/]", soft_wrap=True, highlight=False)
+        console.print(f"[{colors[f.severity]}]{f.severity}[/] {f.rule}: {escape(f.message)}", soft_wrap=True, highlight=False)
+        console.print(f"  [dim]why: {escape(f.why)}[/]", soft_wrap=True, highlight=False)
     return sum(f.severity != "info" for f in findings)
 
 
@@ -70,7 +72,7 @@ def lint(
 
 def _print_commands(server: RecipeServer) -> None:
     v = server.resolved
-    console.print(f"[bold]{v.label}[/]: ready when GET {v.ready_url} answers 200 (timeout {v.ready_timeout_s:.0f} s)", highlight=False)
+    console.print(f"[bold]{escape(v.label)}[/]: ready when GET {escape(v.ready_url)} answers 200 (timeout {v.ready_timeout_s:.0f} s)", highlight=False)
     for argv in server.commands():
         console.print("  " + shlex.join(argv), soft_wrap=True, highlight=False, markup=False)
 

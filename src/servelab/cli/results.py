@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.markup import escape
 
 from servelab.cli.common import DbOpt, console, fail, store_at
 from servelab.errors import ServelabError
@@ -31,7 +32,7 @@ def import_(
     except ServelabError as exc:
         fail(str(exc))
     for run, is_new in zip(runs, new, strict=True):
-        console.print(f"{'added' if is_new else 'updated'} {run.id} {run.source} {run.model} ({len(run.levels)} levels) from {run.origin}", highlight=False, soft_wrap=True)
+        console.print(f"{'added' if is_new else 'updated'} {run.id} {run.source} {run.model} ({len(run.levels)} levels) from {run.origin}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _filtered(db: str | None, model: str | None, engine: str | None, hardware: str | None, source: str | None) -> list:
@@ -55,8 +56,8 @@ def runs(db: DbOpt = None, model: ModelFilter = None, engine: EngineFilter = Non
         table.add_column(name, justify="right" if name in ("levels", "best output tok/s") else "left")
     for r in found:
         best = max((lv.output_tok_s for lv in r.levels if lv.output_tok_s is not None), default=None)
-        table.add_row(r.id, (r.started_at or "")[:19], r.source, r.model, r.engine, r.hardware, r.variant or "", r.status,
-                      str(len(r.levels)), "–" if best is None else f"{best:,.1f}")  # fmt: skip
+        cells = [r.id, (r.started_at or "")[:19], r.source, r.model, r.engine, r.hardware, r.variant or "", r.status, str(len(r.levels))]
+        table.add_row(*map(escape, cells), "–" if best is None else f"{best:,.1f}")  # fmt: skip
     console.print(table)
 
 
@@ -66,8 +67,8 @@ def show(run_id: Annotated[str, typer.Argument(help="A run id from `servelab run
         run = store_at(db).get(run_id)
     except ServelabError as exc:
         fail(str(exc))
-    console.print(f"[bold]{run.model}[/] · {run.engine} {run.engine_version or ''} · {run.hardware} · {run.source} · {run.status}", highlight=False)
-    console.print(f"id {run.id} · started {run.started_at or '?'} · from {run.origin}", highlight=False, soft_wrap=True)
+    console.print(f"[bold]{escape(run.model)}[/] · " + escape(f"{run.engine} {run.engine_version or ''} · {run.hardware} · {run.source} · {run.status}"), highlight=False)
+    console.print(f"id {run.id} · started {run.started_at or '?'} · from {run.origin}", markup=False, highlight=False, soft_wrap=True)
     if run.source == "servelab":
         console.print(bench_table(RunResult.model_validate_json(run.document)))
         return
@@ -76,7 +77,7 @@ def show(run_id: Annotated[str, typer.Argument(help="A run id from `servelab run
     for name in ("level", *shown):
         table.add_column(name, justify="right")
     for lv in run.levels:
-        table.add_row(lv.label, *[("–" if getattr(lv, m) is None else f"{getattr(lv, m):,.2f}") for m in shown])
+        table.add_row(escape(lv.label), *[("–" if getattr(lv, m) is None else f"{getattr(lv, m):,.2f}") for m in shown])
     console.print(table)
 
 

@@ -16,6 +16,7 @@ servers, then workers, then the head, each with its graceful stop command (``doc
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import subprocess
@@ -27,6 +28,7 @@ from servelab.errors import ServelabError
 from servelab.launch import cluster, docker
 from servelab.launch.process import POLL_S, Proc, wait_ready
 from servelab.recipes import Recipe, Resolved, is_secret, redact
+from servelab.redaction import remember
 from servelab.results import RecipeInfo
 
 PROBE_TIMEOUT_S = 20.0  # one `ray.nodes()` call; a probe stuck while the head comes up is retried
@@ -50,6 +52,8 @@ class RecipeServer:
         self.recipe = recipe
         self.resolved = resolved
         self.log_dir = log_dir
+        for name in recipe.pass_env:  # their values may come back in logs and error bodies
+            remember(os.environ.get(name))
         slug = re.sub(r"[^a-z0-9]+", "-", recipe.name.lower()).strip("-")[:30] or "server"
         self.container_prefix = f"servelab-{slug}-{secrets.token_hex(3)}"
         self.cluster_procs, self.server_procs = self.plan()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from servelab.errors import ServelabError
+from servelab.redaction import scrub
 
 SECRET_WORDS = ("key", "token", "secret", "password")
 
@@ -53,7 +54,9 @@ def is_secret(name: str) -> bool:
 
 def redact(argv: list[str]) -> list[str]:
     """``argv`` with the values of secret-looking flags and variables (``--api-key X``,
-    ``--hf-token=X``, ``HF_TOKEN=X``) replaced by ``***``; for anything stored or printed."""
+    ``--hf-token=X``, ``HF_TOKEN=X``) replaced by ``***``, and every known secret value or
+    credential-shaped text (``Bearer …``, ``sk-…``: ``servelab.redaction.scrub``) masked; for
+    anything stored or printed."""
     out: list[str] = []
     hide = False
     for a in argv:
@@ -65,5 +68,5 @@ def redact(argv: list[str]) -> list[str]:
             out.append(name + "=***")
         else:
             hide = a.startswith("-") and is_secret(name)
-            out.append(a)
+            out.append(scrub(a))
     return out

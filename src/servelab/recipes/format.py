@@ -253,8 +253,26 @@ def parse_recipe(data: Any, lines: Lines, path: Path | None) -> Recipe:
     return recipe
 
 
+SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "ash", "fish"}
+
+
+def _shell_script_index(command: list[str]) -> int | None:
+    """Index of the script of a ``SHELL -c SCRIPT`` in the command (also after ``env``/``exec``
+    wrappers and with combined flags such as ``-lc``), or None."""
+    for i, arg in enumerate(command):
+        if arg.rsplit("/", 1)[-1] in SHELLS:
+            for j in range(i + 1, len(command) - 1):
+                flag = command[j]
+                if not flag.startswith("-"):
+                    break
+                if "c" in flag.lstrip("-") and not flag.startswith("--"):
+                    return j + 1
+    return None
+
+
 def _check_templates(recipe: Recipe) -> None:
-    """Every ``{placeholder}`` is a plain name, and braces are balanced (``{{``/``}}`` for literal ones)."""
+    """Every ``{placeholder}`` is a plain name, braces are balanced (``{{``/``}}`` for literal ones),
+    and no placeholder is inside a shell script (``sh -c "… {v} …"``), where a value would run as shell code."""
     for loc, text in recipe.templates():
         try:
             fields = list(string.Formatter().parse(text))
@@ -263,6 +281,12 @@ def _check_templates(recipe: Recipe) -> None:
         for _, name, spec, conv in fields:
             if name is not None and (not NAME_RE.fullmatch(name) or spec or conv):
                 raise ServelabError(f"{recipe.where(*loc)}: {{{name}}} is not a placeholder name; write {{{{ and }}}} for literal braces (JSON)")
+    script = _shell_script_index(recipe.command)
+    if script is not None and any(name for _, name, _, _ in string.Formatter().parse(recipe.command[script]) if name):
+        raise ServelabError(
+            f"{recipe.where('command', script)}: a placeholder inside a shell script (sh -c) would run its value as shell code; "
+            f"pass it as a positional parameter instead: [sh, -c, 'exec server --x \"$1\"', sh, '{{x}}']"
+        )
 
 
 def _check_engine(recipe: Recipe) -> None:

@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 from rich.table import Table
+from rich.markup import escape
 
 from servelab.metrics.bootlog import BootFacts
 
 
 def bootlog_table(f: BootFacts) -> Table:
     """One row per fact found; warnings listed after; recognised/unrecognised line counts in the caption."""
-    t = Table(title=f"boot log: {f.engine or 'unknown engine'}{' ' + f.version if f.version else ''}", show_header=False,
+    t = Table(title=escape(f"boot log: {f.engine or 'unknown engine'}{' ' + f.version if f.version else ''}"), show_header=False,
               caption=f"{f.recognised_lines} lines recognised, {f.unrecognised_lines} not")  # fmt: skip
     t.add_column("fact")
     t.add_column("value")
 
     def row(name: str, value: object, unit: str = "") -> None:
         if value not in (None, [], {}):
-            t.add_row(name, f"{value}{unit}")
+            t.add_row(name, escape(f"{value}{unit}"))
 
     row("model", f.model)
     row("non-default args", f.non_default_args)
@@ -40,5 +41,5 @@ def bootlog_table(f: BootFacts) -> Table:
     row("MoE backend", f.moe_backend)
     row("quantized-linear kernels", ", ".join(f.quant_backends) or None)
     for w in f.warnings:
-        t.add_row("[yellow]warning[/]", w)
+        t.add_row("[yellow]warning[/]", escape(w))
     return t

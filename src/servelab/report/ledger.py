@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.table import Table
+from rich.markup import escape
 from tabulate import tabulate
 
 from servelab.errors import ServelabError
@@ -171,16 +172,16 @@ def ledger_table(ledger: Ledger) -> Table:
     """The ledger as a Rich table: best per column in bold green with ★, failed levels marked †."""
     m = ledger.metric
     direction = "higher" if m.higher_is_better else "lower"
-    table = Table(title=f"{m.title}, {m.unit} ({direction} is better; Δ% vs {ledger.rows[ledger.baseline][0]})")
+    table = Table(title=escape(f"{m.title}, {m.unit} ({direction} is better; Δ% vs {ledger.rows[ledger.baseline][0]})"))
     table.add_column("run")
     for col in ledger.columns:
         table.add_column(col, justify="right")
     for i, (label, cells) in enumerate(ledger.rows):
         if isinstance(cells, str):
-            table.add_row(label, f"[red]{cells}[/]", *[""] * (len(ledger.columns) - 1))
+            table.add_row(escape(label), f"[red]{escape(cells)}[/]", *[""] * (len(ledger.columns) - 1))
             continue
         is_base = i == ledger.baseline
-        table.add_row(label, *[f"[bold green]{cell_text(c, is_base)} ★[/]" if c.best else cell_text(c, is_base) for c in cells])
+        table.add_row(escape(label), *[f"[bold green]{cell_text(c, is_base)} ★[/]" if c.best else cell_text(c, is_base) for c in cells])
     return table
 
 

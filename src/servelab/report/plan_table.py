@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.table import Table
+from rich.markup import escape
 
 from servelab.plan.cudagraph import Padding
 from servelab.plan.planner import Plan
@@ -15,7 +16,7 @@ def _gib(x: float) -> str:
 def plan_table(plan: Plan) -> Table:
     """One table: the model, memory plan, capacity and ceilings, one fact per row with its unit."""
     nodes = f", {plan.nodes} nodes" if plan.nodes > 1 else ""
-    t = Table(title=f"{plan.model} · {plan.quant} · {plan.tp} × {plan.hardware} (TP {plan.tp}{nodes})", show_header=False)
+    t = Table(title=escape(f"{plan.model} · {plan.quant} · {plan.tp} × {plan.hardware} (TP {plan.tp}{nodes})"), show_header=False)
     t.add_column("what")
     t.add_column("value", justify="right")
     kinds = ", ".join(f"{n} {k}" for k, n in plan.layer_kinds.items())
@@ -49,7 +50,7 @@ def plan_table(plan: Plan) -> Table:
     for what, value in rows:
         t.add_row(what, value)
     for note in plan.notes:
-        t.add_row("[yellow]note[/]", note)
+        t.add_row("[yellow]note[/]", escape(note))
     return t
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.table import Table
+from rich.markup import escape
 
 from servelab.metrics.summary import Distribution, LevelSummary
 from servelab.results import RunResult
@@ -37,7 +38,7 @@ def bench_table(run: RunResult) -> Table:
     if run.ceiling:
         c = run.ceiling
         caption += f"; ceiling: {c.model} {c.quant} on {c.hardware} at {c.context_tokens} tokens of context (servelab plan)"
-    table = Table(title=title, caption=caption)
+    table = Table(title=escape(title), caption=escape(caption))
     open_loop = any(lv.rate_rps for lv in run.levels)
     columns = [
         "rate req/s (target / achieved)" if open_loop else "conc",
@@ -84,7 +85,7 @@ def server_table(run: RunResult) -> Table | None:
     if not rows:
         return None
     gpu = any(lv.gpu for lv in rows)
-    table = Table(title=f"server-side ({run.endpoint.engine} /metrics" + (", NVML" if gpu else "") + ", measured phase)")
+    table = Table(title=escape(f"server-side ({run.endpoint.engine} /metrics" + (", NVML" if gpu else "") + ", measured phase)"))
     for name in ("level", "prompt tok (server / client)", "gen tok (server / client)", "prefix hit", "queue ms",
                  "peak running / waiting", "peak KV", "preempt", "spec accept / len") + (("GPU W", "J / out tok") if gpu else ()):  # fmt: skip
         table.add_column(name, justify="right")
@@ -122,7 +123,7 @@ def suite_table(rows: list, runs: int) -> Table:
 
     for w, run, note in rows:
         if run is None or not run.levels:
-            table.add_row(w.name, str(w.input_tokens), str(w.max_tokens), note or "–", "", "", "", "", style="yellow")
+            table.add_row(escape(w.name), str(w.input_tokens), str(w.max_tokens), note or "–", "", "", "", "", style="yellow")
             continue
         lv = run.levels[0]
         produced = lv.output_tokens / lv.ok if lv.ok else None

@@ -37,6 +37,8 @@ def load_dataset(path: Path) -> list[DatasetEntry]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise ServelabError(f"--dataset {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ServelabError(f"--dataset {path}: not a text file (not UTF-8); give JSONL") from None
     out = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -53,7 +55,7 @@ def load_dataset(path: Path) -> list[DatasetEntry]:
         if isinstance(obj.get("prompt"), str) and obj["prompt"]:
             out.append(DatasetEntry(obj["prompt"], limit))
         elif isinstance(obj.get("conversations"), list):
-            turns = [t for t in obj["conversations"] if isinstance(t, dict)]
+            turns = [t for t in obj["conversations"] if isinstance(t, dict) and isinstance(t.get("value"), str)]
             human = next((i for i, t in enumerate(turns) if t.get("from") in ("human", "user") and t.get("value")), None)
             if human is None:
                 raise ServelabError(f"--dataset {path} line {n}: a conversation with no human turn")
