@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -119,7 +120,7 @@ async def discover(url: str, model: str | None = None, api_key: str | None = Non
     """
     root = split_url(url)
     remember(api_key)
-    if api_key and "@" in root.split("://", 1)[1].split("/", 1)[0]:
+    if api_key and urlsplit(root).username is not None:
         raise ServelabError(f"--url {mask_url(root)} has credentials and an API key is set too; give one of them (HTTP allows one Authorization header)")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     timeout = aiohttp.ClientTimeout(total=DISCOVERY_TIMEOUT_S)

@@ -43,7 +43,7 @@ JSON_META = ("tid", "timestamp", "level", "function", "line", "msg", "message")
 LEVELS = {"W": "WARNING", "E": "ERROR", "WARN": "WARNING", "ERR": "ERROR"}
 
 
-def _strip_prefix(line: str) -> tuple[str, float | None, str] | None:
+def strip_prefix(line: str) -> tuple[str, float | None, str] | None:
     """(message, timestamp in s or None, level) of a llama-server log line, or None if it is not one."""
     if m := PREFIX.match(line):
         ts = int(m.group(1)) * 60 + int(m.group(2)) + int(m.group(3)) / 1e3 + int(m.group(4)) / 1e6
@@ -109,7 +109,6 @@ RULES: list[Rule] = [
     Rule(re.compile(r"llama_server: model loaded|main: model loaded|^model loaded \|"), lambda f, m: None, "all"),
 ]
 READY = re.compile(r"listening on|server is listening on|HTTP server listening")
-NOTABLE = re.compile(r"(?!)")  # nothing beyond WARNING/ERROR lines
 
 
 class LlamaCpp(Engine):
@@ -124,7 +123,7 @@ class LlamaCpp(Engine):
     spec_decode_prefix = "llamacpp:spec_decode_num_"
     rules = RULES
     ready = READY
-    notable = NOTABLE
+    strip_prefix = staticmethod(strip_prefix)
     ready_path = "/health"  # 503 "Loading model", then 200 (server-facts.md, llama.cpp endpoints)
     ready_timeout_s = 300.0
     default_port = 8080
@@ -174,10 +173,6 @@ class LlamaCpp(Engine):
         stats.cached_prompt_tokens = cached
         stats.prefix_cache_hit_rate = s.ratio(cached, stats.prompt_tokens)
         stats.generation_tokens = s.delta("llamacpp:tokens_predicted_total")
-
-    def strip_prefix(self, line: str) -> tuple[str, float | None, str] | None:
-        """See the module docstring."""
-        return _strip_prefix(line)
 
     def check_recipe(self, recipe: Recipe) -> None:
         """No tensor parallelism (``--split-mode`` spreads layers instead), no clusters."""

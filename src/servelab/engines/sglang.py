@@ -33,7 +33,7 @@ NAME = "sglang"
 PREFIX = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?: [^\]]*)?\]\s*(.*)$")
 
 
-def _strip_prefix(line: str) -> tuple[str, float | None, str] | None:
+def strip_prefix(line: str) -> tuple[str, float | None, str] | None:
     """(message, timestamp in s, level) of an SGLang log line, or None if it is not one."""
     if m := PREFIX.match(line):
         return m.group(2), datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp(), "INFO"
@@ -90,7 +90,6 @@ RULES: list[Rule] = [
     Rule(re.compile(r"Memory pool end\.|Capture cuda graph begin|Load weight begin", re.I), lambda f, m: None, "0.4–0.5"),
 ]
 READY = re.compile(r"The server is fired up and ready to roll")
-NOTABLE = re.compile(r"(?!)")  # nothing beyond WARNING/ERROR lines
 
 
 class SGLang(Engine):
@@ -103,7 +102,7 @@ class SGLang(Engine):
     gauges = Gauges(("sglang:num_running_reqs",), ("sglang:num_queue_reqs",), ("sglang:token_usage",))
     rules = RULES
     ready = READY
-    notable = NOTABLE
+    strip_prefix = staticmethod(strip_prefix)
     ready_path = "/health"  # 503 until its warm-up request has run (server-facts.md, SGLang endpoints)
     ready_timeout_s = 900.0
     default_port = 30000
@@ -146,10 +145,6 @@ class SGLang(Engine):
         stats.ttft_mean_ms = s.hist_mean_ms("sglang:time_to_first_token_seconds")
         stats.e2e_mean_ms = s.hist_mean_ms("sglang:e2e_request_latency_seconds")
         stats.preemptions = s.peak(("sglang:num_retracted_reqs",))
-
-    def strip_prefix(self, line: str) -> tuple[str, float | None, str] | None:
-        """See the module docstring."""
-        return _strip_prefix(line)
 
     def cluster_flags(self, nodes: int, rank: int, head: str, port: int) -> list[str]:
         """``--nnodes N --node-rank R --dist-init-addr HEAD:P`` (sglang/srt/server_args.py)."""

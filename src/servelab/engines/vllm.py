@@ -35,7 +35,7 @@ PREFIX = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d\d-\d\d \d\d:\d\
 LOGFMT = re.compile(r'^level=(\w+) name=vllm\S* msg="(.*)"$')
 
 
-def _strip_prefix(line: str) -> tuple[str, float | None, str] | None:
+def strip_prefix(line: str) -> tuple[str, float | None, str] | None:
     """(message, timestamp in s or None, level) of a vLLM log line, or None if it is not one."""
     if m := PREFIX.match(line):
         return m.group(3), datetime.strptime("2000-" + m.group(2), "%Y-%m-%d %H:%M:%S").timestamp(), m.group(1)
@@ -161,6 +161,7 @@ class VLLM(Engine):
     rules = RULES
     ready = READY
     notable = NOTABLE
+    strip_prefix = staticmethod(strip_prefix)
     # /health is refused until the engine is built (server-facts.md §2.2); weight loading, torch.compile
     # and CUDA-graph capture take 5-15 minutes on big models, hence 900 s at least.
     ready_path = "/health"
@@ -205,10 +206,6 @@ class VLLM(Engine):
         stats.queue_time_mean_ms = s.hist_mean_ms("vllm:request_queue_time_seconds")
         stats.ttft_mean_ms = s.hist_mean_ms("vllm:time_to_first_token_seconds")
         stats.e2e_mean_ms = s.hist_mean_ms("vllm:e2e_request_latency_seconds")
-
-    def strip_prefix(self, line: str) -> tuple[str, float | None, str] | None:
-        """See the module docstring."""
-        return _strip_prefix(line)
 
     def parallel_flags(self, argv: list[str], tp: int, expert_parallel: bool, backend: str | None) -> list[str]:
         """TP/EP flags, and ``--distributed-executor-backend ray`` on a Ray cluster."""
