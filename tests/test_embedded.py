@@ -116,3 +116,19 @@ def test_native_llama_server_gives_the_same_token_counts(tmp_path):
         counts[name] = (prompt, level.ok, level.prompt_tokens, level.output_tokens, level.server.prompt_tokens, level.server.generation_tokens)
     assert counts["wheel"] == counts["native"]
     assert counts["wheel"][2] == 4 * 200 and counts["wheel"][3] == 4 * 16
+
+
+def test_ctrl_c_during_the_embedded_start_names_no_partial_run(tmp_path, monkeypatch):
+    """bench interrupted while its embedded server loads: exit 130, and no 'partial run' pointing at
+    a directory without run.json."""
+    from typer.testing import CliRunner
+
+    from servelab.cli import app
+
+    def interrupted(url, timeout_s, procs, what):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(local, "wait_ready", interrupted)
+    res = CliRunner().invoke(app, ["bench", "--output", str(tmp_path / "run")])
+    assert res.exit_code == 130 and "interrupted" in res.output and "partial run" not in res.output, res.output
+    assert not (tmp_path / "run" / "run.json").exists()

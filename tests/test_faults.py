@@ -216,3 +216,10 @@ def test_api_key_echoed_by_the_server_and_url_credentials_never_reach_disk(tmp_p
     res = asyncio.run(main("http://alice:hunter2pw@", "MY_KEY", "both"))
     assert res.exit_code == 2 and "give one of them" in res.output and "hunter2pw" not in res.output
 
+
+
+def test_a_host_that_looks_like_an_ssh_option_is_refused(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("name: r\nengine: vllm\ncommand: [vllm, serve, m]\ncluster:\n  hosts: [spark-1, '-oProxyCommand=touch x']\n")
+    with pytest.raises(ServelabError, match=r"line 5: cluster.hosts: '-oProxyCommand=touch x' is not a host name"):
+        load_recipe(path)

@@ -173,3 +173,38 @@ def test_the_same_store_on_postgresql(tmp_path, postgres_url):
     assert Store(postgres_url).add(read_results(LB_CSV)) == [True]  # reopening runs the migrations again: nothing to do
     assert sorted(r.source for r in pg.runs()) == ["llama-benchy", "llama-benchy", "servelab"]
     assert pg.get(read_results(LB_CSV)[0].id[:8]).levels[1].label == "pp128 tg16 (c2)"
+
+
+def test_run_ids_and_filters_are_text_not_like_patterns(tmp_path, store):
+    store.add(read_results(run_dir(tmp_path)))
+    (stored,) = store.runs()
+    assert store.get(stored.id[:4]).id == stored.id
+    for pattern in ("%", "_", stored.id[:3] + "%"):
+        with pytest.raises(ServelabError, match="no run"):
+            store.get(pattern)
+    assert store.runs(model="%") == [] and store.runs(model="_") == [] and len(store.runs(model="qwen3")) == 1
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("output_throughput", "fast", "'output_throughput' is 'fast', not a number ≥ 0"),
+    ("median_ttft_ms", -5, "'median_ttft_ms' is -5, not a number ≥ 0"),
+    ("max_concurrency", "x", "'max_concurrency' is 'x'"),
+])  # fmt: skip
+def test_vllm_results_with_bad_figures_are_one_error(tmp_path, key, value, message):
+    doc = json.loads(VLLM[0].read_text())
+    doc[key] = value
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ServelabError, match=message):
+        read_results(path)
+
+
+def test_llama_benchy_csv_without_some_columns_reads_them_as_empty(tmp_path):
+    rows = [line.split(",")[:3] for line in LB_CSV.read_text().splitlines()]  # model, test_name, t_s_mean only
+    path = tmp_path / "lb.csv"
+    path.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    (run,) = read_results(path)
+    assert run.levels and all(lv.output_tok_s is not None for lv in run.levels)
+    path.write_bytes(b"\xff\xfe" + LB_CSV.read_bytes())
+    with pytest.raises(ServelabError, match="not a text file"):
+        read_results(path)

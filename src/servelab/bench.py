@@ -33,14 +33,14 @@ from servelab.plan.model_spec import ModelSpec
 from servelab.plan.planner import bench_ceiling
 from servelab.plan.quant import QuantFormat
 from servelab.records import RequestRecord
-from servelab.results import CeilingInfo, LoadSpec, PromptCheck, RecipeInfo, RunResult, RunWriter, resume_run
+from servelab.results import CeilingInfo, LoadSpec, PromptCheck, RecipeInfo, RunResult, RunWriter, levels_to_run, resume_run, run_lock
 from servelab.tokenizer import LocalTokenizer, ServerTokenizer, Tokenizer
 from servelab.workloads.corpus import PromptBuilder
 from servelab.workloads.datasets import DatasetEntry
 from servelab.workloads.suites import Workload
 
 CALIBRATION_TOKENS = 32
-BUILD_PARALLELISM = 8
+CALIBRATION_ATTEMPTS = 3  # tries of the calibration request before the server counts as unusable
 
 
 @dataclass
@@ -193,18 +193,26 @@ class Bench(LevelRunner):
         )
 
     async def run(self) -> RunResult:
-        """Run the benchmark and return the finished (or partial) run document.
+        """Run the benchmark and return the finished (or partial) run document, holding the run
+        directory's lock (:func:`servelab.results.run_lock`) throughout.
+
+        A server that goes away mid-run ends it as ``partial`` (its reason in ``partial_reason``);
+        the level it cut short is summarised and marked ``cut_short``.
 
         Raises:
             ServelabError: a request cannot fit, no tokenizer, or calibration failed (nothing
-                measured yet), or the server went away mid-run (the partial run is saved first).
+                measured yet).
             asyncio.CancelledError / KeyboardInterrupt: after saving the run as partial.
         """
-        o = self.opts
-        if o.dataset is None:
+        if self.opts.dataset is None:
             self._fit_shapes()
         else:  # fitted entry by entry once the template is known
-            self.shapes = [(Workload(name="dataset", input_tokens=1, max_tokens=o.output_tokens), 1.0)]
+            self.shapes = [(Workload(name="dataset", input_tokens=1, max_tokens=self.opts.output_tokens), 1.0)]
+        with run_lock(self.run_dir):
+            return await self._run()
+
+    async def _run(self) -> RunResult:
+        o = self.opts
         timeout = aiohttp.ClientTimeout(total=60)
         connector = aiohttp.TCPConnector(**engines.get(self.endpoint.info.engine).connector_options())
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as tok_session:
@@ -217,10 +225,13 @@ class Bench(LevelRunner):
                 if shape.lang not in self.builders:
                     self.builders[shape.lang] = PromptBuilder(tokenizer, seed=o.seed, lang=shape.lang)
                     await self.builders[shape.lang].prepare()
-            run = resume_run(self.run_dir, self._load_spec(), self.endpoint.info.model, self.notes) or RunResult(
-                endpoint=self.endpoint.info, load=self._load_spec(), notes=list(self.notes), recipe=o.recipe
-            )
-            done = {(lv.rate_rps, lv.concurrency) for lv in run.levels}
+            resumed = resume_run(self.run_dir, self._load_spec(), self.endpoint.info.model, self.notes)
+            if resumed is not None:
+                run, self._index = resumed
+            else:
+                run = RunResult(endpoint=self.endpoint.info, load=self._load_spec(), notes=list(self.notes), recipe=o.recipe)
+            asked = [(rate, o.max_concurrency or 0) for rate in o.rates] if o.rates else [(None, c) for c in o.concurrency]
+            todo = levels_to_run(asked, run.levels)
             if o.ceiling is not None:
                 c = o.ceiling
                 run.ceiling = CeilingInfo(model=c.spec.name, hardware=c.hardware.name, quant=c.fmt.name, context_tokens=self.decode_context)
@@ -245,17 +256,19 @@ class Bench(LevelRunner):
                         await self._fit_dataset(builder, tokenizer)
                         run.notes = list(self.notes)
                     warm_prompt = await self._build(self.shapes[0][0], f"[{self.tag}]") if o.prefix_cache == "warm" else None
-                    for rate in o.rates or []:
-                        if (rate, o.max_concurrency or 0) not in done:
+                    for i in todo:
+                        rate, level = asked[i]
+                        if rate is not None:
                             await self._rate_level(client, rate, warm_prompt)
-                    for level in [] if o.rates else o.concurrency:
-                        if (None, level) not in done:
+                        else:
                             await self._level(client, level, warm_prompt)
-            except ServerGone as exc:
+            except ServerGone as exc:  # what ran is kept and summarised: a partial run, not an error
+                self.save_cut_level()
                 self._conclude(run)
                 self.writer.finish(complete=False, reason=str(exc))
-                raise ServelabError(f"{exc}; the partial run is in {self.run_dir}") from None
+                return run
             except (asyncio.CancelledError, KeyboardInterrupt):
+                self.save_cut_level()
                 self.writer.finish(complete=False, reason="interrupted by the user (Ctrl-C)")
                 raise
             except BaseException as exc:
@@ -275,22 +288,26 @@ class Bench(LevelRunner):
     async def _calibrate(self, client: StreamClient, builder: PromptBuilder) -> PromptCheck:
         """Measure the tokens the chat template adds, then switch the builder to templated counts.
 
-        One request with a 32-token text and ``max_tokens = 1``: the template's overhead is the
+        One request with a 32-token text and ``max_tokens = 1`` (tried up to 3 times, unless the
+        server refuses the request itself with a 4xx): the template's overhead is the
         server's ``usage.prompt_tokens`` minus the text's own tokens. If the server can count a
         templated message itself (llama.cpp, vLLM) and agrees with that usage, prompts are built
         to its exact templated count; otherwise to text + overhead.
 
         Raises:
-            ServelabError: the calibration request failed, or the template leaves no room for text.
+            ServelabError: the calibration request failed every time, or the template leaves no room for text.
         """
         o = self.opts
         prompt = await builder.build(CALIBRATION_TOKENS, f"[{self.tag}-calibration]")
-        rec = self._record(0, "calibration", prompt, 1)
-        rec.queued = time.perf_counter() - client.origin
         body = chat_body(self.endpoint, prompt.text, max_tokens=1, ignore_eos=False, cold=True,
                          chat_template_kwargs=o.chat_template_kwargs)  # fmt: skip
-        await client.send(rec, body)
-        self._on_record(rec)
+        for _ in range(CALIBRATION_ATTEMPTS):  # a server that drops one request is not unusable
+            rec = self._record(0, "calibration", prompt, 1)
+            rec.queued = time.perf_counter() - client.origin
+            await client.send(rec, body)
+            self._on_record(rec)
+            if rec.status == "ok" or (rec.error_kind.startswith("http_4") and rec.error_kind != "http_429"):
+                break  # done, or a request the server refuses (it would refuse it again)
         if rec.status != "ok":
             raise ServelabError(f"the first request to {self.endpoint.info.url} failed ({rec.error_kind}): {rec.error}")
         if rec.prompt_tokens_source != "usage":

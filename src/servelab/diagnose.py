@@ -29,6 +29,10 @@ def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Fin
             out.append(Finding(kind="incomplete_requests", severity="info",
                                message=f"c={c}: {lv.incomplete} requests were still in flight at the end ({lv.window_s and round(lv.window_s, 2)} s window): counted as incomplete, their tokens in the window count toward throughput",
                                evidence={"concurrency": c, "incomplete": lv.incomplete}))  # fmt: skip
+        if lv.short_outputs:
+            out.append(Finding(kind="short_outputs", severity="warning",
+                               message=f"c={c}: {lv.short_outputs} of {lv.ok} successful requests returned fewer tokens than max_tokens although ignore_eos was set: the server did not honour it, so outputs were shorter than asked (throughput and TPOT cover what came)",
+                               evidence={"concurrency": c, "short_outputs": lv.short_outputs, "ok": lv.ok, "max_tokens": run.load.output_tokens}))  # fmt: skip
         if lv.waves and lv.waves.synchronized:
             out.append(_waves(lv.concurrency, lv.waves))
         if s is None:

@@ -183,11 +183,15 @@ def llama_benchy_rows(path: Path) -> tuple[dict[str, int], list[list]]:
     """Header (name → index) and rows ``[line number, cells…]`` of a llama-benchy CSV or Markdown table.
 
     Raises:
-        ValueError: no llama-benchy header.
+        ValueError: not UTF-8 text, or no llama-benchy header.
     """
     rows: list[list] = []
     header = None
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a text file (not UTF-8)") from None
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         cells_ = [c.strip() for c in (line.strip().strip("|").split("|") if "|" in line else next(csv.reader([line])))]
@@ -214,8 +218,8 @@ def read_llama_benchy(path: Path) -> list[CellStats]:
     if "test_name" in col:  # --format csv
         test = col["test_name"]
 
-        def pair(row: list, base: str) -> tuple[float | None, float | None]:
-            mean, std = _value(row[col[f"{base}_mean"]])[0], _value(row[col[f"{base}_std"]])[0]
+        def pair(row: list, base: str) -> tuple[float | None, float | None]:  # a missing column reads as empty
+            mean, std = (_value(row[col[k]])[0] if k in col else None for k in (f"{base}_mean", f"{base}_std"))
             return mean, std
 
         total, req, ttfr = (lambda r: pair(r, "t_s")), (lambda r: pair(r, "t_s_req")), (lambda r: pair(r, "e2e_ttft"))
@@ -223,7 +227,7 @@ def read_llama_benchy(path: Path) -> list[CellStats]:
         test = col["test"]
         t, q = col.get("t/s (total)", col.get("t/s")), col.get("t/s (req)", col.get("t/s (total)", col.get("t/s")))
         e = col.get("e2e_ttft (ms)", col.get("ttfr (ms)"))
-        total, req = (lambda r: _value(r[t])), (lambda r: _value(r[q]))
+        total, req = (lambda r: _value(r[t]) if t else (None, None)), (lambda r: _value(r[q]) if q else (None, None))
         ttfr = (lambda r: _value(r[e])) if e else (lambda r: (None, None))
     pending: dict[tuple[int, int], tuple[int, tuple, tuple, tuple]] = {}
     out = []

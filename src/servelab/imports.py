@@ -71,8 +71,8 @@ def _float(data: dict, key: str, path: Path) -> float | None:
     value = data.get(key)
     if value is None or value in ("inf", "Infinity"):  # vLLM writes request_rate "inf" for "all at once"
         return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise ServelabError(f"{path}: '{key}' is {value!r}, not a number")
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+        raise ServelabError(f"{path}: '{key}' is {value!r}, not a number ≥ 0")
     return float(value) if math.isfinite(value) else None
 
 
@@ -88,9 +88,9 @@ def from_vllm_bench(data: dict, path: Path, digest: str) -> Run:
     def num(key: str) -> float | None:
         return _float(data, key, path)
 
-    conc, rate, tpot, completed = data.get("max_concurrency"), num("request_rate"), num("median_tpot_ms"), int(num("completed") or 0)
+    conc, rate, tpot, completed = num("max_concurrency"), num("request_rate"), num("median_tpot_ms"), int(num("completed") or 0)
     level = Level(
-        position=0, label=f"c={conc}" if conc else (f"{rate:g} req/s" if rate else "all at once"), concurrency=int(conc or 0),
+        position=0, label=f"c={conc:g}" if conc else (f"{rate:g} req/s" if rate else "all at once"), concurrency=int(conc or 0),
         rate_rps=rate, ok=completed, failed=int(num("failed") or 0), output_tok_s=num("output_throughput"), request_rps=num("request_throughput"),
         ttft_ms_p50=num("median_ttft_ms"), ttft_ms_p99=num("p99_ttft_ms"), ttft_ms_mean=num("mean_ttft_ms"),
         tpot_ms_p50=tpot, tpot_ms_p99=num("p99_tpot_ms"), tpot_ms_mean=num("mean_tpot_ms"), itl_ms_p50=num("median_itl_ms"), itl_ms_p99=num("p99_itl_ms"),
@@ -116,8 +116,8 @@ def _mean(entry: dict, key: str, path: Path) -> float | None:
     value = entry.get(key)
     if value is None:
         return None
-    if not isinstance(value, dict) or not isinstance(value.get("mean"), (int, float)):
-        raise ServelabError(f"{path}: llama-benchy '{key}' is not {{mean, std, values}}")
+    if not isinstance(value, dict) or not isinstance(value.get("mean"), (int, float)) or value["mean"] < 0:
+        raise ServelabError(f"{path}: llama-benchy '{key}' is not {{mean ≥ 0, std, values}}")
     return float(value["mean"])
 
 

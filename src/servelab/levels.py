@@ -71,7 +71,9 @@ class LevelRunner:
         self.server_stats: ServerStats | None = None
         self.shared_prefix = ""  # --prefix-cache shared-prefix: the text every prompt starts with
         self.gpu_stats: GpuStats | None = None
-        self._index = 0
+        self.cut: tuple[int, float | None, list[RequestRecord]] | None = None
+        self._index = 0  # the next record's index (a resumed run goes on from its last one)
+        self._level_start = 0
 
     def _record(self, concurrency: int, phase: str, prompt: Prompt, max_tokens: int) -> RequestRecord:
         rec = RequestRecord(
@@ -154,6 +156,7 @@ class LevelRunner:
         await watch.start()
         if phase == "measured":
             gpu.start()
+            self.cut = (level, rate, records)  # until the phase ends: what a cut-short level's summary covers
         try:
             if rate is None:
                 result = await closed_loop(
@@ -168,11 +171,25 @@ class LevelRunner:
         finally:
             self.server_stats = await watch.stop()
             self.gpu_stats = await gpu.stop(sum(r.output_tokens or 0 for r in records))
+        self.cut = None
         return result
+
+    def save_cut_level(self) -> None:
+        """After the server went away or Ctrl-C in a measured phase: summarise what that phase ran
+        (its in-flight requests are ``incomplete``) as a level marked ``cut_short`` and save it, so
+        a run's summary is never dropped. Resuming measures the level again."""
+        if self.cut is None:
+            return
+        level, rate, records = self.cut
+        summary = summarize(level, records)
+        summary.rate_rps, summary.cut_short = rate, True
+        self._conclude_level(summary, Phase(records), max(1, level))
+        self.cut = None
 
     async def _level(self, client: StreamClient, level: int, warm: Prompt | None) -> None:
         o = self.opts
         assert self.writer is not None
+        self._level_start = self._index
         n_warm = o.warmup if o.warmup is not None else level
         e2e_s = None
         if n_warm:
@@ -198,6 +215,7 @@ class LevelRunner:
         """One open-loop level: a closed-loop warm-up of one stream, then arrivals at ``rate``/s."""
         o = self.opts
         cap = o.max_concurrency or 0
+        self._level_start = self._index
         n_warm = o.warmup if o.warmup is not None else 1
         if n_warm:
             await self._phase(client, 1, "warmup", warm, n_warm, None, n_warm)
@@ -215,6 +233,11 @@ class LevelRunner:
     def _conclude_level(self, summary: LevelSummary, measured: Phase, batch: int) -> None:
         """Attach server and GPU stats and the ceiling (at ``batch`` streams) to a level; save it."""
         assert self.writer is not None
+        summary.record_span = (self._level_start, self._index - 1)
+        if self.ignore_eos:
+            summary.short_outputs = sum(
+                1 for r in measured.records if r.phase == "measured" and r.status == "ok" and (r.output_tokens or 0) < r.max_tokens
+            )
         summary.server = self.server_stats
         summary.gpu = self.gpu_stats
         if self.opts.ceiling is not None:

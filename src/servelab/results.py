@@ -16,13 +16,17 @@ the run's origin, whose wall-clock time is ``RunResult.started_at``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 import os
 import platform
 import socket
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, TypeVar
 
+from filelock import FileLock, Timeout
 from pydantic import BaseModel, Field, ValidationError
 
 from servelab import __version__
@@ -33,6 +37,7 @@ from servelab.records import RequestRecord
 from servelab.redaction import scrub
 
 SCHEMA_VERSION = 1
+ABANDONED_FILE = "records.abandoned.jsonl"  # records of levels a resumed run measured again
 Doc = TypeVar("Doc", bound=BaseModel)
 
 class Environment(BaseModel):
@@ -215,10 +220,42 @@ class RunWriter:
         self._records.close()
 
 
-def resume_run(run_dir: Path, load: LoadSpec, model: str, notes: list[str]) -> RunResult | None:
-    """An earlier run of the same load and model in ``run_dir``: kept with its finished levels (those
-    without failures), so that rerunning an interrupted run measures only what is missing. A note
-    saying so is appended to ``notes``.
+@contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Hold ``run_dir/.lock`` (filelock) while a run writes there: a second run given the same
+    ``--output`` is refused instead of interleaving its records with the first's. A directory this
+    call created and nothing was written to is removed again.
+
+    Raises:
+        ServelabError: another process holds the lock, or the directory cannot be created.
+    """
+    created = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(run_dir / ".lock", timeout=0)
+        lock.acquire()
+    except Timeout:
+        raise ServelabError(f"another servelab run is writing to {run_dir}; wait for it to end or use another --output") from None
+    except OSError as exc:
+        raise ServelabError(f"--output {run_dir}: cannot write there ({exc.strerror or exc})") from None
+    try:
+        yield
+    finally:
+        lock.release()
+        if created and [p.name for p in run_dir.iterdir()] == [".lock"]:  # nothing was written: leave nothing behind
+            (run_dir / ".lock").unlink()
+            run_dir.rmdir()
+
+
+def resume_run(run_dir: Path, load: LoadSpec, model: str, notes: list[str]) -> tuple[RunResult, int] | None:
+    """An earlier run of the same load and model in ``run_dir``, kept with its finished levels
+    (neither failed nor cut short), so that rerunning an interrupted run measures only what is
+    missing; with the next free record index. The records of what is measured again (levels not
+    kept, earlier calibrations) move to ``records.abandoned.jsonl``: kept on disk, out of the run's
+    reports. A note saying so is appended to ``notes``.
+
+    Returns:
+        (the run document to continue, the first record index to use), or None for a fresh directory.
 
     Raises:
         ServelabError: the directory holds something else, or a run of a different load or model
@@ -229,15 +266,41 @@ def resume_run(run_dir: Path, load: LoadSpec, model: str, notes: list[str]) -> R
         return None
     try:
         earlier = RunResult.model_validate_json(path.read_text(encoding="utf-8"))
-    except ValueError:
+    except (ValueError, OSError):
         raise ServelabError(f"{path} is not a servelab run; use another --output") from None
     if earlier.load != load or earlier.endpoint.model != model:
         raise ServelabError(f"{run_dir} holds a run of another load or model; use another --output")
     earlier.levels = [lv for lv in earlier.levels if not lv.failed]
+    records = _read_records(run_dir / earlier.records_file)
+    spans = [lv.record_span for lv in earlier.levels]
+    if all(spans):  # runs written before record_span keep every record
+        keep = [any(a <= r.index <= b for a, b in spans) for r in records]
+        kept = [r for r, k in zip(records, keep, strict=True) if k]
+        abandoned = [r for r, k in zip(records, keep, strict=True) if not k]
+        if abandoned:
+            with open(run_dir / ABANDONED_FILE, "a", encoding="utf-8") as out:
+                out.writelines(r.model_dump_json(exclude_none=True) + "\n" for r in abandoned)
+            tmp = run_dir / (earlier.records_file + ".tmp")
+            tmp.write_text("".join(r.model_dump_json(exclude_none=True) + "\n" for r in kept), encoding="utf-8")
+            os.replace(tmp, run_dir / earlier.records_file)
     earlier.status, earlier.partial_reason = "partial", "resumed: still running"
     notes.append(f"resumed {run_dir}: {len(earlier.levels)} finished levels kept")
     earlier.notes = list(dict.fromkeys([*earlier.notes, *notes]))
-    return earlier
+    return earlier, max((r.index for r in records), default=-1) + 1
+
+
+def levels_to_run(asked: list[tuple[float | None, int]], done: list[LevelSummary]) -> list[int]:
+    """Positions in ``asked`` ((rate, concurrency) per level, in order) that ``done`` has not
+    finished yet. A level asked several times (``grid --runs 3`` asks ``[c, c, c]``) counts once
+    per finished summary, so a resumed run keeps as many as it was asked for."""
+    left = Counter((lv.rate_rps, lv.concurrency) for lv in done)
+    todo = []
+    for i, key in enumerate(asked):
+        if left[key]:
+            left[key] -= 1
+        else:
+            todo.append(i)
+    return todo
 
 
 def read_document(model: type[Doc], path: Path) -> Doc:
@@ -263,12 +326,16 @@ def load_run(directory: Path) -> tuple[RunResult, list[RequestRecord]]:
         FileNotFoundError: no ``run.json`` in ``directory``.
     """
     run = RunResult.model_validate_json((directory / "run.json").read_text(encoding="utf-8"))
+    return run, _read_records(directory / run.records_file)
+
+
+def _read_records(path: Path) -> list[RequestRecord]:
+    """The records in a ``records.jsonl`` (none if it is missing); unreadable lines are skipped."""
     records = []
-    path = directory / run.records_file
     if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 records.append(RequestRecord.model_validate(json.loads(line)))
             except ValueError:
                 continue
-    return run, records
+    return records

@@ -12,6 +12,7 @@ The run directories on disk stay the source of truth: a row keeps the whole run 
 
 from __future__ import annotations
 
+import json
 import os
 from importlib.resources import files
 from pathlib import Path
@@ -19,12 +20,15 @@ from pathlib import Path
 import platformdirs
 from alembic import command
 from alembic.config import Config
+from alembic.util.exc import CommandError
+from pydantic import ValidationError
 from sqlalchemy import Float, ForeignKey, Integer, String, Text, create_engine, select
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, selectinload
 
 from servelab.errors import ServelabError
 from servelab.redaction import mask_url
+from servelab.results import RunResult
 
 DB_ENV = "SERVELAB_DB"
 # Per-level figures kept in the database (docs/metrics.md defines each; *_mean for tools that report means only).
@@ -89,6 +93,31 @@ class Run(Base):
     document: Mapped[str] = mapped_column(Text)  # JSON: run.json, or the imported file's content
     levels: Mapped[list[Level]] = relationship(back_populates="run", order_by=Level.position, cascade="all, delete-orphan")
 
+    def doc(self) -> dict:
+        """The stored document as a JSON object.
+
+        Raises:
+            ServelabError: it is damaged (not a JSON object), naming the run and how to repair it.
+        """
+        try:
+            doc = json.loads(self.document)
+        except (TypeError, ValueError):
+            doc = None
+        if not isinstance(doc, dict):
+            raise ServelabError(f"run {self.id} in the database is damaged (its document is not a JSON object); import {self.origin} again")
+        return doc
+
+    def result(self) -> RunResult:
+        """A servelab run's stored document as a :class:`RunResult`.
+
+        Raises:
+            ServelabError: it is damaged or not a servelab run document.
+        """
+        try:
+            return RunResult.model_validate(self.doc())
+        except ValidationError as exc:
+            raise ServelabError(f"run {self.id} in the database is damaged ({exc.errors()[0]['msg']}); import {self.origin} again") from None
+
 
 def database_url(db: str | None = None) -> str:
     """The database to use: ``db``, else ``$SERVELAB_DB``, else the per-user SQLite file.
@@ -131,24 +160,36 @@ class Store:
                 command.upgrade(cfg, "head")
         except (ArgumentError, NoSuchModuleError, ModuleNotFoundError) as exc:
             raise ServelabError(f"--db {mask_url(url)}: not a usable database URL ({exc})") from None
+        except CommandError as exc:  # a revision this servelab does not know: written by a newer one
+            raise ServelabError(f"--db {mask_url(url)}: its schema is not one this servelab knows ({exc}); upgrade servelab or use another --db") from None
         except DBAPIError as exc:
-            raise ServelabError(f"--db {mask_url(url)}: cannot open it ({str(exc.orig).strip().splitlines()[0]})") from None
+            raise self._error("cannot open it", exc) from None
+
+    def _error(self, what: str, exc: DBAPIError) -> ServelabError:
+        """One line for a database error: the URL (password masked), what failed, the driver's first line."""
+        return ServelabError(f"--db {mask_url(self.url)}: {what} ({str(exc.orig).strip().splitlines()[0]}); the run directories on disk are kept")
 
     def add(self, runs: list[Run]) -> list[bool]:
         """Store ``runs`` in one transaction, each replacing a stored run with the same id.
 
         Returns:
             For each run, True when it was new, False when it replaced an earlier import.
+
+        Raises:
+            ServelabError: the database refused the write (read-only, full); nothing is stored.
         """
         new = []
-        with Session(self.engine, expire_on_commit=False) as session, session.begin():
-            for run in runs:
-                old = session.get(Run, run.id)
-                new.append(old is None)
-                if old is not None:
-                    session.delete(old)
-                    session.flush()
-                session.add(run)
+        try:
+            with Session(self.engine, expire_on_commit=False) as session, session.begin():
+                for run in runs:
+                    old = session.get(Run, run.id)
+                    new.append(old is None)
+                    if old is not None:
+                        session.delete(old)
+                        session.flush()
+                    session.add(run)
+        except DBAPIError as exc:  # read-only file, full disk, lost connection
+            raise self._error("cannot store runs in it", exc) from None
         return new
 
     def runs(self, **filters: str | None) -> list[Run]:
@@ -156,19 +197,26 @@ class Store:
         source, status) keep runs whose field contains the value (case-insensitive)."""
         query = select(Run).options(selectinload(Run.levels)).order_by(Run.started_at.desc(), Run.id)
         for name, value in filters.items():
-            if value:
-                query = query.where(getattr(Run, name).ilike(f"%{value}%"))
-        with Session(self.engine) as session:
-            return list(session.scalars(query))
+            if value:  # autoescape: % and _ in a filter are text, not LIKE patterns
+                query = query.where(getattr(Run, name).icontains(value, autoescape=True))
+        try:
+            with Session(self.engine) as session:
+                return list(session.scalars(query))
+        except DBAPIError as exc:
+            raise self._error("cannot read it", exc) from None
 
     def get(self, run_id: str) -> Run:
         """The run whose id is or starts with ``run_id``.
 
         Raises:
-            ServelabError: no such run, or the prefix is ambiguous.
+            ServelabError: no such run, the prefix is ambiguous, or the database cannot be read.
         """
-        with Session(self.engine) as session:
-            found = list(session.scalars(select(Run).options(selectinload(Run.levels)).where(Run.id.startswith(run_id)).limit(2)))
+        query = select(Run).options(selectinload(Run.levels)).where(Run.id.startswith(run_id, autoescape=True)).limit(2)
+        try:
+            with Session(self.engine) as session:
+                found = list(session.scalars(query))
+        except DBAPIError as exc:
+            raise self._error("cannot read it", exc) from None
         if not found:
             raise ServelabError(f"no run {run_id!r} in {mask_url(self.url)}; `servelab runs` lists them")
         if len(found) > 1:

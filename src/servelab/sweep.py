@@ -78,21 +78,32 @@ def run_sweep(
         server = RecipeServer(recipe, recipe.resolve(values, label), vdir)
         say(f"[{i}/{len(variants)}] {label}: starting {recipe.engine} (ready timeout {server.resolved.ready_timeout_s:.0f} s)")
         try:
-            with waiting(f"[{i}/{len(variants)}] {label}: waiting for {server.resolved.ready_url}…"):
-                server.start()
-        except ServelabError as exc:
-            status = VariantStatus(variant=label, status="failed-to-start", error=str(exc), recipe=server.info())
-            say(f"[{i}/{len(variants)}] {label}: failed to start: {exc}")
-        else:
-            try:
-                say(f"[{i}/{len(variants)}] {label}: ready at {server.url}; running the bench plan")
-                run = bench(server, vdir)
-                status = VariantStatus(variant=label, status=run.status, error=run.partial_reason, recipe=server.info())
-            except ServelabError as exc:
-                status = VariantStatus(variant=label, status="partial", error=str(exc), recipe=server.info())
-                say(f"[{i}/{len(variants)}] {label}: stopped early: {exc}")
-            finally:
-                server.stop()
+            status = _variant(server, label, vdir, bench, lambda text: say(f"[{i}/{len(variants)}] {label}: {text}"), waiting)
+        except KeyboardInterrupt:  # the variant says so too; a rerun measures it again
+            _write(vdir / "variant.json", VariantStatus(variant=label, status="partial", error="interrupted by the user (Ctrl-C)", recipe=server.info()))
+            raise
         _write(vdir / "variant.json", status)
         outcomes.append(status)
     return outcomes
+
+
+def _variant(
+    server: RecipeServer, label: str, vdir: Path, bench: Callable[[RecipeServer, Path], RunResult], say: Callable[[str], None],
+    waiting: Callable[[str], AbstractContextManager],
+) -> VariantStatus:
+    """Start one variant's server, run the bench plan against it, stop it; how it ended."""
+    try:
+        with waiting(f"{label}: waiting for {server.resolved.ready_url}…"):
+            server.start()
+    except ServelabError as exc:
+        say(f"failed to start: {exc}")
+        return VariantStatus(variant=label, status="failed-to-start", error=str(exc), recipe=server.info())
+    try:
+        say(f"ready at {server.url}; running the bench plan")
+        run = bench(server, vdir)
+        return VariantStatus(variant=label, status=run.status, error=run.partial_reason, recipe=server.info())
+    except ServelabError as exc:
+        say(f"stopped early: {exc}")
+        return VariantStatus(variant=label, status="partial", error=str(exc), recipe=server.info())
+    finally:
+        server.stop()

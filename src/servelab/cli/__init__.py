@@ -6,23 +6,49 @@ option parsers and the one-line error exit are in ``servelab.cli.common``; exit 
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import typer
+from rich.markup import escape
+from typer.core import TyperGroup
 
 from servelab import __version__
 from servelab.cli import bench, plan, recipes, results, server
-from servelab.cli.common import console
+from servelab.cli.common import console, err_console, one_line_errors
 
-app = typer.Typer(help="Measure OpenAI-compatible LLM inference servers correctly.", no_args_is_help=True, add_completion=False)
-app.command()(bench.bench)
-app.command("serve-local")(server.serve_local)
-app.command()(bench.suite)
-app.command()(bench.grid)
+class OneLineUsageErrors(TyperGroup):
+    """Click's usage errors (a bad option value, an unknown option, a missing argument) as one line
+    naming the option and where its help is, instead of a usage box; exit code 2 as before."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.TyperException as exc:  # the base of Typer's (vendored Click's) exceptions
+            if type(exc).__name__ == "NoArgsIsHelpError":  # `servelab` alone: the help, as Click prints it
+                exc.show()
+            else:
+                ctx = getattr(exc, "ctx", None)
+                where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+                err_console.print(f"[bold red]error:[/] {escape(exc.format_message())}{escape(where)}", highlight=False, soft_wrap=True)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            sys.exit(130)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+app = typer.Typer(help="Measure OpenAI-compatible LLM inference servers correctly.", no_args_is_help=True, add_completion=False, cls=OneLineUsageErrors)
+COMMANDS = {
+    "bench": bench.bench, "serve-local": server.serve_local, "suite": bench.suite, "grid": bench.grid,
+    "lint": recipes.lint, "launch": recipes.launch, "sweep": recipes.sweep, "compare": recipes.compare,
+    "import": results.import_, "runs": results.runs, "show": results.show, "export": results.export, "report": results.report,
+    "ui": results.ui, "bootlog": server.bootlog,
+}  # fmt: skip
+for name, command in COMMANDS.items():
+    app.command(name)(one_line_errors(command))
 app.add_typer(plan.plan_app, name="plan")
-for command in (recipes.lint, recipes.launch, recipes.sweep, recipes.compare):
-    app.command()(command)
-app.command("import")(results.import_)
-for command in (results.runs, results.show, results.export, results.report, results.ui, server.bootlog):
-    app.command()(command)
 
 
 @app.command()

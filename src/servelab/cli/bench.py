@@ -11,6 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.markup import escape
 
+from servelab import engines
 from servelab.bench import Bench, BenchOptions, Ceiling, DoesNotFit
 from servelab.cli.common import (
     console, default_run_dir, err_console, event_loop_runner, fail, parse_duration, parse_float_list, parse_int_list, parse_json_object,
@@ -18,6 +19,7 @@ from servelab.cli.common import (
 )  # fmt: skip
 from servelab.endpoint import Endpoint, discover
 from servelab.errors import ServelabError
+from servelab.liveness import Liveness
 from servelab.grid import CellStats, cell_stats, cells, read_llama_benchy, write_csv, write_llama_benchy_csv
 from servelab.launch.server import RecipeServer
 from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LLAMA_SERVER_ENV, LocalServer
@@ -126,14 +128,12 @@ async def measure(
     options.ceiling = _ceiling(hardware, model_config, endpoint.info.model, quant)
     run_dir = output or default_run_dir(endpoint.info.model.rsplit("/", 1)[-1])
 
-    async def alive() -> bool:
-        if server is not None:
+    if server is not None:
+
+        async def alive() -> bool:
             return server.alive()
-        try:
-            await discover(endpoint.root, endpoint.info.model, api_key)
-            return True
-        except ServelabError:
-            return False
+    else:
+        alive = Liveness(endpoint.root, engines.get(endpoint.info.engine).ready_path)
 
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -233,7 +233,7 @@ def bench(
     except ServelabError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
-        fail(f"interrupted; the partial run is in {run_dir}" if run_dir else "interrupted", 130)
+        fail(f"interrupted; the partial run is in {run_dir}" if run_dir and (run_dir / "run.json").exists() else "interrupted", 130)
     run = bench_obj.writer.run
     console.print(bench_table(run))
     if (server := server_table(run)) is not None:
@@ -250,6 +250,8 @@ def bench(
         )
     console.print(f"run saved in {run_dir}", markup=False)
     remember(run_dir)
+    if run.status != "complete":
+        fail(f"the run is partial: {run.partial_reason}; what ran is in {run_dir}", 1)
     if run.failed:
         failed = sum(lv.failed_requests for lv in run.levels)
         fail(f"{failed} measured requests failed; see {run_dir / run.records_file}", 1)

@@ -8,6 +8,8 @@ or an unusable server (one clear line, no traceback); 130 interrupted with Ctrl-
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import math
 import os
@@ -38,6 +40,41 @@ def fail(message: str, code: int = 2) -> NoReturn:
     """Print one clear error line and exit."""
     err_console.print(f"[bold red]error:[/] {escape(scrub(message))}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def one_line_errors(command: Callable[..., None]) -> Callable[..., None]:
+    """Wrap a command so that what the library raises ends as one line, never a traceback:
+    ``ServelabError`` (exit 2) and file-system errors (a full disk, a read-only or missing folder;
+    exit 2, naming the file)."""
+
+    @functools.wraps(command)
+    def wrapped(*args: object, **kwargs: object) -> None:
+        try:
+            command(*args, **kwargs)
+        except ServelabError as exc:
+            fail(str(exc))
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename else ""
+            fail(f"{where}{exc.strerror or exc}; check the path, its permissions and free space")
+
+    return wrapped
+
+
+def write_file(path: Path, text: str, option: str) -> None:
+    """Write ``text`` to ``path`` atomically (a temporary file beside it, then ``os.replace``), so a
+    failure never leaves a half-written file.
+
+    Raises:
+        ServelabError: cannot write there, naming ``option`` and the path.
+    """
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise ServelabError(f"{option} {path}: cannot write it ({exc.strerror or exc})") from None
 
 
 def parse_int_list(value: str, option: str, minimum: int = 1) -> list[int]:

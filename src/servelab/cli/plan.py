@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from servelab.cli.common import console, fail, parse_int_list
+from servelab.cli.common import console, fail, one_line_errors, parse_int_list
 from servelab.engines import plan_engine
 from servelab.errors import ServelabError
 from servelab.plan.cudagraph import padding, recommend
@@ -20,6 +20,7 @@ plan_app = typer.Typer(help="Memory fit, KV capacity, concurrency and speed ceil
 
 
 @plan_app.callback(invoke_without_command=True)
+@one_line_errors
 def plan(
     ctx: typer.Context,
     model: Annotated[str | None, typer.Option(help="Catalog name (qwen3-8b, gpt-oss-120b …), a config.json or its directory.")] = None,
@@ -59,6 +60,7 @@ def plan(
 
 
 @plan_app.command("cudagraph")
+@one_line_errors
 def plan_cudagraph(
     concurrency: Annotated[str, typer.Option(help="Target concurrency levels, e.g. 1,2,4,5,8,10,16,32.")] = "1,2,4,5,8,10,16,32,64",
     capture_sizes: Annotated[str | None, typer.Option(help="The server's capture list (default vLLM's for the settings below).")] = None,

@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from servelab.bench import BenchOptions
 from servelab.cli.bench import measure
-from servelab.cli.common import console, default_run_dir, event_loop_runner, fail, remember, serve_until_ctrl_c, sigterm_as_sigint
+from servelab.cli.common import console, default_run_dir, event_loop_runner, fail, remember, serve_until_ctrl_c, sigterm_as_sigint, write_file
 from servelab.errors import ServelabError
 from servelab.launch.server import RecipeServer
 from servelab.lint import lint as lint_recipe
@@ -185,8 +185,12 @@ def compare(
         ledgers = [build(entries, METRICS[m], base) for m in names]
     except ServelabError as exc:
         fail(str(exc))
+    if markdown is not None:  # before the tables: a failure is then the only line
+        try:
+            write_file(markdown, ledger_markdown(ledgers), "--markdown")
+        except ServelabError as exc:
+            fail(str(exc))
     for ledger in ledgers:
         console.print(ledger_table(ledger))
     if markdown is not None:
-        markdown.write_text(ledger_markdown(ledgers), encoding="utf-8")
         console.print(f"Markdown written to {markdown}")

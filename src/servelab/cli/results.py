@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
+import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -11,12 +13,11 @@ import typer
 from rich.table import Table
 from rich.markup import escape
 
-from servelab.cli.common import DbOpt, console, fail, store_at
+from servelab.cli.common import DbOpt, console, fail, store_at, write_file
 from servelab.errors import ServelabError
 from servelab.imports import read_results
 from servelab.report.html import compare_page, run_page
 from servelab.report.table import bench_table
-from servelab.results import RunResult
 from servelab.store import METRICS as STORE_METRICS
 
 
@@ -70,7 +71,7 @@ def show(run_id: Annotated[str, typer.Argument(help="A run id from `servelab run
     console.print(f"[bold]{escape(run.model)}[/] · " + escape(f"{run.engine} {run.engine_version or ''} · {run.hardware} · {run.source} · {run.status}"), highlight=False)
     console.print(f"id {run.id} · started {run.started_at or '?'} · from {run.origin}", markup=False, highlight=False, soft_wrap=True)
     if run.source == "servelab":
-        console.print(bench_table(RunResult.model_validate_json(run.document)))
+        console.print(bench_table(run.result()))
         return
     shown = [m for m in STORE_METRICS if any(getattr(lv, m) is not None for lv in run.levels)]
     table = Table()
@@ -97,12 +98,17 @@ def export(
     rows = [{**{k: getattr(r, k) for k in keys}, "level": lv.label, "concurrency": lv.concurrency, "rate_rps": lv.rate_rps, "ok": lv.ok,
              "failed": lv.failed, **{m: getattr(lv, m) for m in STORE_METRICS}} for r in found for lv in r.levels]  # fmt: skip
     if output.suffix.lower() == ".json":
-        output.write_text(json.dumps(rows, indent=1), encoding="utf-8")
+        text = json.dumps(rows, indent=1)
     else:
-        with open(output, "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=[*keys, "level", "concurrency", "rate_rps", "ok", "failed", *STORE_METRICS])
-            writer.writeheader()
-            writer.writerows(rows)
+        buffer = io.StringIO(newline="")
+        writer = csv.DictWriter(buffer, fieldnames=[*keys, "level", "concurrency", "rate_rps", "ok", "failed", *STORE_METRICS])
+        writer.writeheader()
+        writer.writerows(rows)
+        text = buffer.getvalue()
+    try:
+        write_file(output, text, "--output")
+    except ServelabError as exc:
+        fail(str(exc))
     console.print(f"{len(rows)} rows of {len(found)} runs written to {output}")
 
 
@@ -117,9 +123,9 @@ def report(
         for item in runs_:
             found += read_results(Path(item)) if Path(item).exists() else [store_at(db).get(item)]
         page = run_page(found[0]) if len(found) == 1 else compare_page(found)
+        write_file(output, page, "--output")
     except ServelabError as exc:
         fail(str(exc))
-    output.write_text(page, encoding="utf-8")
     console.print(f"report of {len(found)} run(s) written to {output}")
 
 
@@ -135,7 +141,11 @@ def ui(
 
     try:
         app_ = make_app(store_at(db))
+        with socket.create_server((host, port)):  # the address is usable (uvicorn binds it again at once)
+            pass
     except ServelabError as exc:
         fail(str(exc))
-    console.print(f"leaderboard at [bold]http://{host}:{port}/[/] (Ctrl-C to stop)", soft_wrap=True)
+    except OSError as exc:
+        fail(f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc})")
+    console.print(f"leaderboard at [bold]{escape(f'http://{host}:{port}/')}[/] (Ctrl-C to stop)", soft_wrap=True)
     uvicorn.run(app_, host=host, port=port, log_level="warning")

@@ -56,6 +56,8 @@ def bootlog(
         except OSError as exc:
             fail(f"cannot read {path}: {exc.strerror}")
     facts = parse_bootlog(text)
+    if not facts.recognised_lines:
+        fail(f"{path}: no line of a vLLM, SGLang or llama.cpp startup log in it ({facts.unrecognised_lines} lines read)")
     if json_out:
         print(facts.model_dump_json(indent=2, exclude={"unrecognised"}))
     else:

@@ -42,6 +42,7 @@ from servelab.redaction import scrub
 from servelab.tokenizer import Tokenizer
 
 ERROR_TEXT_LIMIT = 500
+ERROR_BODY_LIMIT = 65536  # at most this much of an error body is read (a huge one never whole)
 
 
 class _Delta(TypedDict, total=False):
@@ -353,7 +354,7 @@ class StreamClient:
                 record.http_status = resp.status
                 if resp.status != 200:
                     record.end = clock() - origin
-                    return self._fail(record, f"http_{resp.status}", _error_message(await resp.read()))
+                    return self._fail(record, f"http_{resp.status}", _error_message(await resp.content.read(ERROR_BODY_LIMIT)))
                 parser = StreamParser(record, start, origin)
                 if timed:
                     proto.attach(parser, resp.content)

@@ -89,6 +89,9 @@ class LevelSummary(BaseModel):
     ramp_prompt_tokens: int = 0
     ramp_output_tokens: int = 0
     waves: WaveStats | None = Field(None, description="Closed loop: how clustered the sends were (metrics/waves.py).")
+    short_outputs: int = Field(0, description="With ignore_eos: successful requests that returned fewer tokens than max_tokens (the server did not honour it).")
+    record_span: tuple[int, int] | None = Field(None, description="First and last record index of the level (warm-up included).")
+    cut_short: bool = Field(False, description="The level did not finish (the server stopped answering, or Ctrl-C): it covers what ran; a resumed run measures it again.")
     decode_ceiling_tok_s: float | None = Field(
         None, description="Roofline decode ceiling per stream at this batch (servelab plan), when model and hardware are known."
     )
@@ -113,8 +116,8 @@ class LevelSummary(BaseModel):
     @property
     def failed(self) -> bool:
         """True when any request at this level failed. (Requests still in flight at the end of a
-        duration are ``incomplete``, expected and counted; an interrupted run is marked partial.)"""
-        return self.failed_requests > 0
+        duration are ``incomplete``, expected and counted.) A level cut short counts as failed."""
+        return self.failed_requests > 0 or self.cut_short
 
 
 def decode_span(r: RequestRecord) -> float | None:

@@ -25,6 +25,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Literal
 
+from pydantic import BaseModel, NonNegativeInt, PositiveInt, ValidationError
+
 from servelab.errors import ServelabError
 
 LayerKind = Literal["full", "sliding", "mla", "linear", "mamba", "none"]
@@ -119,6 +121,18 @@ def _get(cfg: dict, *keys: str, default=None):
         if cfg.get(key) is not None:
             return cfg[key]
     return default
+
+
+class CoreConfig(BaseModel):
+    """The fields every supported config.json has, checked before a user's file is parsed."""
+
+    hidden_size: PositiveInt
+    num_hidden_layers: PositiveInt
+    vocab_size: PositiveInt
+    num_attention_heads: PositiveInt
+    num_key_value_heads: PositiveInt | None = None
+    head_dim: PositiveInt | None = None
+    intermediate_size: NonNegativeInt | None = None
 
 
 def parse_config(cfg: dict, name: str = "model") -> ModelSpec:
@@ -289,9 +303,20 @@ def load_model(ref: str) -> ModelSpec:
         path = path / "config.json"
     if path.is_file():
         try:
-            return parse_config(json.loads(path.read_text()), name=path.parent.name if path.name == "config.json" else path.stem)
+            cfg = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise ServelabError(f"--model {ref}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        except UnicodeDecodeError:
+            raise ServelabError(f"--model {ref}: not a text file (not UTF-8); give a config.json") from None
+        try:
+            CoreConfig.model_validate(cfg.get("text_config") or cfg if isinstance(cfg, dict) else cfg)
+            return parse_config(cfg, name=path.parent.name if path.name == "config.json" else path.stem)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(x) for x in err["loc"]) or "the file"
+            raise ServelabError(f"--model {ref}: {where}: {err['msg']}; give a Hugging Face config.json") from None
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:  # a model-specific field missing or of the wrong type
+            raise ServelabError(f"--model {ref}: a field servelab needs is missing or not a number ({type(exc).__name__}: {exc}); give a Hugging Face config.json") from None
     names = catalog()
     key = ref.lower().rsplit("/", 1)[-1]
     if key in names:

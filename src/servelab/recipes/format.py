@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import re
 import shlex
 import string
 from collections.abc import Mapping
@@ -74,6 +75,9 @@ class Container(BaseModel):
     options: list[str] = Field(default_factory=list, description="More docker run arguments.")
 
 
+HOST_RE = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*@)?[A-Za-z0-9_\[][A-Za-z0-9_.:%\]-]*")
+
+
 class Cluster(BaseModel):
     """Several nodes: the head (first host) and workers, reached over ssh (loopback runs locally)."""
 
@@ -85,6 +89,15 @@ class Cluster(BaseModel):
     ray_args: list[str] = Field(default_factory=list, description="More `ray start` arguments, e.g. --num-gpus=1.")
     ssh: list[str] = Field(default_factory=list, description="More ssh arguments, e.g. [-i, ~/.ssh/spark].")
     ready_timeout_s: PositiveFloat = Field(300.0, description="How long the Ray cluster may take to show every node.")
+
+    @field_validator("hosts")
+    @classmethod
+    def _ssh_destinations(cls, hosts: list[str]) -> list[str]:
+        """A host is an ssh destination (``[user@]name``), never an ssh option: no leading ``-``."""
+        for host in hosts:
+            if not HOST_RE.fullmatch(host):
+                raise ValueError(f"{host!r} is not a host name ([user@]host, letters, digits, '.', '-', '_'; not starting with '-')")
+        return hosts
 
 
 class Ready(BaseModel):
@@ -302,12 +315,16 @@ def with_hosts(recipe: Recipe, hosts: str) -> Recipe:
     """``recipe`` on the cluster ``hosts`` (``"head,worker1,…"``, the ``--hosts`` option).
 
     Raises:
-        ServelabError: fewer than two hosts, or an engine servelab cannot run on several nodes.
+        ServelabError: fewer than two hosts, a host that is not a host name, or an engine servelab
+            cannot run on several nodes.
     """
     names = [h.strip() for h in hosts.split(",") if h.strip()]
     if len(names) < 2:
         raise ServelabError(f"--hosts {hosts!r}: give at least two hosts, head first (--hosts spark-1,spark-2)")
-    recipe.cluster = recipe.cluster.model_copy(update={"hosts": names}) if recipe.cluster else Cluster(hosts=names)
+    try:
+        recipe.cluster = Cluster.model_validate({**(recipe.cluster.model_dump() if recipe.cluster else {}), "hosts": names})
+    except ValidationError as exc:
+        raise ServelabError(f"--hosts {hosts!r}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
     _check_engine(recipe)
     return recipe
 

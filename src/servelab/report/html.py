@@ -18,7 +18,7 @@ from servelab import __version__
 from servelab.records import RequestRecord
 from servelab.report import plots
 from servelab.report.ledger import DEFAULT_METRICS, METRICS, Entry, build, cell_text, default_baseline
-from servelab.results import RunResult, load_run
+from servelab.results import load_run
 from servelab.store import Level, Run
 
 ENV = Environment(loader=PackageLoader("servelab", "report/templates"), autoescape=select_autoescape(default=True))
@@ -62,7 +62,7 @@ def records_of(run: Run) -> list[RequestRecord]:
 def _facts(run: Run) -> tuple[list[tuple[str, list[tuple[str, str]]]], list[dict], str | None]:
     """Key/value sections (environment, endpoint, load, recipe, boot log), findings and the partial reason of a servelab run;
     for an imported file its top-level scalar fields."""
-    doc = json.loads(run.document)
+    doc = run.doc()
     if run.source != "servelab":
         scalars = [(k, str(v)) for k, v in doc.items() if not isinstance(v, (list, dict))]
         return [(f"{run.source} file", [("file", run.origin), *scalars])], [], None
@@ -95,7 +95,7 @@ def compare_page(runs: list[Run], links: bool = False) -> str:
     rows = [(run, lv) for run in runs for lv in run.levels]
     ledgers = []
     if len(runs) > 1 and all(r.source == "servelab" for r in runs):  # the Δ% ledger of servelab compare
-        entries = [Entry(plots.run_name(r), RunResult.model_validate_json(r.document), r.status) for r in runs]
+        entries = [Entry(plots.run_name(r), r.result(), r.status) for r in runs]
         ledgers = [build(entries, METRICS[m], default_baseline(entries)) for m in DEFAULT_METRICS]
     return ENV.get_template("compare.html").render(
         ledgers=ledgers, cell_text=cell_text,

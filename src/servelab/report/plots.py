@@ -10,7 +10,6 @@ are in docs/metrics.md.
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Iterator
 
 import matplotlib
@@ -57,7 +56,7 @@ def _ceilings(run: Run) -> list[tuple[int, float]]:
     """(concurrency, decode ceiling per stream) from a servelab run's document, where it was computed."""
     if run.source != "servelab":
         return []
-    levels = json.loads(run.document).get("levels", [])
+    levels = run.doc().get("levels", [])
     return [(lv["concurrency"], lv["decode_ceiling_tok_s"]) for lv in levels if lv.get("decode_ceiling_tok_s") and lv.get("rate_rps") is None]
 
 

@@ -1,0 +1,154 @@
+"""The CLI contract: every command, given a bad argument or a bad file, exits 2 with exactly one
+line that starts with ``error:`` and names the input, no traceback, and writes nothing."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from servelab.cli import COMMANDS, app
+from servelab.results import run_lock
+from test_fault_suite import bench, fault_server
+
+READONLY = Path("/proc/servelab-cannot-write-here")  # a folder nobody can create files in
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    """A workspace with one real run (from the fault server), a binary file, YAML and logs."""
+    root = tmp_path_factory.mktemp("contract")
+    with fault_server() as url:
+        res = bench(url, root / "run", requests=4)
+    assert res.exit_code == 0, res.output
+    (root / "binary.dat").write_bytes(b"\xff\xfe\x00\x81binary")
+    (root / "notes.txt").write_text("hello\n")
+    (root / "empty.log").write_text("")
+    return root
+
+
+# (args with {W} = the workspace, needle the error line must contain)
+CASES = [
+    ("bench --concurrency 0", "--concurrency"),
+    ("bench --concurrency 1,x", "--concurrency"),
+    ("bench --rate -1", "--rate"),
+    ("bench --duration 5x", "--duration"),
+    ("bench --requests 2 --duration 5s", "--requests"),
+    ("bench --url ftp://example", "--url"),
+    ("bench --chat-template-kwargs [1]", "--chat-template-kwargs"),
+    ("bench --dataset {W}/missing.jsonl", "missing.jsonl"),
+    ("bench --dataset {W}/binary.dat", "binary.dat"),
+    ("bench --mix nope", "--mix"),
+    ("bench --workloads-file {W}/binary.dat --mix m", "binary.dat"),
+    ("bench --closed-loop sideways", "--closed-loop"),
+    ("bench --request-timeout 0", "--request-timeout"),
+    ("bench --no-such-option", "--no-such-option"),
+    ("suite --only nope", "nope"),
+    ("suite --runs 0", "--runs"),
+    ("grid --pp x", "--pp"),
+    ("grid --depth -1", "--depth"),
+    ("grid --import-llama-benchy {W}/missing.csv", "missing.csv"),
+    ("grid --import-llama-benchy {W}/binary.dat", "binary.dat"),
+    ("serve-local --parallel 0", "--parallel"),
+    ("plan", "--model"),
+    ("plan --model no-such-model", "no-such-model"),
+    ("plan --model qwen3-8b --hardware no-such-gpu", "no-such-gpu"),
+    ("plan --model qwen3-8b --quant int3", "int3"),
+    ("plan --model qwen3-8b --concurrency 0", "--concurrency"),
+    ("plan --model qwen3-8b --gpu-memory-utilization 1.5", "--gpu-memory-utilization"),
+    ("plan --model qwen3-8b --acceptance 2", "--acceptance"),
+    ("plan --model qwen3-8b --tp 3", "--tp 3"),
+    ("plan --model {W}/binary.dat", "binary.dat"),
+    ("plan cudagraph --capture-sizes 1,x", "--capture-sizes"),
+    ("lint {W}/missing.yaml", "missing.yaml"),
+    ("lint {W}/binary.dat", "binary.dat"),
+    ("lint recipes/llama-cpp-gemma-270m.yaml --set novalue", "novalue"),
+    ("lint recipes/vllm-ray-two-sparks.yaml --hosts a,-oProxyCommand=x", "-oProxyCommand=x"),
+    ("launch {W}/missing.yaml", "missing.yaml"),
+    ("sweep {W}/binary.dat", "binary.dat"),
+    ("compare {W}/missing", "missing"),
+    ("compare {W}/run --metric nope", "--metric"),
+    ("compare {W}/run --markdown " + str(READONLY / "x.md"), "--markdown"),
+    ("import {W}/missing.json", "missing.json"),
+    ("import {W}/binary.dat", "binary.dat"),
+    ("import {W}/notes.txt", "notes.txt"),
+    ("runs --db nope://x", "--db"),
+    ("show no-such-run", "no-such-run"),
+    ("show 1%", "1%"),
+    ("export --output {W}/x.txt", "--output"),
+    ("export --output " + str(READONLY / "x.csv"), "--output"),
+    ("report {W}/run --output " + str(READONLY / "r.html"), "--output"),
+    ("report no-such-run-id", "no-such-run-id"),
+    ("ui --port 0", "--port"),
+    ("ui --host 999.1.1.1", "--host 999.1.1.1"),
+    ("bootlog {W}/missing.log", "missing.log"),
+    ("bootlog {W}/binary.dat", "binary.dat"),
+]
+
+
+def snapshot(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize(("args", "needle"), CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(work, args, needle):
+    before = snapshot(work)
+    res = CliRunner().invoke(app, args.replace("{W}", str(work)).split())
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert res.exit_code == 2, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert len(lines) == 1 and lines[0].startswith("error:"), res.output
+    assert needle in lines[0], lines[0]
+    assert snapshot(work) == before  # nothing half-written
+
+
+def test_every_command_is_in_the_table():
+    named = {c[0].split()[0] for c in CASES}
+    assert set(COMMANDS) - named == set() and "plan" in named
+
+
+def test_a_second_run_on_the_same_output_is_refused(work):
+    with fault_server() as url, run_lock(work / "run"):
+        res = bench(url, work / "run", requests=4)
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and "another servelab run is writing to" in lines[0], res.output
+
+
+def test_an_output_that_cannot_be_written_is_one_line():
+    with fault_server() as url:
+        res = bench(url, READONLY / "run", requests=4)
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith(f"error: --output {READONLY / 'run'}: cannot write"), res.output
+
+
+def test_database_errors_are_one_line(work, tmp_path):
+    db = tmp_path / "runs.db"
+    assert CliRunner().invoke(app, ["import", str(work / "run"), "--db", str(db)]).exit_code == 0
+    with sqlite3.connect(db) as conn:  # a run damaged in storage
+        conn.execute("UPDATE runs SET document = 'not json'")
+    res = CliRunner().invoke(app, ["show", "", "--db", str(db)])
+    assert res.exit_code == 2 and "is damaged" in res.output and "Traceback" not in res.output, res.output
+    with sqlite3.connect(db) as conn:  # written by a newer servelab
+        conn.execute("UPDATE alembic_version SET version_num = 'from_the_future'")
+    res = CliRunner().invoke(app, ["runs", "--db", str(db)])
+    assert res.exit_code == 2 and "upgrade servelab" in res.output, res.output
+    ro = read_only_db(tmp_path)
+    res = CliRunner().invoke(app, ["import", str(work / "run"), "--db", ro])
+    assert res.exit_code == 2 and "cannot store runs" in res.output and "Traceback" not in res.output, res.output
+
+
+def read_only_db(tmp_path: Path) -> str:
+    """A migrated SQLite database opened read-only (SQLite's own mode=ro: read-only for root too)."""
+    path = tmp_path / "ro.db"
+    assert CliRunner().invoke(app, ["runs", "--db", str(path)]).exit_code == 0
+    return f"sqlite:///file:{path}?mode=ro&uri=true"
+
+
+def test_a_read_only_database_after_a_run_only_warns(tmp_path, monkeypatch):
+    monkeypatch.setenv("SERVELAB_DB", read_only_db(tmp_path))
+    with fault_server() as url:
+        res = bench(url, tmp_path / "run", requests=4)
+    assert res.exit_code == 0 and "not stored in the runs database" in res.output, res.output
+    assert (tmp_path / "run" / "run.json").exists()
