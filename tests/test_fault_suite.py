@@ -152,3 +152,16 @@ def test_a_thousand_streams_with_drops_and_500s_complete_and_account_for_every_r
     records = read_jsonl(tmp_path / "run" / "records.jsonl")
     assert len(records) == 1001 and len({r["index"] for r in records}) == 1001
     assert time.monotonic() - t0 < 120
+
+
+def test_report_of_an_open_loop_run_prints_no_warning(tmp_path):
+    """Plots without closed-loop levels (or without per-user figures) draw no empty legend: a
+    matplotlib warning on the user's screen is noise."""
+    import warnings
+
+    with fault_server() as url:
+        assert bench(url, tmp_path / "run", "--rate", "20", requests=4).exit_code == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = CliRunner().invoke(app, ["report", str(tmp_path / "run"), "-o", str(tmp_path / "r.html")])
+    assert res.exit_code == 0 and res.exception is None, (res.output, res.exception)

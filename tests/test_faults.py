@@ -223,3 +223,23 @@ def test_a_host_that_looks_like_an_ssh_option_is_refused(tmp_path):
     path.write_text("name: r\nengine: vllm\ncommand: [vllm, serve, m]\ncluster:\n  hosts: [spark-1, '-oProxyCommand=touch x']\n")
     with pytest.raises(ServelabError, match=r"line 5: cluster.hosts: '-oProxyCommand=touch x' is not a host name"):
         load_recipe(path)
+
+
+@pytest.mark.parametrize(("tokenize", "detokenize"), [
+    ({"tokens": [1, 2, 3]}, [1]),
+    ({"tokens": [1, 2, 3]}, {"prompt": 5}),
+    ({"tokens": [1, 2, 3]}, "text"),
+])  # fmt: skip
+def test_a_lying_tokenizer_endpoint_is_one_line(tmp_path, tokenize, detokenize):
+    from aiohttp import web
+
+    async def models(request):
+        return web.json_response({"data": [{"id": "m", "owned_by": "vllm", "max_model_len": 4096}]})
+
+    routes = {("GET", "/v1/models"): models, ("POST", "/tokenize"): tokenize, ("POST", "/detokenize"): detokenize}
+
+    async def main():
+        async with canned_server(routes) as url:
+            return await asyncio.to_thread(CliRunner().invoke, app, ["bench", "--url", url, "--output", str(tmp_path / "run")])
+
+    one_error_line(asyncio.run(main()), "/detokenize answered something that is not a tokenizer answer")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import aiohttp
+from pydantic import BaseModel, NonNegativeInt, ValidationError
 from tokenizers import Tokenizer as HFTokenizer
 
 from servelab import engines
@@ -33,25 +34,72 @@ class ServerTokenizer:
                 if resp.status != 200:
                     raise ServelabError(f"{url} answered HTTP {resp.status}: {(await resp.text())[:200]}")
                 return await resp.json(content_type=None)
+        except ValueError:  # not JSON
+            raise self._unreadable(path, "not JSON") from None
         except aiohttp.ClientError as exc:
             raise ServelabError(f"tokenizing at {url} failed: {exc}") from None
 
+    def _unreadable(self, path: str, detail: object) -> ServelabError:
+        return ServelabError(f"{self.endpoint.root}{path} answered something that is not a tokenizer answer ({detail}); pass --tokenizer PATH")
+
     async def encode(self, text: str) -> list[int]:
-        """Token ids of ``text``, no special tokens added."""
-        tokens = (await self._post("/tokenize", self.engine.tokenize_body(text)))["tokens"]
-        return [t["id"] if isinstance(t, dict) else t for t in tokens]
+        """Token ids of ``text``, no special tokens added.
+
+        Raises:
+            ServelabError: the server failed or answered another shape (``_Tokens``).
+        """
+        try:
+            tokens = _Tokens.model_validate(await self._post("/tokenize", self.engine.tokenize_body(text))).tokens
+        except ValidationError as exc:
+            raise self._unreadable("/tokenize", exc.errors()[0]["msg"]) from None
+        return [t.id if isinstance(t, _Piece) else t for t in tokens]
 
     async def decode(self, ids: list[int]) -> str:
-        """Text of token ids."""
-        out = await self._post("/detokenize", {"tokens": ids})
-        return out.get("content", out.get("prompt", out.get("text", "")))
+        """Text of token ids.
+
+        Raises:
+            ServelabError: the server failed or answered another shape (``_Text``).
+        """
+        try:
+            out = _Text.model_validate(await self._post("/detokenize", {"tokens": ids}))
+        except ValidationError as exc:
+            raise self._unreadable("/detokenize", exc.errors()[0]["msg"]) from None
+        return next((t for t in (out.content, out.prompt, out.text) if t is not None), "")
 
     async def chat_count(self, text: str, chat_template_kwargs: dict | None = None) -> int | None:
         """Tokens of ``text`` sent as one user message, chat template included, as the server counts
-        them (the engine's ``chat_count``); None for engines without such an endpoint."""
+        them (the engine's ``chat_count``); None for engines without such an endpoint.
+
+        Raises:
+            ServelabError: the server failed or answered a shape the engine does not read.
+        """
         messages = [{"role": "user", "content": text}]
         extra = {"chat_template_kwargs": chat_template_kwargs} if chat_template_kwargs else {}
-        return await self.engine.chat_count(self._post, self.endpoint.info.model, messages, extra)
+        try:
+            count = await self.engine.chat_count(self._post, self.endpoint.info.model, messages, extra)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise self._unreadable("", f"chat-template count: {type(exc).__name__} {exc}") from None
+        if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
+            raise self._unreadable("", f"chat-template count {count!r}")
+        return count
+
+
+class _Piece(BaseModel):
+    id: int
+
+
+class _Tokens(BaseModel):
+    """What ``/tokenize`` answers: ids, or llama.cpp's ``{id, piece}`` objects."""
+
+    tokens: list[NonNegativeInt | _Piece]
+
+
+class _Text(BaseModel):
+    """What ``/detokenize`` answers: the text under the engine's key."""
+
+    content: str | None = None
+    prompt: str | None = None
+    text: str | None = None
 
 
 class LocalTokenizer:

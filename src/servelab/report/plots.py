@@ -60,6 +60,12 @@ def _ceilings(run: Run) -> list[tuple[int, float]]:
     return [(lv["concurrency"], lv["decode_ceiling_tok_s"]) for lv in levels if lv.get("decode_ceiling_tok_s") and lv.get("rate_rps") is None]
 
 
+def _legend(ax) -> None:
+    """A legend where the axes have labelled lines (an open-loop-only run has none here)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+
+
 def _concurrency_axes(axes: tuple) -> None:
     """Title each (axis, title) pair; concurrency on a log2 x axis, y from 0."""
     for ax, title in axes:
@@ -80,7 +86,7 @@ def throughput(runs: list[Run]) -> bytes:
         if ceiling := _ceilings(run):
             user.plot(*zip(*ceiling, strict=True), linestyle="--", color=line.get_color(), label=f"ceiling {run.id[:6]}")
     _concurrency_axes(((agg, "output throughput (aggregate), tok/s"), (user, "per-user decode tok/s")))
-    user.legend(fontsize=7)
+    _legend(user)
     return _png(fig)
 
 
@@ -93,7 +99,7 @@ def latency(runs: list[Run]) -> bytes:
         tpot.plot(x, [lv.tpot_ms_p50 if lv.tpot_ms_p50 is not None else lv.tpot_ms_mean for lv in levels], marker="o", color=line.get_color())
         tpot.plot(x, [lv.tpot_ms_p99 for lv in levels], linestyle=":", marker=".", color=line.get_color())
     _concurrency_axes(((ttft, "TTFT, ms (p50 solid, p99 dotted)"), (tpot, "TPOT, ms (p50 solid, p99 dotted)")))
-    ttft.legend(fontsize=7)
+    _legend(ttft)
     return _png(fig)
 
 
@@ -115,7 +121,7 @@ def distributions(records: list[RequestRecord]) -> bytes | None:
         ax.set_title(title)
         ax.set_ylabel("fraction of requests")
         ax.grid(alpha=0.3)
-    ttft.legend(fontsize=7)
+    _legend(ttft)
     return _png(fig)
 
 
@@ -141,5 +147,5 @@ def pareto(runs: list[Run]) -> bytes:
     ax.set_ylabel("aggregate output tok/s")
     ax.set_title("per-user vs aggregate throughput")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    _legend(ax)
     return _png(fig)
