@@ -20,6 +20,15 @@ def pytest_configure(config) -> None:
     os.environ["SERVELAB_DB"] = str(Path(tempfile.mkdtemp(prefix="servelab-test-db-")) / "runs.db")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_stray_run_directory():
+    """No test (and no failing command) leaves a default run directory in the working directory."""
+    stray = Path("servelab-runs")
+    before = stray.exists()
+    yield
+    assert before or not stray.exists(), f"a test left {stray.resolve()} behind: give it --output"
+
+
 @pytest.fixture(scope="session")
 def llama(tmp_path_factory) -> LocalServer:
     """One embedded llama-server (Gemma 3 270M, 4 slots × 4096 tokens) for the whole session."""

@@ -223,13 +223,13 @@ class RunWriter:
 @contextmanager
 def run_lock(run_dir: Path) -> Iterator[None]:
     """Hold ``run_dir/.lock`` (filelock) while a run writes there: a second run given the same
-    ``--output`` is refused instead of interleaving its records with the first's. A directory this
-    call created and nothing was written to is removed again.
+    ``--output`` is refused instead of interleaving its records with the first's. Folders this
+    call created are removed again when nothing was written to them.
 
     Raises:
         ServelabError: another process holds the lock, or the directory cannot be created.
     """
-    created = not run_dir.exists()
+    created = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # leaf first
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         lock = FileLock(run_dir / ".lock", timeout=0)
@@ -244,7 +244,8 @@ def run_lock(run_dir: Path) -> Iterator[None]:
         lock.release()
         if created and [p.name for p in run_dir.iterdir()] == [".lock"]:  # nothing was written: leave nothing behind
             (run_dir / ".lock").unlink()
-            run_dir.rmdir()
+            for folder in created:
+                folder.rmdir()
 
 
 def resume_run(run_dir: Path, load: LoadSpec, model: str, notes: list[str]) -> tuple[RunResult, int] | None:
