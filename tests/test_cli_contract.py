@@ -61,6 +61,8 @@ CASES = [
     ("plan --model qwen3-8b --acceptance 2", "--acceptance"),
     ("plan --model qwen3-8b --tp 3", "--tp 3"),
     ("plan --model {W}/binary.dat", "binary.dat"),
+    ("plan --from-log {W}/missing.log", "--from-log"),
+    ("plan --from-log {W}/notes.txt", "--from-log"),
     ("plan cudagraph --capture-sizes 1,x", "--capture-sizes"),
     ("lint {W}/missing.yaml", "missing.yaml"),
     ("lint {W}/binary.dat", "binary.dat"),

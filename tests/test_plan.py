@@ -82,12 +82,14 @@ def test_hybrid_linear_attention_state_by_hand():
     spec = load_model("qwen3-next-80b-a3b")
     assert (spec.count("linear"), spec.count("full")) == (36, 12)
     conv = 2 * 16 * 128 + 32 * 128
-    assert spec.state_bytes_per_seq() == 36 * (32 * 128 * 128 * 4 + conv * 3 * 2)
+    assert spec.state_bytes_per_seq() == 36 * (32 * 128 * 128 * 2 + conv * 3 * 2)  # BF16 state: no mamba_ssm_dtype in its config (vLLM 0.25)
     assert spec.kv_bytes_per_token(2) == 12 * 2 * 2 * 256 * 2
     # concurrency at 128K: growing KV plus a constant state per sequence
     plan = plan_memory(spec, get_format("fp8-block"), load_hardware("h200"), max_model_len=131072, overhead_gib=2.0)
-    seq = 131072 * spec.kv_bytes_per_token(2) + spec.state_bytes_per_seq()
-    assert plan.max_concurrency == pytest.approx(plan.budget_gib * GIB / seq)
+    lay = plan.layout  # vLLM's hybrid layout: one page for every layer, groups of 12 layers
+    assert (lay.block_size, lay.group_size, lay.attention_groups, lay.recurrent_groups, lay.padding_layers) == (544, 12, 1, 3, 0)
+    blocks = int(plan.budget_gib * GIB // (544 * 2 * 2 * 256 * 2) // 12)  # 16 · ⌈1,097,728 B of state ÷ (16 · 2,048 B)⌉ = 544
+    assert plan.max_concurrency == pytest.approx(blocks / (-(-131072 // 544) + 3))
 
 
 def test_mla_latent_cache_and_tp_replication():
@@ -194,3 +196,61 @@ def test_nvfp4_experts_only_matches_the_published_convention():
     expected = spec.params["experts"] * 4.5 / 8 + (spec.total_params - spec.params["experts"]) * 2
     assert only_experts == pytest.approx(expected)
     assert only_experts > weight_bytes(spec, get_format("nvfp4"))
+
+
+ROOT = __import__("pathlib").Path(__file__).parent.parent
+REAL_LOGS = [  # real vLLM 0.25 boot logs on an H100 (load_format dummy): dense bf16 at two contexts, MoE fp8
+    ROOT / "tests/fixtures/bootlogs/vllm-0.25-h100-qwen3-8b.log",
+    ROOT / "tests/fixtures/bootlogs/vllm-0.25-h100-qwen3-30b-a3b-fp8.log",
+    ROOT / "validation/waves-h100/vllm-1.log",
+]
+
+
+@pytest.mark.parametrize("log", REAL_LOGS, ids=lambda p: p.name)
+def test_plan_from_log_reproduces_what_vllm_reported(log):
+    """plan --from-log reads model, quant, context, utilization, TP and KV dtype from the log and is
+    within 3% of vLLM's weights, KV tokens and maximum concurrency (0.1% for the layout alone)."""
+    res = cli.invoke(app, ["plan", "--from-log", str(log), "--json"])
+    assert res.exit_code == 0, res.output
+    checks = {c["what"].split(" at ")[0]: c for c in json.loads(res.output)["from_log"]}
+    for what in ("weights per GPU", "KV-cache memory per GPU", "KV-cache tokens", "max concurrency"):
+        assert checks[what]["reported"] and abs(checks[what]["error_pct"]) <= 3, checks[what]
+    assert abs(checks["KV-cache tokens from the reported KV memory (layout only)"]["error_pct"]) <= 0.1
+
+
+def test_plan_from_log_reads_the_engine_config_line():
+    from servelab.metrics.bootlog import parse_bootlog
+    from servelab.plan.from_log import log_inputs
+
+    inputs = log_inputs(parse_bootlog(REAL_LOGS[1].read_text()))
+    assert (inputs.model, inputs.quant, inputs.max_model_len, inputs.gpu_memory_utilization, inputs.tp, inputs.kv_dtype) == (
+        "qwen3-30b-a3b", "fp8", 4096, 0.92, 1, "auto")  # fmt: skip
+
+
+def test_plan_from_log_refuses_another_engines_log_and_options_override_the_log():
+    res = cli.invoke(app, ["plan", "--from-log", str(ROOT / "tests/fixtures/bootlogs/llamacpp-embedded.log")])
+    assert res.exit_code == 2 and "a boot log of llama.cpp" in res.output
+    res = cli.invoke(app, ["plan", "--from-log", str(REAL_LOGS[0]), "--max-model-len", "4096", "--json"])
+    doc = json.loads(res.output)
+    assert doc["max_model_len"] == 4096 and not any(c["reported"] for c in doc["from_log"] if c["what"].startswith("max concurrency"))
+
+
+HYBRID_LOGS = sorted((ROOT / "tests/fixtures/bootlogs").glob("vllm-0.25-h200-*.log"))  # real vLLM 0.25 boots on H200s
+
+
+@pytest.mark.parametrize("log", HYBRID_LOGS, ids=lambda p: p.name)
+def test_hybrid_layout_reproduces_vllms_blocks_groups_and_capacity(log):
+    """Gated DeltaNet (Qwen3-Next, TP 2) and Mamba-2 (Nemotron-H) hybrids at two contexts: the block
+    size and padding layers vLLM printed, and its KV tokens and concurrency from its KV memory, exactly."""
+    import re
+
+    text = log.read_text()
+    res = cli.invoke(app, ["plan", "--from-log", str(log), "--hardware", "h200", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["kv_layout"]["block_size"] == int(re.search(r"Setting attention block size to (\d+) tokens", text).group(1))
+    padding = re.search(r"Add (\d+) padding layers", text)
+    assert doc["kv_layout"]["padding_layers"] == (int(padding.group(1)) if padding else 0)
+    checks = {c["what"]: c for c in doc["from_log"]}
+    assert abs(checks["KV-cache tokens from the reported KV memory (layout only)"]["error_pct"]) <= 0.1
+    assert abs(checks["weights per GPU"]["error_pct"]) <= 3

@@ -67,11 +67,11 @@ def test_duration_bounded_mix_draws_workloads_and_states_its_window(llama, tmp_p
     f.write_text("workloads:\n  short_en: {input_tokens: 64, max_tokens: 8}\n  short_hu: {input_tokens: 96, max_tokens: 8, lang: hu}\n"
                  "  too_long: {input_tokens: 5000, max_tokens: 8}\nmixes:\n  both: {short_en: 1, short_hu: 1, too_long: 1}\n")  # fmt: skip
     out = tmp_path / "run"
-    res = cli.invoke(app, ["bench", "--url", llama.url, "--mix", str(f), "--workers", "2", "--duration", "4s", "--output", str(out)])
+    res = cli.invoke(app, ["bench", "--url", llama.url, "--mix", str(f), "--workers", "2", "--duration", "6s", "--output", str(out)])
     assert res.exit_code == 0, res.output  # requests still in flight at the deadline are incomplete, not failures
     run, records = load_run(out)
     level = run.levels[0]
-    assert level.window_s == pytest.approx(4.0) and level.concurrency == 2
+    assert level.window_s == pytest.approx(6.0) and level.concurrency == 2
     assert level.ok >= 2 and level.incomplete <= 2 and level.failed_requests == 0
     measured = [r for r in records if r.phase == "measured"]
     assert {r.workload for r in measured} == {"short_en", "short_hu"}

@@ -15,6 +15,7 @@ import math
 import os
 import re
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -58,6 +59,20 @@ def one_line_errors(command: Callable[..., None]) -> Callable[..., None]:
             fail(f"{where}{exc.strerror or exc}; check the path, its permissions and free space")
 
     return wrapped
+
+
+def read_text(path: Path, option: str) -> str:
+    """A text file's content (``-``: standard input); bytes that are not UTF-8 are replaced.
+
+    Raises:
+        ServelabError: it cannot be read, naming ``option`` and the path.
+    """
+    if str(path) == "-":
+        return sys.stdin.read()
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise ServelabError(f"{option} {path}: cannot read it ({exc.strerror or exc})") from None
 
 
 def write_file(path: Path, text: str, option: str) -> None:

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from servelab.cli.common import console, fail, one_line_errors, parse_int_list
+from servelab.cli.common import console, fail, one_line_errors, parse_int_list, read_text
 from servelab.engines import plan_engine
 from servelab.errors import ServelabError
+from servelab.metrics.bootlog import parse_bootlog
 from servelab.plan.cudagraph import padding, recommend
+from servelab.plan.from_log import compare, log_inputs
 from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
 from servelab.plan.planner import make_plan
 from servelab.plan.quant import get_format, kv_dtype_bytes
-from servelab.report.plan_table import padding_table, plan_table
+from servelab.report.plan_table import from_log_table, padding_table, plan_table
 
 plan_app = typer.Typer(help="Memory fit, KV capacity, concurrency and speed ceilings before launching a server.")
 
@@ -24,11 +28,12 @@ plan_app = typer.Typer(help="Memory fit, KV capacity, concurrency and speed ceil
 def plan(
     ctx: typer.Context,
     model: Annotated[str | None, typer.Option(help="Catalog name (qwen3-8b, gpt-oss-120b …), a config.json or its directory.")] = None,
+    from_log: Annotated[Path | None, typer.Option(help="A vLLM boot log: plan what it booted (model, quant, context, utilization, TP, KV dtype; options given override) and show planned vs reported with the error in %.")] = None,
     hardware: Annotated[str, typer.Option(help="Profile name (dgx-spark, h100-sxm, h200, b200, rtx-pro-6000, rtx-5090, m3-ultra, ryzen-ai-max-395) or a YAML file.")] = "h100-sxm",
-    quant: Annotated[str, typer.Option(help="Weight format: bf16, fp8, fp8-block, mxfp8, nvfp4, nvfp4-experts, mxfp4, gptq-int4, awq-int4, gguf-q4_k_m, gguf-q8_0.")] = "bf16",
-    kv_dtype: Annotated[str, typer.Option(help="KV-cache dtype: auto (bf16) or fp8.")] = "auto",
+    quant: Annotated[str | None, typer.Option(help="Weight format: bf16 (default), fp8, fp8-block, mxfp8, nvfp4, nvfp4-experts, mxfp4, gptq-int4, awq-int4, gguf-q4_k_m, gguf-q8_0.")] = None,
+    kv_dtype: Annotated[str | None, typer.Option(help="KV-cache dtype: auto (bf16, default) or fp8.")] = None,
     max_model_len: Annotated[int | None, typer.Option(min=1, help="Context per request (default the model's maximum).")] = None,
-    gpu_memory_utilization: Annotated[float, typer.Option(help="Fraction of memory the server may take (vLLM's flag; its default is 0.92 since 0.2x, 0.9 in 0.11).")] = 0.92,
+    gpu_memory_utilization: Annotated[float | None, typer.Option(help="Fraction of memory the server may take (vLLM's flag; default 0.92, its default since 0.2x; 0.9 in 0.11).")] = None,
     nodes: Annotated[int, typer.Option(min=1, help="Nodes (machines) the TP group spans; --tp defaults to one GPU per node.")] = 1,
     tp: Annotated[int | None, typer.Option(min=1, help="Tensor-parallel size (default = nodes).")] = None,
     concurrency: Annotated[str, typer.Option(help="Batch sizes for ceilings and longest context.")] = "1,4,16,64",
@@ -42,21 +47,38 @@ def plan(
     if ctx.invoked_subcommand is not None:
         return
     try:
+        facts = None
+        if from_log is not None:
+            facts = parse_bootlog(read_text(from_log, "--from-log"))
+            try:
+                logged = log_inputs(facts)
+            except ServelabError as exc:
+                raise ServelabError(f"--from-log {from_log}: {exc}") from None
+            model, quant, kv_dtype = model or logged.model, quant or logged.quant, kv_dtype or logged.kv_dtype
+            max_model_len, tp = max_model_len or logged.max_model_len, tp or logged.tp
+            gpu_memory_utilization = gpu_memory_utilization or logged.gpu_memory_utilization
         if model is None:
-            raise ServelabError("--model is required: a catalog name such as qwen3-8b, or a config.json")
+            raise ServelabError("--model is required: a catalog name such as qwen3-8b, or a config.json" + (" (the log names none)" if facts else ""))
         spec = load_model(model)
+        kv_dtype = kv_dtype or "auto"
         result = make_plan(
-            spec, get_format(quant, spec), load_hardware(hardware), kv_dtype=kv_dtype, kv_dtype_bytes=kv_dtype_bytes(kv_dtype),
-            max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization, nodes=nodes, tp=tp,
+            spec, get_format(quant or "bf16", spec), load_hardware(hardware), kv_dtype=kv_dtype, kv_dtype_bytes=kv_dtype_bytes(kv_dtype),
+            max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization or 0.92, nodes=nodes, tp=tp,
             concurrency=parse_int_list(concurrency, "--concurrency"), overhead_gib=overhead_gib, os_reserved_gib=os_reserved_gib,
             draft_tokens=draft_tokens, acceptance=acceptance,
         )  # fmt: skip
     except ServelabError as exc:
         fail(str(exc))
+    checks = compare(result, facts) if facts is not None else None
     if json_out:
-        print(result.model_dump_json(indent=2))
+        doc = result.model_dump(mode="json")
+        if checks is not None:
+            doc["from_log"] = [{**c.model_dump(), "error_pct": c.error_pct} for c in checks]
+        print(json.dumps(doc, indent=2))
     else:
         console.print(plan_table(result))
+        if checks is not None:
+            console.print(from_log_table(checks, str(from_log)))
 
 
 @plan_app.command("cudagraph")

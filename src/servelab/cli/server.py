@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -10,7 +9,7 @@ from typing import Annotated
 import typer
 
 from servelab.cli.bench import LlamaServerOpt
-from servelab.cli.common import console, fail, serve_until_ctrl_c, sigterm_as_sigint
+from servelab.cli.common import console, fail, read_text, serve_until_ctrl_c, sigterm_as_sigint
 from servelab.errors import ServelabError
 from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LocalServer
 from servelab.metrics.bootlog import parse_bootlog
@@ -48,14 +47,10 @@ def bootlog(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """What a server decided while it booted: KV cache, concurrency, graphs, backends, timings, warnings."""
-    if path == "-":
-        text = sys.stdin.read()
-    else:
-        try:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            fail(f"cannot read {path}: {exc.strerror}")
-    facts = parse_bootlog(text)
+    try:
+        facts = parse_bootlog(read_text(Path(path), "bootlog"))
+    except ServelabError as exc:
+        fail(str(exc))
     if not facts.recognised_lines:
         fail(f"{path}: no line of a vLLM, SGLang or llama.cpp startup log in it ({facts.unrecognised_lines} lines read)")
     if json_out:

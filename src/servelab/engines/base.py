@@ -24,8 +24,8 @@ recipes and launch     ``recipe_name``, ``ready_path``,             ``servelab.r
 flag meanings          ``flags`` (:class:`Flags`),                  ``servelab.lint``
                        ``gpu_memory_utilization_default``
 lint                   ``lint_rules``                               ``servelab.lint``
-plan                   ``batch_defaults``, ``capture_sizes``        ``servelab.plan``,
-                                                                    ``servelab.diagnose``
+plan                   ``batch_defaults``, ``capture_sizes``,       ``servelab.plan``,
+                       ``quant_formats``                            ``servelab.diagnose``
 =====================  ==========================================  ===============================
 
 How to add one: docs/architecture.md ("Adding an engine").
@@ -188,6 +188,9 @@ class Engine:
             )
 
     # --- lint and plan -------------------------------------------------------------------------
+    # the engine's names of weight quantizations (as its boot log prints them) → servelab plan formats
+    quant_formats: ClassVar[dict[str, str]] = {}
+
     def lint_rules(self, recipe: Recipe, resolved: Resolved) -> list[LintFinding]:
         """Pitfalls only this engine has, for one resolved variant (the shared rules are in ``servelab.lint``)."""
         return []

@@ -75,6 +75,9 @@ RULES: list[Rule] = [
     Rule(re.compile(r"vLLM (?:API )?server version ([\w.+\-]+)"), set_fact("version"), "0.6–0.33"),
     Rule(re.compile(r"non-default args: (\{.*\})"), _non_default, "0.9–0.33"),
     Rule(re.compile(r"Initializing a V1 LLM engine \(v([\w.+\-]+)\) with config: model='([^']*)'.*?max_seq_len=(\d+)"), _engine_config, "0.8–0.25"),
+    Rule(re.compile(r"with config: .*?tensor_parallel_size=(\d+),.*?quantization=([\w\-]+),.*?kv_cache_dtype=(\w+)"),
+         set_facts(tensor_parallel_size=lambda m: int(m.group(1)), quantization=lambda m: None if m.group(2) == "None" else m.group(2),
+                   kv_cache_dtype=lambda m: m.group(3)), "0.8–0.25"),  # fmt: skip
     Rule(re.compile(r"'cudagraph_capture_sizes': \[([\d, ]*)\]"), set_fact("cudagraph_sizes", lambda m: int_list(m.group(1))), "0.10–0.25"),
     Rule(re.compile(r"Using max model len (\d+)"), set_fact("max_model_len", lambda m: int(m.group(1))), "0.8–0.25"),
     Rule(re.compile(r"current --gpu-memory-utilization=([\d.]+)"), set_fact("gpu_memory_utilization", lambda m: float(m.group(1))), "0.11–0.25"),
@@ -167,6 +170,9 @@ class VLLM(Engine):
     ready_path = "/health"
     ready_timeout_s = 900.0
     default_port = 8000
+    # --quantization / the checkpoint's quant_method (vllm/model_executor/layers/quantization/__init__.py)
+    quant_formats = {"fp8": "fp8", "modelopt": "fp8", "modelopt_fp4": "nvfp4", "mxfp4": "mxfp4", "gptq": "gptq-int4",
+                     "gptq_marlin": "gptq-int4", "awq": "awq-int4", "awq_marlin": "awq-int4"}  # fmt: skip
     container_caches = (("vllm", ".cache/vllm"),)  # its torch_compile_cache survives the container
     cluster_backends = ("ray", "native")
     # vllm/engine/arg_utils.py (-tp/--tensor-parallel-size, --enable-expert-parallel/-ep)

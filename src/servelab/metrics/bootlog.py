@@ -54,6 +54,9 @@ class BootFacts(BaseModel):
     max_model_len: int | None = None
     max_num_batched_tokens: int | None = None
     gpu_memory_utilization: float | None = None
+    tensor_parallel_size: int | None = None
+    quantization: str | None = Field(None, description="The engine's own name of the weight quantization (vLLM: fp8, modelopt_fp4, …); None when unquantized or not printed.")
+    kv_cache_dtype: str | None = None
     weights_gib: float | None = None
     weights_load_s: float | None = None
     compile_s: float | None = None

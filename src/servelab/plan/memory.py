@@ -19,6 +19,10 @@ Runtime overhead (servelab estimates, overridable with ``overhead_gib``):
   (the widest MLP intermediate, gate and up, plus a few hidden-size buffers, BF16) plus
   ``max_num_seqs × vocab × 4`` bytes of FP32 logits.
 
+Hybrid models (attention + Gated DeltaNet or Mamba-2 layers; :func:`hybrid_layout`) follow vLLM
+0.25's layout instead: one page size for every layer, blocks shared by groups of layers, and the
+capacity it reports as (maximum concurrency × ``max_model_len``) tokens.
+
 On a unified-memory machine the OS keeps part of the memory (``Hardware.os_reserved_gib``); a
 ``gpu_memory_utilization`` that asks for more than the rest is flagged.
 Tensor parallel over ``tp`` GPUs divides weights, recurrent state and GQA KV heads (KV heads no
@@ -27,6 +31,7 @@ further than ``num_kv_heads``); the MLA latent cache is replicated on every rank
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from servelab.engines import plan_engine
@@ -48,6 +53,63 @@ def activation_gib(spec: ModelSpec, max_num_batched_tokens: int, max_num_seqs: i
 
 
 @dataclass
+class HybridLayout:
+    """vLLM's KV-cache layout of a hybrid model, per GPU (sizes in bytes, block size in tokens)."""
+
+    block_size: int
+    page_bytes: int
+    state_bytes: int
+    group_size: int
+    attention_groups: int
+    recurrent_groups: int
+    padding_layers: int
+
+    def blocks(self, budget_bytes: float) -> int:
+        """Blocks the budget holds: every group shares one pool of ``group_size`` pages per block."""
+        return int(budget_bytes // self.page_bytes // self.group_size)
+
+    def blocks_per_request(self, context: int) -> int:
+        """Blocks one request of ``context`` tokens takes: its attention blocks in each attention
+        group, one state page in each recurrent group (prefix caching off: ``mamba_cache_mode`` none)."""
+        return -(-context // self.block_size) * self.attention_groups + self.recurrent_groups
+
+
+def hybrid_layout(spec: ModelSpec, attn_bytes_per_token: float, state_bytes: float) -> HybridLayout | None:
+    """The layout vLLM 0.25 gives a model with full-attention and recurrent (GDN, Mamba) layers.
+
+    Sources (vLLM 0.25.0): ``vllm/platforms/interface.py`` ``Platform._align_hybrid_block_size``
+    (attention block size = 16 · ⌈state page ÷ (16 · attention bytes per token)⌉, 16 the
+    FlashAttention kernel alignment; the state page is padded up to the attention page) and
+    ``vllm/v1/core/kv_cache_utils.py`` ``_get_kv_cache_groups_uniform_page_size`` (layers of each
+    type split into groups of ``group_size`` = the smaller type's layer count, or the larger one's when
+    it is below 1.25 × the smaller; the last group padded), ``get_kv_cache_config_from_groups``
+    (blocks = memory ÷ page ÷ group_size), ``get_max_concurrency_for_kv_cache_config`` and
+    ``get_kv_cache_capacity`` (tokens = concurrency × ``max_model_len``).
+
+    Args:
+        attn_bytes_per_token: KV bytes per token of one attention layer on this GPU.
+        state_bytes: recurrent state of one recurrent layer per sequence on this GPU.
+
+    Returns:
+        None for a model without both kinds of layers (or with sliding-window layers: not modelled).
+    """
+    n_attn = spec.count("full")
+    n_rec = spec.count("linear") + spec.count("mamba")
+    if not n_attn or not n_rec or spec.count("sliding") or spec.count("mla") or not attn_bytes_per_token:
+        return None
+    align = BLOCK_TOKENS
+    block = align * math.ceil(state_bytes / (align * attn_bytes_per_token))
+    small, large = min(n_attn, n_rec), max(n_attn, n_rec)
+    group = large if large < 1.25 * small else small
+    attn_groups, rec_groups = -(-n_attn // group), -(-n_rec // group)
+    return HybridLayout(
+        block_size=block, page_bytes=int(block * attn_bytes_per_token), state_bytes=int(state_bytes), group_size=group,
+        attention_groups=attn_groups, recurrent_groups=rec_groups,
+        padding_layers=attn_groups * group - n_attn + rec_groups * group - n_rec,
+    )  # fmt: skip
+
+
+@dataclass
 class MemoryPlan:
     """The result, per GPU. Sizes in GiB unless the name says bytes; contexts and capacities in tokens."""
 
@@ -63,6 +125,7 @@ class MemoryPlan:
     max_concurrency: float
     longest_context: dict[int, int]
     fits: bool
+    layout: HybridLayout | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -121,6 +184,11 @@ def plan_memory(
     budget_bytes = max(budget, 0.0) * GIB
     capacity = int(budget_bytes // (per_token * BLOCK_TOKENS)) * BLOCK_TOKENS if per_token else None
     max_conc = budget_bytes / seq_bytes(L) if seq_bytes(L) else 0.0
+    n_rec = spec.count("linear") + spec.count("mamba")
+    layout = hybrid_layout(spec, per_token / max(1, spec.count("full")), state / n_rec) if n_rec else None
+    if layout is not None:
+        max_conc = layout.blocks(budget_bytes) / layout.blocks_per_request(L)
+        capacity = int(max_conc * L)
     longest = {c: _longest(seq_bytes, budget_bytes / c, spec.max_position_embeddings or 10**7) for c in (concurrency or [])}
     if budget <= 0:
         notes.append(f"the weights ({weights:.1f} GiB per GPU) and runtime ({overhead_gib:.1f} GiB) exceed the {usable:.1f} GiB allowed")
@@ -139,6 +207,7 @@ def plan_memory(
         max_concurrency=max_conc,
         longest_context=longest,
         fits=budget > 0 and max_conc >= 1,
+        layout=layout,
         notes=notes,
     )
 

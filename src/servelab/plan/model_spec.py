@@ -66,7 +66,7 @@ class ModelSpec:
     experts_per_token: int = 0
     expert_params: int = 0  # one routed expert of one layer
     mla_latent: int = 0  # kv_lora_rank + qk_rope_head_dim
-    linear_state_bytes: int = 0  # per linear-attention layer per sequence (fp32 state + bf16 conv)
+    linear_state_bytes: int = 0  # per linear-attention layer per sequence (state + bf16 conv)
     mamba_state_bytes: int = 0  # per Mamba layer per sequence
     mtp_layers: int = 0
     params: dict[str, int] = field(default_factory=dict)
@@ -106,7 +106,7 @@ class ModelSpec:
         return self.count("full") * per_gqa + self.count("mla") * self.mla_latent * dtype_bytes
 
     def state_bytes_per_seq(self) -> int:
-        """Constant recurrent state per sequence: Gated DeltaNet and Mamba layers (fp32 state + bf16 conv)."""
+        """Constant recurrent state per sequence: Gated DeltaNet and Mamba layers (state in ``mamba_ssm_cache_dtype`` + bf16 conv)."""
         return self.count("linear") * self.linear_state_bytes + self.count("mamba") * self.mamba_state_bytes
 
     def seq_bytes(self, context: int, dtype_bytes: float) -> float:
@@ -114,6 +114,17 @@ class ModelSpec:
         window = min(context, self.sliding_window or context)
         sliding = window * self.count("sliding") * 2 * self.num_kv_heads * self.head_dim * dtype_bytes
         return context * self.kv_bytes_per_token(dtype_bytes) + sliding + self.state_bytes_per_seq()
+
+
+def _ssm_bytes(cfg: dict) -> int:
+    """Bytes per element of the recurrent (SSM / delta-rule) state as vLLM 0.25 keeps it
+    (vllm/model_executor/models/config.py; vllm/model_executor/layers/mamba/mamba_utils.py
+    ``MambaStateDtypeCalculator``): Nemotron-H its ``mamba_ssm_cache_dtype``, float32 by default;
+    Qwen3.5 its ``mamba_ssm_dtype`` (float32 in the published configs); otherwise the model dtype,
+    BF16 (Qwen3-Next: checked against a real vLLM 0.25 boot log, tests/fixtures/bootlogs)."""
+    default = "float32" if cfg.get("model_type") == "nemotron_h" else "auto"
+    dtype = cfg.get("mamba_ssm_cache_dtype") or cfg.get("mamba_ssm_dtype") or default
+    return 4 if dtype == "float32" else 2
 
 
 def _get(cfg: dict, *keys: str, default=None):
@@ -222,7 +233,7 @@ def parse_config(cfg: dict, name: str = "model") -> ModelSpec:
         Kd, Vd = nk * dk, nv * dv
         conv = 2 * Kd + Vd
         gdn = H * (2 * Kd + 2 * Vd) + H * 2 * nv + conv * kern + 2 * nv + dv + Vd * H
-        spec.linear_state_bytes = nv * dk * dv * 4 + conv * (kern - 1) * 2
+        spec.linear_state_bytes = nv * dk * dv * _ssm_bytes(cfg) + conv * (kern - 1) * 2
         gated_attn = H * nh * hd * 2 + 2 * H * nkv * hd + nh * hd * H + 2 * hd
         interval = cfg.get("full_attention_interval", 4)
         types = cfg.get("layer_types") or ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(L)]
@@ -244,7 +255,7 @@ def parse_config(cfg: dict, name: str = "model") -> ModelSpec:
         nmh, mhd, S, g, k = (cfg[x] for x in ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel"))
         Im = nmh * mhd
         mamba = H * (2 * Im + 2 * g * S + nmh) + (Im + 2 * g * S) * (k + 1) + 3 * nmh + Im + Im * H
-        spec.mamba_state_bytes = nmh * mhd * S * 4 + (Im + 2 * g * S) * (k - 1) * 2
+        spec.mamba_state_bytes = nmh * mhd * S * _ssm_bytes(cfg) + (Im + 2 * g * S) * (k - 1) * 2
         for ch in pattern:  # one block per character: M Mamba-2, * attention, E MoE FFN, - dense FFN
             p["norms"] += H
             if ch == "M":

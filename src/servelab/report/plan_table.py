@@ -6,6 +6,7 @@ from rich.table import Table
 from rich.markup import escape
 
 from servelab.plan.cudagraph import Padding
+from servelab.plan.from_log import LogCheck
 from servelab.plan.planner import Plan
 
 
@@ -32,6 +33,10 @@ def plan_table(plan: Plan) -> Table:
     ]
     if plan.state_bytes_per_seq:
         rows.append(("recurrent state per sequence", f"{plan.state_bytes_per_seq / 2**20:,.1f} MiB"))
+    if lay := plan.kv_layout:
+        rows.append(("hybrid KV layout (vLLM)", f"block {lay['block_size']:,} tokens, page {lay['page_bytes'] / 2**20:,.2f} MiB "
+                     f"(state {lay['state_bytes'] / 2**20:,.2f} MiB padded), {lay['attention_groups']} attention + {lay['recurrent_groups']} "
+                     f"recurrent groups of {lay['group_size']} layers, {lay['padding_layers']} padding"))  # fmt: skip
     rows += [
         ("KV capacity", f"{plan.kv_capacity_tokens:,} tokens" if plan.kv_capacity_tokens is not None else "–"),
         (f"max concurrency at {plan.max_model_len:,} tokens", f"{plan.max_concurrency:,.2f}×"),
@@ -51,6 +56,20 @@ def plan_table(plan: Plan) -> Table:
         t.add_row(what, value)
     for note in plan.notes:
         t.add_row("[yellow]note[/]", escape(note))
+    return t
+
+
+def from_log_table(checks: list[LogCheck], log: str) -> Table:
+    """``plan --from-log``: each quantity planned and reported, with the plan's error in %."""
+    t = Table(title=escape(f"plan vs {log}"))
+    for col in ("", "planned", "reported", "error"):
+        t.add_column(col, justify="left" if not col else "right")
+    for c in checks:
+        fmt = (lambda x: f"{x:,.2f} {c.unit}") if c.unit != "tokens" else (lambda x: f"{x:,.0f} tokens")
+        err = c.error_pct
+        shown = "–" if err is None else f"{err:+.1f}%"
+        t.add_row(escape(c.what), "–" if c.planned is None else fmt(c.planned), "–" if c.reported is None else fmt(c.reported),
+                  shown if err is None or abs(err) <= 3 else f"[yellow]{shown}[/]")  # fmt: skip
     return t
 
 

@@ -1,0 +1,89 @@
+"""``servelab plan --from-log``: plan what a real boot log booted, and put the plan beside what the log reports.
+
+The log gives the model, the weight quantization, ``max_model_len``, ``gpu_memory_utilization``,
+the tensor-parallel size and the KV-cache dtype (``servelab.metrics.bootlog``); the plan is made
+with those, and compared line by line with what the engine printed (each error in %):
+
+- weights per GPU ("Model loading took X GiB");
+- KV-cache memory per GPU ("Available KV cache memory: X GiB");
+- KV-cache tokens ("GPU KV cache size: N tokens");
+- maximum concurrency at ``max_model_len`` ("Maximum concurrency for L tokens per request: F×");
+- KV-cache tokens recomputed from the *reported* KV memory with the plan's bytes per token: this
+  isolates the KV layout (bytes per token, blocks) from the memory model (weights, overheads).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from servelab import engines
+from servelab.errors import ServelabError
+from servelab.metrics.bootlog import BootFacts
+from servelab.plan.hardware import GIB
+from servelab.plan.memory import BLOCK_TOKENS, HybridLayout
+from servelab.plan.planner import Plan
+
+
+class LogInputs(BaseModel):
+    """The plan's inputs as read from a boot log (None: not printed there; the CLI's value is used)."""
+
+    model: str | None
+    quant: str | None
+    max_model_len: int | None
+    gpu_memory_utilization: float | None
+    tp: int | None
+    kv_dtype: str | None
+
+
+class LogCheck(BaseModel):
+    """One quantity, planned and reported; ``error_pct`` = (planned − reported) ÷ reported × 100."""
+
+    what: str
+    unit: str
+    planned: float | None
+    reported: float | None
+
+    @property
+    def error_pct(self) -> float | None:
+        """Signed error of the plan, % of the reported value (None when either side is missing)."""
+        if self.planned is None or not self.reported:
+            return None
+        return 100.0 * (self.planned - self.reported) / self.reported
+
+
+def log_inputs(facts: BootFacts) -> LogInputs:
+    """What to plan, from the log (the engine's quantization name mapped to a servelab format).
+
+    Raises:
+        ServelabError: not a log of the plan's engine, or a quantization servelab has no format for.
+    """
+    engine = engines.get(facts.engine or engines.GENERIC)
+    if engine is not engines.plan_engine():
+        raise ServelabError(f"a boot log of {facts.engine or 'an unknown engine'}: the plan follows {engines.plan_engine().title}'s memory accounting; give one of its boot logs")
+    quant = None if facts.quantization is None else engine.quant_formats.get(facts.quantization)
+    if facts.quantization is not None and quant is None:
+        raise ServelabError(f"the log's quantization {facts.quantization!r} has no servelab format; pass --quant")
+    model = facts.model.rstrip("/").rsplit("/", 1)[-1] if facts.model else None  # a path or a hub name: its last part
+    if quant is None and facts.tensor_parallel_size is not None:  # the engine-config line was read: quantization=None
+        quant = "bf16"
+    return LogInputs(model=model, quant=quant, max_model_len=facts.max_model_len, gpu_memory_utilization=facts.gpu_memory_utilization,
+                     tp=facts.tensor_parallel_size, kv_dtype=facts.kv_cache_dtype)  # fmt: skip
+
+
+def compare(plan: Plan, facts: BootFacts) -> list[LogCheck]:
+    """The plan beside the log (see the module docstring)."""
+    layout = None
+    if facts.kv_cache_gib is not None and plan.kv_layout:  # hybrid: vLLM's groups and pages
+        hybrid = HybridLayout(**plan.kv_layout)
+        layout = int(hybrid.blocks(facts.kv_cache_gib * GIB) / hybrid.blocks_per_request(plan.max_model_len) * plan.max_model_len)
+    elif facts.kv_cache_gib is not None and plan.kv_bytes_per_token:
+        layout = (facts.kv_cache_gib * GIB // (plan.kv_bytes_per_token * BLOCK_TOKENS)) * BLOCK_TOKENS
+    conc = facts.max_concurrency
+    return [
+        LogCheck(what="weights per GPU", unit="GiB", planned=plan.weights_gib, reported=facts.weights_gib),
+        LogCheck(what="KV-cache memory per GPU", unit="GiB", planned=plan.kv_budget_gib, reported=facts.kv_cache_gib),
+        LogCheck(what="KV-cache tokens", unit="tokens", planned=plan.kv_capacity_tokens, reported=facts.kv_cache_tokens),
+        LogCheck(what=f"max concurrency at {plan.max_model_len:,} tokens", unit="×", planned=plan.max_concurrency,
+                 reported=conc.factor if conc and conc.context_tokens == plan.max_model_len else None),  # fmt: skip
+        LogCheck(what="KV-cache tokens from the reported KV memory (layout only)", unit="tokens", planned=layout, reported=facts.kv_cache_tokens),
+    ]
