@@ -1,7 +1,9 @@
 """The ``servelab`` command line (Typer + Rich), assembled from one module per command group.
 
 Each command is a thin adapter: parse the options, call the library, print. Shared consoles,
-option parsers and the one-line error exit are in ``servelab.cli.common``; exit codes there.
+option parsers and the one-line error exit are in ``servelab.cli.common``; exit codes there. Every
+command is wrapped so that library and file-system errors end as one line (``one_line_errors``),
+and Click's own usage errors are one line too (:class:`OneLineUsageErrors`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typer.core import TyperGroup
 from servelab import __version__
 from servelab.cli import bench, plan, recipes, results, server
 from servelab.cli.common import console, err_console, one_line_errors
+
 
 class OneLineUsageErrors(TyperGroup):
     """Click's usage errors (a bad option value, an unknown option, a missing argument) as one line
