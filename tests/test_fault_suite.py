@@ -165,3 +165,26 @@ def test_report_of_an_open_loop_run_prints_no_warning(tmp_path):
         warnings.simplefilter("error")
         res = CliRunner().invoke(app, ["report", str(tmp_path / "run"), "-o", str(tmp_path / "r.html")])
     assert res.exit_code == 0 and res.exception is None, (res.output, res.exception)
+
+
+def test_sigterm_stops_a_background_run_that_inherited_sigint_ignored(tmp_path):
+    """A script's background job starts with SIGINT ignored; SIGTERM (forwarded as SIGINT) must still
+    stop it and leave the partial run."""
+    import signal
+
+    out = tmp_path / "run"
+    with fault_server("--slow", "1", "--slow-s", "0.2") as url:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "servelab", "bench", "--url", url, "--concurrency", "1", "--requests", "200", "--warmup", "0",
+             "--input-tokens", "64", "--output-tokens", "8", "--output", str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not ((out / "records.jsonl").exists() and len((out / "records.jsonl").read_text().splitlines()) >= 3):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() is not None else "timeout"
+            time.sleep(0.05)  # polling a condition
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "partial" and run["levels"][0]["cut_short"]

@@ -150,8 +150,13 @@ def parse_json_object(value: str | None, option: str) -> dict | None:
 
 
 def sigterm_as_sigint() -> None:
-    """Treat SIGTERM like Ctrl-C, so a killed servelab still stops its server and saves the partial run."""
+    """Treat SIGTERM like Ctrl-C, so a killed servelab still stops its server and saves the partial run.
+
+    A job a script starts in the background (``servelab bench … &``) inherits SIGINT ignored; SIGINT
+    (and so SIGTERM, forwarded as SIGINT) would then do nothing, so servelab takes SIGINT back."""
     if threading.current_thread() is threading.main_thread():  # (signals can only be set there)
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
 
 
