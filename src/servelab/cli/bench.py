@@ -230,8 +230,6 @@ def bench(
                 options.server_log = server.log_path
             roofline = (hardware, model_config or ("gemma-3-270m" if server else None), quant or ("gguf-q4_k_m" if server else "bf16"))
             bench_obj, run_dir = runner.run(measure(url, model, api_key, options, run_dir, server, roofline))
-    except ServelabError as exc:
-        fail(str(exc))
     except KeyboardInterrupt:
         fail(f"interrupted; the partial run is in {run_dir}" if run_dir and (run_dir / "run.json").exists() else "interrupted", 130)
     run = bench_obj.writer.run
@@ -292,8 +290,6 @@ def suite(
                 except DoesNotFit as exc:
                     err_console.print(f"[yellow]skipped {escape(w.name)}:[/] {escape(str(exc))}", soft_wrap=True)
                     rows.append((w, None, "skipped: longer than the server's context"))
-    except ServelabError as exc:
-        fail(str(exc))
     except KeyboardInterrupt:
         fail("interrupted; finished workloads are saved", 130)
     console.print(suite_table(rows, runs))
@@ -364,8 +360,6 @@ def grid(
                     err_console.print(f"[red]{cell.name} failed:[/] {escape(str(exc))}", soft_wrap=True)
                     continue
                 rows.append(cell_stats(cell, load_run(out)[1]))
-    except ServelabError as exc:
-        fail(str(exc))
     except KeyboardInterrupt:
         fail("interrupted; finished cells are saved, rerun with the same --output to resume", 130)
     rows.sort(key=lambda s: (s.cell.pp, s.cell.tg, s.cell.depth, s.cell.concurrency))

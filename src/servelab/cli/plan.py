@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from servelab.cli.common import console, fail, one_line_errors, parse_int_list, read_text
+from servelab.cli.common import console, one_line_errors, parse_int_list, read_text
 from servelab.engines import plan_engine
 from servelab.errors import ServelabError
 from servelab.metrics.bootlog import parse_bootlog
@@ -46,29 +46,26 @@ def plan(
     """Does it fit, how many tokens of KV cache, how many concurrent requests, and how fast at best."""
     if ctx.invoked_subcommand is not None:
         return
-    try:
-        facts = None
-        if from_log is not None:
-            facts = parse_bootlog(read_text(from_log, "--from-log"))
-            try:
-                logged = log_inputs(facts)
-            except ServelabError as exc:
-                raise ServelabError(f"--from-log {from_log}: {exc}") from None
-            model, quant, kv_dtype = model or logged.model, quant or logged.quant, kv_dtype or logged.kv_dtype
-            max_model_len, tp = max_model_len or logged.max_model_len, tp or logged.tp
-            gpu_memory_utilization = gpu_memory_utilization or logged.gpu_memory_utilization
-        if model is None:
-            raise ServelabError("--model is required: a catalog name such as qwen3-8b, or a config.json" + (" (the log names none)" if facts else ""))
-        spec = load_model(model)
-        kv_dtype = kv_dtype or "auto"
-        result = make_plan(
-            spec, get_format(quant or "bf16", spec), load_hardware(hardware), kv_dtype=kv_dtype, kv_dtype_bytes=kv_dtype_bytes(kv_dtype),
-            max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization or 0.92, nodes=nodes, tp=tp,
-            concurrency=parse_int_list(concurrency, "--concurrency"), overhead_gib=overhead_gib, os_reserved_gib=os_reserved_gib,
-            draft_tokens=draft_tokens, acceptance=acceptance,
-        )  # fmt: skip
-    except ServelabError as exc:
-        fail(str(exc))
+    facts = None
+    if from_log is not None:
+        facts = parse_bootlog(read_text(from_log, "--from-log"))
+        try:
+            logged = log_inputs(facts)
+        except ServelabError as exc:
+            raise ServelabError(f"--from-log {from_log}: {exc}") from None
+        model, quant, kv_dtype = model or logged.model, quant or logged.quant, kv_dtype or logged.kv_dtype
+        max_model_len, tp = max_model_len or logged.max_model_len, tp or logged.tp
+        gpu_memory_utilization = gpu_memory_utilization or logged.gpu_memory_utilization
+    if model is None:
+        raise ServelabError("--model is required: a catalog name such as qwen3-8b, or a config.json" + (" (the log names none)" if facts else ""))
+    spec = load_model(model)
+    kv_dtype = kv_dtype or "auto"
+    result = make_plan(
+        spec, get_format(quant or "bf16", spec), load_hardware(hardware), kv_dtype=kv_dtype, kv_dtype_bytes=kv_dtype_bytes(kv_dtype),
+        max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization or 0.92, nodes=nodes, tp=tp,
+        concurrency=parse_int_list(concurrency, "--concurrency"), overhead_gib=overhead_gib, os_reserved_gib=os_reserved_gib,
+        draft_tokens=draft_tokens, acceptance=acceptance,
+    )  # fmt: skip
     checks = compare(result, facts) if facts is not None else None
     if json_out:
         doc = result.model_dump(mode="json")
@@ -92,15 +89,12 @@ def plan_cudagraph(
     sm100: Annotated[bool, typer.Option(help="Data-center Blackwell (B200): default largest size 1024.")] = False,
 ) -> None:
     """CUDA-graph padding: which graph each concurrency runs, the waste, and a capture list without it."""
-    try:
-        levels = parse_int_list(concurrency, "--concurrency")
-        sizes = (
-            parse_int_list(capture_sizes, "--capture-sizes")
-            if capture_sizes
-            else plan_engine().capture_sizes(max_num_seqs, max_num_batched_tokens, num_spec_tokens, sm100)
-        )
-    except ServelabError as exc:
-        fail(str(exc))
+    levels = parse_int_list(concurrency, "--concurrency")
+    sizes = (
+        parse_int_list(capture_sizes, "--capture-sizes")
+        if capture_sizes
+        else plan_engine().capture_sizes(max_num_seqs, max_num_batched_tokens, num_spec_tokens, sm100)
+    )
     console.print(padding_table(padding(sizes, levels, num_spec_tokens), sizes))
     best = recommend(sizes, levels, num_spec_tokens)
     console.print(f"no padding at these levels with: --compilation-config '{{\"cudagraph_capture_sizes\": {best}}}'", soft_wrap=True)

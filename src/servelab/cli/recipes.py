@@ -59,12 +59,9 @@ def lint(
     hardware: Annotated[str | None, typer.Option(help="Hardware profile or YAML (default the recipe's hardware): enables the memory checks.")] = None,
 ) -> None:
     """Check a recipe against known pitfalls (each with its reason); exit 1 when there are warnings."""
-    try:
-        recipe = _recipe(recipe_file, hosts)
-        fixed = _fixed(set_)
-        count = _print_lint(recipe, expand(recipe, parse_assignments(vary or [], "--vary"), fixed), fixed, hardware)
-    except ServelabError as exc:
-        fail(str(exc))
+    recipe = _recipe(recipe_file, hosts)
+    fixed = _fixed(set_)
+    count = _print_lint(recipe, expand(recipe, parse_assignments(vary or [], "--vary"), fixed), fixed, hardware)
     if count:
         fail(f"{count} finding(s) in {recipe_file}", 1)
     console.print(f"{recipe_file}: no known pitfalls found")
@@ -96,8 +93,6 @@ def launch(
         timeout = server.resolved.ready_timeout_s
         with console.status(f"starting {recipe.engine} ({recipe.name}); waiting up to {timeout:.0f} s for {server.resolved.ready_url}…"):
             server.start()
-    except ServelabError as exc:
-        fail(str(exc))
     except KeyboardInterrupt:
         fail("interrupted while starting; the server was stopped", 130)
 
@@ -146,8 +141,6 @@ def sweep(
             )
         entries = collect([out])
         ledgers = [build(entries, METRICS[m], default_baseline(entries)) for m in DEFAULT_METRICS]
-    except ServelabError as exc:
-        fail(str(exc))
     except KeyboardInterrupt:
         fail(f"interrupted; the server was stopped and the sweep is in {out} (rerun the same command to resume)" if out else "interrupted", 130)
     for ledger in ledgers:
@@ -167,29 +160,23 @@ def compare(
     markdown: Annotated[Path | None, typer.Option(help="Also write the tables as Markdown to this file.")] = None,
 ) -> None:
     """The tuning ledger: one table per metric, load levels as columns, Δ% against a baseline, best marked."""
-    try:
-        names = [m.strip() for m in metric.split(",") if m.strip()]
-        unknown = [m for m in names if m not in METRICS]
-        if unknown or not names:
-            raise ServelabError(f"--metric {unknown[0] if unknown else metric!r} is not a ledger metric; use {', '.join(METRICS)}")
-        entries = collect(runs)
-        labels = [e.label for e in entries]
-        if baseline is None:
-            base = default_baseline(entries)
-        elif baseline.isdigit() and 1 <= int(baseline) <= len(entries):
-            base = int(baseline) - 1
-        elif baseline in labels:
-            base = labels.index(baseline)
-        else:
-            raise ServelabError(f"--baseline {baseline!r} is not one of the runs: {', '.join(labels)} (or 1..{len(entries)})")
-        ledgers = [build(entries, METRICS[m], base) for m in names]
-    except ServelabError as exc:
-        fail(str(exc))
+    names = [m.strip() for m in metric.split(",") if m.strip()]
+    unknown = [m for m in names if m not in METRICS]
+    if unknown or not names:
+        raise ServelabError(f"--metric {unknown[0] if unknown else metric!r} is not a ledger metric; use {', '.join(METRICS)}")
+    entries = collect(runs)
+    labels = [e.label for e in entries]
+    if baseline is None:
+        base = default_baseline(entries)
+    elif baseline.isdigit() and 1 <= int(baseline) <= len(entries):
+        base = int(baseline) - 1
+    elif baseline in labels:
+        base = labels.index(baseline)
+    else:
+        raise ServelabError(f"--baseline {baseline!r} is not one of the runs: {', '.join(labels)} (or 1..{len(entries)})")
+    ledgers = [build(entries, METRICS[m], base) for m in names]
     if markdown is not None:  # before the tables: a failure is then the only line
-        try:
-            write_file(markdown, ledger_markdown(ledgers), "--markdown")
-        except ServelabError as exc:
-            fail(str(exc))
+        write_file(markdown, ledger_markdown(ledgers), "--markdown")
     for ledger in ledgers:
         console.print(ledger_table(ledger))
     if markdown is not None:

@@ -14,7 +14,6 @@ from rich.table import Table
 from rich.markup import escape
 
 from servelab.cli.common import DbOpt, console, fail, store_at, write_file
-from servelab.errors import ServelabError
 from servelab.imports import read_results
 from servelab.report.html import compare_page, run_page
 from servelab.report.table import bench_table
@@ -26,12 +25,9 @@ def import_(
     db: DbOpt = None,
 ) -> None:
     """Add runs to the runs database (importing one twice replaces it; a bad file imports nothing)."""
-    try:
-        runs = [run for path in paths for run in read_results(path)]
-        store = store_at(db)
-        new = store.add(runs)
-    except ServelabError as exc:
-        fail(str(exc))
+    runs = [run for path in paths for run in read_results(path)]
+    store = store_at(db)
+    new = store.add(runs)
     for run, is_new in zip(runs, new, strict=True):
         console.print(f"{'added' if is_new else 'updated'} {run.id} {run.source} {run.model} ({len(run.levels)} levels) from {run.origin}", markup=False, highlight=False, soft_wrap=True)
 
@@ -48,10 +44,7 @@ SourceFilter = Annotated[str | None, typer.Option("--source", help="Only runs fr
 
 def runs(db: DbOpt = None, model: ModelFilter = None, engine: EngineFilter = None, hardware: HardwareFilter = None, source: SourceFilter = None) -> None:
     """List stored runs, newest first (best output tok/s over their levels)."""
-    try:
-        found = _filtered(db, model, engine, hardware, source)
-    except ServelabError as exc:
-        fail(str(exc))
+    found = _filtered(db, model, engine, hardware, source)
     table = Table(title=f"{len(found)} runs")
     for name in ("id", "started", "source", "model", "engine", "hardware", "variant", "status", "levels", "best output tok/s"):
         table.add_column(name, justify="right" if name in ("levels", "best output tok/s") else "left")
@@ -64,10 +57,7 @@ def runs(db: DbOpt = None, model: ModelFilter = None, engine: EngineFilter = Non
 
 def show(run_id: Annotated[str, typer.Argument(help="A run id from `servelab runs` (a unique prefix is enough).", show_default=False)], db: DbOpt = None) -> None:
     """Print one stored run: its settings and every level."""
-    try:
-        run = store_at(db).get(run_id)
-    except ServelabError as exc:
-        fail(str(exc))
+    run = store_at(db).get(run_id)
     console.print(f"[bold]{escape(run.model)}[/] · " + escape(f"{run.engine} {run.engine_version or ''} · {run.hardware} · {run.source} · {run.status}"), highlight=False)
     console.print(f"id {run.id} · started {run.started_at or '?'} · from {run.origin}", markup=False, highlight=False, soft_wrap=True)
     if run.source == "servelab":
@@ -89,10 +79,7 @@ def export(
     """Write stored runs as CSV or JSON: one row per (run, level) with the run's fields and the level's figures."""
     if output.suffix.lower() not in (".csv", ".json"):
         fail(f"--output {output}: give a .csv or .json file name")
-    try:
-        found = _filtered(db, model, engine, hardware, source)
-    except ServelabError as exc:
-        fail(str(exc))
+    found = _filtered(db, model, engine, hardware, source)
     keys = ["id", "source", "origin", "started_at", "status", "model", "engine", "engine_version", "hardware", "host", "recipe", "variant",
             "input_tokens", "output_tokens", "prefix_cache"]  # fmt: skip
     rows = [{**{k: getattr(r, k) for k in keys}, "level": lv.label, "concurrency": lv.concurrency, "rate_rps": lv.rate_rps, "ok": lv.ok,
@@ -105,10 +92,7 @@ def export(
         writer.writeheader()
         writer.writerows(rows)
         text = buffer.getvalue()
-    try:
-        write_file(output, text, "--output")
-    except ServelabError as exc:
-        fail(str(exc))
+    write_file(output, text, "--output")
     console.print(f"{len(rows)} rows of {len(found)} runs written to {output}")
 
 
@@ -118,14 +102,11 @@ def report(
     db: DbOpt = None,
 ) -> None:
     """Write a self-contained HTML report (tables, plots, findings, environment): one run, or a comparison of several."""
-    try:
-        found = []
-        for item in runs_:
-            found += read_results(Path(item)) if Path(item).exists() else [store_at(db).get(item)]
-        page = run_page(found[0]) if len(found) == 1 else compare_page(found)
-        write_file(output, page, "--output")
-    except ServelabError as exc:
-        fail(str(exc))
+    found = []
+    for item in runs_:
+        found += read_results(Path(item)) if Path(item).exists() else [store_at(db).get(item)]
+    page = run_page(found[0]) if len(found) == 1 else compare_page(found)
+    write_file(output, page, "--output")
     console.print(f"report of {len(found)} run(s) written to {output}")
 
 
@@ -143,8 +124,6 @@ def ui(
         app_ = make_app(store_at(db))
         with socket.create_server((host, port)):  # the address is usable (uvicorn binds it again at once)
             pass
-    except ServelabError as exc:
-        fail(str(exc))
     except OSError as exc:
         fail(f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc})")
     console.print(f"leaderboard at [bold]{escape(f'http://{host}:{port}/')}[/] (Ctrl-C to stop)", soft_wrap=True)

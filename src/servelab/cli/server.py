@@ -10,7 +10,6 @@ import typer
 
 from servelab.cli.bench import LlamaServerOpt
 from servelab.cli.common import console, fail, read_text, serve_until_ctrl_c, sigterm_as_sigint
-from servelab.errors import ServelabError
 from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LocalServer
 from servelab.metrics.bootlog import parse_bootlog
 from servelab.report.bootlog_table import bootlog_table
@@ -30,8 +29,6 @@ def serve_local(
         server = LocalServer(log_path, parallel=parallel, ctx_size=ctx_size, port=port, llama_server=llama_server)
         with console.status(f"starting the embedded server (Gemma 3 270M, {server.backend})…"):
             server.start()
-    except ServelabError as exc:
-        fail(str(exc))
     except KeyboardInterrupt:
         fail("interrupted while the server started; it was stopped", 130)
 
@@ -47,10 +44,7 @@ def bootlog(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """What a server decided while it booted: KV cache, concurrency, graphs, backends, timings, warnings."""
-    try:
-        facts = parse_bootlog(read_text(Path(path), "bootlog"))
-    except ServelabError as exc:
-        fail(str(exc))
+    facts = parse_bootlog(read_text(Path(path), "bootlog"))
     if not facts.recognised_lines:
         fail(f"{path}: no line of a vLLM, SGLang or llama.cpp startup log in it ({facts.unrecognised_lines} lines read)")
     if json_out:
