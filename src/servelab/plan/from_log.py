@@ -8,8 +8,9 @@ with those, and compared line by line with what the engine printed (each error i
 - KV-cache memory per GPU ("Available KV cache memory: X GiB");
 - KV-cache tokens ("GPU KV cache size: N tokens");
 - maximum concurrency at ``max_model_len`` ("Maximum concurrency for L tokens per request: F×");
-- KV-cache tokens recomputed from the *reported* KV memory with the plan's bytes per token: this
-  isolates the KV layout (bytes per token, blocks) from the memory model (weights, overheads).
+- KV-cache tokens recomputed from the *reported* KV memory with the plan's layout
+  (``servelab.plan.memory.kv_tokens``: bytes per token, blocks, hybrid groups): this isolates the
+  layout from the memory model (weights, overheads).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from servelab import engines
 from servelab.errors import ServelabError
 from servelab.metrics.bootlog import BootFacts
 from servelab.plan.hardware import GIB
-from servelab.plan.memory import BLOCK_TOKENS, HybridLayout
+from servelab.plan.memory import kv_tokens
 from servelab.plan.planner import Plan
 
 
@@ -73,11 +74,8 @@ def log_inputs(facts: BootFacts) -> LogInputs:
 def compare(plan: Plan, facts: BootFacts) -> list[LogCheck]:
     """The plan beside the log (see the module docstring)."""
     layout = None
-    if facts.kv_cache_gib is not None and plan.kv_layout:  # hybrid: vLLM's groups and pages
-        hybrid = HybridLayout(**plan.kv_layout)
-        layout = int(hybrid.blocks(facts.kv_cache_gib * GIB) / hybrid.blocks_per_request(plan.max_model_len) * plan.max_model_len)
-    elif facts.kv_cache_gib is not None and plan.kv_bytes_per_token:
-        layout = (facts.kv_cache_gib * GIB // (plan.kv_bytes_per_token * BLOCK_TOKENS)) * BLOCK_TOKENS
+    if facts.kv_cache_gib is not None:
+        layout = kv_tokens(facts.kv_cache_gib * GIB, plan.kv_bytes_per_token, plan.kv_layout, plan.max_model_len)
     conc = facts.max_concurrency
     return [
         LogCheck(what="weights per GPU", unit="GiB", planned=plan.weights_gib, reported=facts.weights_gib),

@@ -73,8 +73,21 @@ class HybridLayout:
         group, one state page in each recurrent group (prefix caching off: ``mamba_cache_mode`` none)."""
         return -(-context // self.block_size) * self.attention_groups + self.recurrent_groups
 
+    def concurrency(self, budget_bytes: float, context: int) -> float:
+        """Requests of ``context`` tokens the budget holds at once (vLLM's "Maximum concurrency")."""
+        return self.blocks(budget_bytes) / self.blocks_per_request(context)
 
-def hybrid_layout(spec: ModelSpec, attn_bytes_per_token: float, state_bytes: float) -> HybridLayout | None:
+
+def kv_tokens(budget_bytes: float, per_token: float, layout: HybridLayout | None, context: int) -> int | None:
+    """KV-cache tokens as vLLM 0.25 reports them for ``budget_bytes`` of KV memory: whole 16-token
+    blocks of ``per_token`` bytes; for a hybrid, maximum concurrency × ``context`` (``get_kv_cache_capacity``).
+    None when nothing grows with context."""
+    if layout is not None:
+        return int(layout.concurrency(budget_bytes, context) * context)
+    return int(budget_bytes // (per_token * BLOCK_TOKENS)) * BLOCK_TOKENS if per_token else None
+
+
+def hybrid_layout(spec: ModelSpec, kv_bytes_per_token: float, state_bytes_per_seq: float) -> HybridLayout | None:
     """The layout vLLM 0.25 gives a model with full-attention and recurrent (GDN, Mamba) layers.
 
     Sources (vLLM 0.25.0): ``vllm/platforms/interface.py`` ``Platform._align_hybrid_block_size``
@@ -87,16 +100,17 @@ def hybrid_layout(spec: ModelSpec, attn_bytes_per_token: float, state_bytes: flo
     ``get_kv_cache_capacity`` (tokens = concurrency × ``max_model_len``).
 
     Args:
-        attn_bytes_per_token: KV bytes per token of one attention layer on this GPU.
-        state_bytes: recurrent state of one recurrent layer per sequence on this GPU.
+        kv_bytes_per_token: KV bytes per token of all attention layers on this GPU.
+        state_bytes_per_seq: recurrent state of all recurrent layers per sequence on this GPU.
 
     Returns:
         None for a model without both kinds of layers (or with sliding-window layers: not modelled).
     """
     n_attn = spec.count("full")
     n_rec = spec.count("linear") + spec.count("mamba")
-    if not n_attn or not n_rec or spec.count("sliding") or spec.count("mla") or not attn_bytes_per_token:
+    if not n_attn or not n_rec or spec.count("sliding") or spec.count("mla") or not kv_bytes_per_token:
         return None
+    attn_bytes_per_token, state_bytes = kv_bytes_per_token / n_attn, state_bytes_per_seq / n_rec  # one layer of each
     align = BLOCK_TOKENS
     block = align * math.ceil(state_bytes / (align * attn_bytes_per_token))
     small, large = min(n_attn, n_rec), max(n_attn, n_rec)
@@ -182,13 +196,12 @@ def plan_memory(
         return context * per_token + sliding / kv_shard + state
 
     budget_bytes = max(budget, 0.0) * GIB
-    capacity = int(budget_bytes // (per_token * BLOCK_TOKENS)) * BLOCK_TOKENS if per_token else None
-    max_conc = budget_bytes / seq_bytes(L) if seq_bytes(L) else 0.0
-    n_rec = spec.count("linear") + spec.count("mamba")
-    layout = hybrid_layout(spec, per_token / max(1, spec.count("full")), state / n_rec) if n_rec else None
+    layout = hybrid_layout(spec, per_token, state)
+    capacity = kv_tokens(budget_bytes, per_token, layout, L)
     if layout is not None:
-        max_conc = layout.blocks(budget_bytes) / layout.blocks_per_request(L)
-        capacity = int(max_conc * L)
+        max_conc = layout.concurrency(budget_bytes, L)
+    else:
+        max_conc = budget_bytes / seq_bytes(L) if seq_bytes(L) else 0.0
     longest = {c: _longest(seq_bytes, budget_bytes / c, spec.max_position_embeddings or 10**7) for c in (concurrency or [])}
     if budget <= 0:
         notes.append(f"the weights ({weights:.1f} GiB per GPU) and runtime ({overhead_gib:.1f} GiB) exceed the {usable:.1f} GiB allowed")

@@ -6,13 +6,11 @@ group of ``tp``; see ``memory.py`` and ``roofline.py`` for the formulas and thei
 
 from __future__ import annotations
 
-import dataclasses
-
 from pydantic import BaseModel, Field
 
 from servelab.errors import ServelabError
 from servelab.plan.hardware import Hardware
-from servelab.plan.memory import plan_memory
+from servelab.plan.memory import HybridLayout, plan_memory
 from servelab.plan.model_spec import ModelSpec
 from servelab.plan.quant import QuantFormat
 from servelab.plan.roofline import decode_ceiling, prefill
@@ -54,7 +52,7 @@ class Plan(BaseModel):
     kv_capacity_tokens: int | None
     max_model_len: int
     max_concurrency: float = Field(description="Requests of max_model_len tokens that fit at once.")
-    kv_layout: dict | None = Field(None, description="Hybrid models: vLLM's layout (plan.memory.HybridLayout: block size, page bytes, groups, padding layers).")
+    kv_layout: HybridLayout | None = Field(None, description="Hybrid models: vLLM's layout (block size, page bytes, groups, padding layers).")
     longest_context: dict[int, int] = Field(description="Longest context per request at each concurrency.")
     decode_tok_s_ceiling: float = Field(description=f"Single stream at {SHORT_CONTEXT} tokens of context, tok/s.")
     ceilings: list[CeilingRow]
@@ -137,5 +135,5 @@ def make_plan(
         overhead_gib=mem.overhead_gib, kv_budget_gib=mem.budget_gib, kv_capacity_tokens=mem.kv_capacity_tokens,
         max_model_len=mem.max_model_len, max_concurrency=mem.max_concurrency, longest_context=mem.longest_context,
         decode_tok_s_ceiling=single, ceilings=rows, prefill_tok_s_ceiling=PREFILL_TOKENS / pf.time_s, speculative=speculative,
-        kv_layout=dataclasses.asdict(mem.layout) if mem.layout else None, fits=mem.fits, notes=notes,
+        kv_layout=mem.layout, fits=mem.fits, notes=notes,
     )  # fmt: skip

@@ -34,9 +34,9 @@ def plan_table(plan: Plan) -> Table:
     if plan.state_bytes_per_seq:
         rows.append(("recurrent state per sequence", f"{plan.state_bytes_per_seq / 2**20:,.1f} MiB"))
     if lay := plan.kv_layout:
-        rows.append(("hybrid KV layout (vLLM)", f"block {lay['block_size']:,} tokens, page {lay['page_bytes'] / 2**20:,.2f} MiB "
-                     f"(state {lay['state_bytes'] / 2**20:,.2f} MiB padded), {lay['attention_groups']} attention + {lay['recurrent_groups']} "
-                     f"recurrent groups of {lay['group_size']} layers, {lay['padding_layers']} padding"))  # fmt: skip
+        rows.append(("hybrid KV layout (vLLM)", f"block {lay.block_size:,} tokens, page {lay.page_bytes / 2**20:,.2f} MiB "
+                     f"(state {lay.state_bytes / 2**20:,.2f} MiB padded), {lay.attention_groups} attention + {lay.recurrent_groups} "
+                     f"recurrent groups of {lay.group_size} layers, {lay.padding_layers} padding"))  # fmt: skip
     rows += [
         ("KV capacity", f"{plan.kv_capacity_tokens:,} tokens" if plan.kv_capacity_tokens is not None else "–"),
         (f"max concurrency at {plan.max_model_len:,} tokens", f"{plan.max_concurrency:,.2f}×"),
