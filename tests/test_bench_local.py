@@ -22,7 +22,7 @@ from servelab.cli import app
 from servelab.endpoint import discover
 from servelab.errors import ServelabError
 from servelab.local import LocalServer
-from servelab.results import load_run
+from servelab.results import LoadSpec, load_run, resume_run
 
 cli = CliRunner()
 
@@ -341,3 +341,11 @@ def test_resume_counts_repeated_levels_and_sets_abandoned_records_aside(llama, t
     assert len(indices) == len(set(indices)) == 4 + 3  # first attempt: calibration + 3 levels; resume: calibration + 2
     assert {r["index"] for r in abandoned} == {0, *(i for a, b in redo for i in range(a, b + 1))}  # old calibration, cut and missing levels
     assert len([r for r in kept if r["phase"] == "measured"]) == 3
+    doc = json.loads((out / "run.json").read_text())  # cut again, and resume twice with nothing sent in between
+    doc["levels"], doc["status"] = doc["levels"][:1], "partial"
+    (out / "run.json").write_text(json.dumps(doc))
+    highest = max(r["index"] for r in read_jsonl(out / "records.jsonl"))
+    load = LoadSpec.model_validate(doc["load"])
+    for _ in range(2):
+        _, next_index = resume_run(out, load, doc["endpoint"]["model"], [])
+        assert next_index == highest + 1  # indices set aside earlier are never given out again

@@ -16,12 +16,12 @@ the run's origin, whose wall-clock time is ``RunResult.started_at``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 import os
 import platform
 import socket
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -287,7 +287,8 @@ def resume_run(run_dir: Path, load: LoadSpec, model: str, notes: list[str]) -> t
     earlier.status, earlier.partial_reason = "partial", "resumed: still running"
     notes.append(f"resumed {run_dir}: {len(earlier.levels)} finished levels kept")
     earlier.notes = list(dict.fromkeys([*earlier.notes, *notes]))
-    return earlier, max((r.index for r in records), default=-1) + 1
+    every = records + _read_records(run_dir / ABANDONED_FILE)  # indices set aside earlier are taken too
+    return earlier, max((r.index for r in every), default=-1) + 1
 
 
 def levels_to_run(asked: list[tuple[float | None, int]], done: list[LevelSummary]) -> list[int]:
