@@ -25,7 +25,7 @@ def test_any_answer_is_up_and_callers_share_one_probe():
 
 
 def test_closed_port_is_gone_after_a_second_look(free_port):
-    alive = Liveness(f"http://127.0.0.1:{free_port}", retry_s=0.01)
+    alive = Liveness(f"http://127.0.0.1:{free_port}", "/health", retry_s=0.01)
     assert run(alive()) is False and alive.probes == 2
 
 
@@ -34,7 +34,7 @@ def test_silent_server_stays_up_within_the_grace_then_is_gone():
     with socket.socket() as listener:  # accepts connections (kernel backlog) but never answers
         listener.bind(("127.0.0.1", 0))
         listener.listen(8)
-        alive = Liveness(f"http://127.0.0.1:{listener.getsockname()[1]}", probe_timeout_s=0.1, grace_s=30, clock=lambda: now[0])
+        alive = Liveness(f"http://127.0.0.1:{listener.getsockname()[1]}", "/health", probe_timeout_s=0.1, grace_s=30, clock=lambda: now[0])
         assert run(alive()) is True  # slow under load is not gone
         now[0] = 31.0
         assert run(alive()) is False
@@ -45,7 +45,7 @@ def test_a_slow_answer_resets_the_grace():
 
     async def main():
         async with canned_server({("GET", "/v1/models"): {"data": []}}) as url:
-            alive = Liveness(url, hold_s=0, clock=lambda: now[0])
+            alive = Liveness(url, "/v1/models", hold_s=0, clock=lambda: now[0])
             alive._failing_since = -100.0  # failing long before, but it answers now
             return await alive()
 

@@ -41,7 +41,7 @@ class Liveness:
     def __init__(
         self,
         url: str,
-        ready_path: str = "/v1/models",
+        ready_path: str,
         *,
         hold_s: float = HOLD_S,
         retry_s: float = RETRY_S,

@@ -320,7 +320,7 @@ def load_model(ref: str) -> ModelSpec:
         except UnicodeDecodeError:
             raise ServelabError(f"--model {ref}: not a text file (not UTF-8); give a config.json") from None
         try:
-            CoreConfig.model_validate(cfg.get("text_config") or cfg if isinstance(cfg, dict) else cfg)
+            CoreConfig.model_validate((cfg.get("text_config") or cfg) if isinstance(cfg, dict) else cfg)
             return parse_config(cfg, name=path.parent.name if path.name == "config.json" else path.stem)
         except ValidationError as exc:
             err = exc.errors()[0]
