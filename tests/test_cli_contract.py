@@ -43,6 +43,8 @@ CASES = [
     ("bench --mix nope", "--mix"),
     ("bench --workloads-file {W}/binary.dat --mix m", "binary.dat"),
     ("bench --closed-loop sideways", "--closed-loop"),
+    ("bench --output-spread 1", "--output-spread"),
+    ("bench --output-spread -0.1", "--output-spread"),
     ("bench --request-timeout 0", "--request-timeout"),
     ("bench --no-such-option", "--no-such-option"),
     ("suite --only nope", "nope"),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from servelab.metrics.waves import wave_stats
 from servelab.records import RequestRecord
@@ -66,6 +68,54 @@ def test_detector_fires_on_a_burst_locked_level_and_not_on_a_staggered_one(llama
     assert not [f for f in steady.findings if f.kind == "synchronized_waves"]
     assert lv.server.generation_tokens == lv.phase_output_tokens  # the ramp is in the server's counters and in ours
     assert not [f for f in steady.findings if f.kind in ("token_count_mismatch", "prompt_count_mismatch")]
+
+
+@pytest.mark.parametrize(("concurrency", "requests"), [(1, 8), (2, 16), (4, 32), (64, 512), (100, 512), (128, 512), (256, 1024)])
+def test_default_requests_per_level(concurrency, requests):
+    """8 per slot up to 512, then 4 per slot: 512 at 64 streams is what made TTFT p50 repeat within 10 % (H100)."""
+    from servelab.bench import BenchOptions
+
+    assert BenchOptions(concurrency=[concurrency]).requests_at(concurrency) == requests
+    assert BenchOptions(concurrency=[concurrency], requests=5).requests_at(concurrency) == 5
+    assert BenchOptions(concurrency=[concurrency], duration_s=10.0).requests_at(concurrency) is None
+
+
+@pytest.mark.parametrize(("n", "spread", "bounds"), [(256, 0.1, (230, 282)), (256, 0.0, (256, 256)), (3, 0.9, (1, 6)), (1, 0.5, (1, 2))])
+def test_output_range_is_vllm_bench_random_range_ratio_interval(n, spread, bounds):
+    from servelab.bench import BenchOptions
+
+    assert BenchOptions(concurrency=[1], output_spread=spread).output_range(n) == bounds
+
+
+@given(st.integers(1, 100_000), st.floats(0.0, 0.99), st.integers(0, 10**9), st.integers(0, 10**6))
+def test_drawn_output_lengths_stay_in_range_and_repeat_with_the_seed(n, spread, seed, index):
+    from servelab.bench import BenchOptions
+
+    opts = BenchOptions(concurrency=[1], output_spread=spread, seed=seed)
+    lo, hi = opts.output_range(n)
+    assert 1 <= lo <= n <= hi and lo <= opts.draw_output(n, index) <= hi
+    assert opts.draw_output(n, index) == opts.draw_output(n, index)
+
+
+def test_output_spread_on_the_embedded_server(llama, tmp_path):
+    """--output-spread: each request asks for its own max_tokens in the range, gets exactly that
+    many (ignore_eos), the server's counters agree, and the run records the spread."""
+    from conftest import run
+    from test_bench_local import Hooks, _bench
+
+    from servelab.bench import BenchOptions
+    from servelab.results import load_run
+
+    opts = BenchOptions(concurrency=[2], requests=8, warmup=1, input_tokens=64, output_tokens=20, output_spread=0.5, seed=3)
+    result = run(_bench(llama.url, opts, tmp_path / "spread", Hooks()))
+    lv = result.levels[0]
+    records = [r for r in load_run(tmp_path / "spread")[1] if r.phase == "measured"]
+    asked = [r.max_tokens for r in records]
+    assert result.load.output_spread == 0.5 and lv.ok == 8
+    assert all(10 <= m <= 30 for m in asked) and len(set(asked)) > 1
+    assert [r.output_tokens for r in records] == asked and lv.short_outputs == 0
+    assert asked == [opts.draw_output(20, r.index) for r in records]
+    assert lv.server.generation_tokens == lv.phase_output_tokens
 
 
 def test_real_h100_runs_read_back_and_burst_is_flagged():

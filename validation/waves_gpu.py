@@ -56,12 +56,14 @@ def server_means(before: dict[str, float], after: dict[str, float]) -> dict[str,
 
 def servelab_levels(url: str, out: Path, levels: str, *extra: str) -> list[dict]:
     before = scrape(url)
-    run = bench(url, out, levels, "--input-tokens", str(INPUT), "--output-tokens", str(OUTPUT), *extra)[0]
+    run, records = bench(url, out, levels, "--input-tokens", str(INPUT), "--output-tokens", str(OUTPUT), *extra)
     server = server_means(before, scrape(url))  # over the whole command (all its levels): reported per command
     rows = []
     for lv in run.levels:
         w = lv.waves
-        rows.append({"tool": "servelab " + run.load.closed_loop, "concurrency": lv.concurrency, "ok": lv.ok, "failed": lv.failed_requests,
+        ttfts = sorted(round((r.first_token - r.start) * 1e3, 1) for r in records if r.phase == "measured" and r.concurrency == lv.concurrency and r.status == "ok" and r.first_token)
+        spread = f" ±{run.load.output_spread:.0%}" if run.load.output_spread else ""
+        rows.append({"tool": "servelab " + run.load.closed_loop + spread, "ttft_ms_sorted": ttfts, "concurrency": lv.concurrency, "ok": lv.ok, "failed": lv.failed_requests,
                      "output_tok_s": lv.output_throughput_tok_s, "ttft_p50_ms": lv.ttft_ms.p50, "ttft_mean_ms": lv.ttft_ms.mean,
                      "send_spread": w and w.send_spread, "densest_share": w and w.densest_share,
                      "ttft_p50_ms_by_wave": w and w.ttft_p50_ms_by_wave, "ramp_requests": lv.ramp_requests,
@@ -85,14 +87,27 @@ def vllm_bench(url: str, model: str, out: Path) -> dict:
             "server_histograms_whole_command": server_means(before, scrape(url))}  # fmt: skip
 
 
-def one_start(kit: Path, out: Path, start: int) -> None:
+MODES = {  # mode → (levels, extra servelab bench arguments)
+    "stagger": ("64,256", ()),
+    "burst": ("256", ("--closed-loop", "burst")),
+    "stagger64": ("64", ("--requests", "512")),
+    "stagger256": ("256", ()),
+    "spread64": ("64", ("--requests", "512", "--output-spread", "0.1")),
+    "spread256": ("256", ("--output-spread", "0.1")),
+}
+
+
+def one_start(kit: Path, out: Path, start: int, modes: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     pgid, url = serve(kit, "qwen3-8b", out / f"vllm-{start}.log")
     rows = []
     try:
-        rows += servelab_levels(url, out / f"stagger-{start}", "64,256")
-        rows += servelab_levels(url, out / f"burst-{start}", "256", "--closed-loop", "burst")
-        rows.append(vllm_bench(url, "qwen3-8b", out))
+        for mode in modes:
+            if mode == "vllm":
+                rows.append(vllm_bench(url, "qwen3-8b", out))
+            else:
+                levels, extra = MODES[mode]
+                rows += servelab_levels(url, out / f"{mode}-{start}", levels, *extra)
     finally:
         stop(pgid)
     (out / f"start-{start}.json").write_text(json.dumps(rows, indent=1))
@@ -117,12 +132,13 @@ def main() -> None:
     ap.add_argument("--kit", type=Path)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--start", type=int)
+    ap.add_argument("--modes", default="stagger,burst,vllm", help=f"what to run on each start, in order: {', '.join(MODES)}, vllm")
     ap.add_argument("--table", type=Path, help="print the table of a finished OUT and exit")
     args = ap.parse_args()
     if args.table:
         return table(args.table)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    one_start(args.kit, args.out, args.start)
+    one_start(args.kit, args.out, args.start, args.modes.split(","))
 
 
 if __name__ == "__main__":

@@ -144,11 +144,11 @@ class LevelRunner:
                 # Duration runs that outlive the prompt pool: a fresh nonce keeps every prompt unique;
                 # its token count may then differ by a token or two, which the prompt check reports.
                 prompt = Prompt(prompt.text.replace(f"[{self.tag}-", f"[{self.tag}-r{i}-", 1), prompt.tokens)
-            rec = self._record(level, phase, prompt, shape.max_tokens)
+            rec = self._record(level, phase, prompt, o.draw_output(shape.max_tokens, self._index))
             rec.workload = shape.name or None
             records.append(rec)
             rec.queued = time.perf_counter() - client.origin
-            body = chat_body(self.endpoint, prompt.text, max_tokens=shape.max_tokens, ignore_eos=self.ignore_eos,
+            body = chat_body(self.endpoint, prompt.text, max_tokens=rec.max_tokens, ignore_eos=self.ignore_eos,
                              cold=o.prefix_cache == "cold", chat_template_kwargs=o.chat_template_kwargs)  # fmt: skip
             return rec, body
 

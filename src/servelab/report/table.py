@@ -28,7 +28,7 @@ def bench_table(run: RunResult) -> Table:
     shape = (
         "mix " + ", ".join(f"{name} ×{weight:g}" for name, weight in run.load.mix.items())
         if run.load.mix
-        else f"{run.load.input_tokens} prompt tokens, {run.load.output_tokens} max output tokens"
+        else f"{run.load.input_tokens} prompt tokens, {run.load.output_tokens}{f' ±{run.load.output_spread:.0%}' if run.load.output_spread else ''} max output tokens"
     )
     streams = ", streams staggered" if run.load.closed_loop == "stagger" and not run.load.rates else ""
     caption = (
