@@ -49,7 +49,7 @@ def test_memory_plan_dense_by_hand():
     spec, hw = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
     plan = plan_memory(spec, get_format("bf16"), hw, max_model_len=8192, gpu_memory_utilization=0.9, overhead_gib=2.0, concurrency=[64])
     weights = 8_030_261_248 * 2 / GIB
-    budget = 79.65 * 0.9 - weights - 2.0
+    budget = 79.18 * 0.9 - weights - 2.0
     per_token = 32 * 2 * 8 * 128 * 2  # 131,072 B
     assert plan.weights_gib == pytest.approx(weights)
     assert plan.budget_gib == pytest.approx(budget)
@@ -199,18 +199,22 @@ def test_nvfp4_experts_only_matches_the_published_convention():
 
 
 ROOT = __import__("pathlib").Path(__file__).parent.parent
-REAL_LOGS = [  # real vLLM 0.25 boot logs on an H100 (load_format dummy): dense bf16 at two contexts, MoE fp8
-    ROOT / "tests/fixtures/bootlogs/vllm-0.25-h100-qwen3-8b.log",
-    ROOT / "tests/fixtures/bootlogs/vllm-0.25-h100-qwen3-30b-a3b-fp8.log",
-    ROOT / "validation/waves-h100/vllm-1.log",
-]
+FIXTURES = ROOT / "tests/fixtures/bootlogs"
+# Every real vLLM 0.25 boot log servelab made (load_format dummy; H100 and H200; dense, MoE fp8, TP 2, Gated
+# DeltaNet and Mamba-2 hybrids; INDEX.yaml), and the H100 boot of the synchronized-waves runs.
+REAL_LOGS = sorted(FIXTURES.glob("vllm-0.25-h*.log")) + [ROOT / "validation/waves-h100/vllm-1.log"]
+
+
+def _hardware(log) -> str:
+    return "h200" if "-h200-" in log.name else "h100-sxm"
 
 
 @pytest.mark.parametrize("log", REAL_LOGS, ids=lambda p: p.name)
 def test_plan_from_log_reproduces_what_vllm_reported(log):
-    """plan --from-log reads model, quant, context, utilization, TP and KV dtype from the log and is
-    within 3% of vLLM's weights, KV tokens and maximum concurrency (0.1% for the layout alone)."""
-    res = cli.invoke(app, ["plan", "--from-log", str(log), "--json"])
+    """plan --from-log reads model, quant, context, utilization, TP, KV dtype and batch limits from the
+    log and is within 3% of vLLM's weights, KV memory, KV tokens and maximum concurrency (issue 16),
+    0.1% for the layout alone."""
+    res = cli.invoke(app, ["plan", "--from-log", str(log), "--hardware", _hardware(log), "--json"])
     assert res.exit_code == 0, res.output
     checks = {c["what"].split(" at ")[0]: c for c in json.loads(res.output)["from_log"]}
     for what in ("weights per GPU", "KV-cache memory per GPU", "KV-cache tokens", "max concurrency"):
@@ -218,11 +222,32 @@ def test_plan_from_log_reproduces_what_vllm_reported(log):
     assert abs(checks["KV-cache tokens from the reported KV memory (layout only)"]["error_pct"]) <= 0.1
 
 
+DEBUG_LOGS = [p for p in REAL_LOGS if "Memory profiling takes" in p.read_text()]
+
+
+@pytest.mark.parametrize("log", DEBUG_LOGS, ids=lambda p: p.name)
+def test_runtime_memory_matches_vllms_memory_profile(log):
+    """The runtime terms (engines/vllm.py, runtime_memory) against what vLLM measured in the same boot:
+    non-torch increase + torch peak of the profiling run + the CUDA-graph estimate, within 0.25 GiB."""
+    import re
+
+    text = log.read_text()
+    peak, non_torch = map(float, re.search(r"torch peak memory increase: ([\d.]+)GiB; non-torch forward increase memory: ([\d.]+)GiB", text).groups())
+    graphs = re.search(r"Estimated CUDA graph memory: ([\d.]+) GiB", text)
+    res = cli.invoke(app, ["plan", "--from-log", str(log), "--hardware", _hardware(log), "--json"])
+    runtime = json.loads(res.output)["runtime"]
+    assert runtime["cuda_graphs_gib"] == pytest.approx(float(graphs.group(1)) if graphs else 0.0, abs=0.12)
+    predicted = sum(runtime[k] for k in ("non_torch_gib", "activations_gib", "sampler_gib", "cuda_graphs_gib"))
+    assert predicted == pytest.approx(peak + non_torch + (float(graphs.group(1)) if graphs else 0.0), abs=0.25)
+    total = re.search(r"total_memory=([\d.]+)GiB", text)  # the hardware profile is CUDA's total, as vLLM saw it
+    assert load_hardware(_hardware(log)).memory_gib == float(total.group(1))
+
+
 def test_plan_from_log_reads_the_engine_config_line():
     from servelab.metrics.bootlog import parse_bootlog
     from servelab.plan.from_log import log_inputs
 
-    inputs = log_inputs(parse_bootlog(REAL_LOGS[1].read_text()))
+    inputs = log_inputs(parse_bootlog((FIXTURES / "vllm-0.25-h100-qwen3-30b-a3b-fp8.log").read_text()))
     assert (inputs.model, inputs.quant, inputs.max_model_len, inputs.gpu_memory_utilization, inputs.tp, inputs.kv_dtype) == (
         "qwen3-30b-a3b", "fp8", 4096, 0.92, 1, "auto")  # fmt: skip
 
@@ -230,12 +255,12 @@ def test_plan_from_log_reads_the_engine_config_line():
 def test_plan_from_log_refuses_another_engines_log_and_options_override_the_log():
     res = cli.invoke(app, ["plan", "--from-log", str(ROOT / "tests/fixtures/bootlogs/llamacpp-embedded.log")])
     assert res.exit_code == 2 and "a boot log of llama.cpp" in res.output
-    res = cli.invoke(app, ["plan", "--from-log", str(REAL_LOGS[0]), "--max-model-len", "4096", "--json"])
+    res = cli.invoke(app, ["plan", "--from-log", str(FIXTURES / "vllm-0.25-h100-qwen3-8b.log"), "--max-model-len", "4096", "--json"])
     doc = json.loads(res.output)
     assert doc["max_model_len"] == 4096 and not any(c["reported"] for c in doc["from_log"] if c["what"].startswith("max concurrency"))
 
 
-HYBRID_LOGS = sorted((ROOT / "tests/fixtures/bootlogs").glob("vllm-0.25-h200-*.log"))  # real vLLM 0.25 boots on H200s
+HYBRID_LOGS = [p for p in REAL_LOGS if "nemotron" in p.name or "qwen3-next" in p.name]  # real vLLM 0.25 boots on H200s
 
 
 @pytest.mark.parametrize("log", HYBRID_LOGS, ids=lambda p: p.name)

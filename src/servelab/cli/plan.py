@@ -28,7 +28,7 @@ plan_app = typer.Typer(help="Memory fit, KV capacity, concurrency and speed ceil
 def plan(
     ctx: typer.Context,
     model: Annotated[str | None, typer.Option(help="Catalog name (qwen3-8b, gpt-oss-120b …), a config.json or its directory.")] = None,
-    from_log: Annotated[Path | None, typer.Option(help="A vLLM boot log: plan what it booted (model, quant, context, utilization, TP, KV dtype; options given override) and show planned vs reported with the error in %.")] = None,
+    from_log: Annotated[Path | None, typer.Option(help="A vLLM boot log: plan what it booted (model, quant, context, utilization, TP, KV dtype, max_num_seqs, max_num_batched_tokens; options given override) and show planned vs reported with the error in %.")] = None,
     hardware: Annotated[str, typer.Option(help="Profile name (dgx-spark, h100-sxm, h200, b200, rtx-pro-6000, rtx-5090, m3-ultra, ryzen-ai-max-395) or a YAML file.")] = "h100-sxm",
     quant: Annotated[str | None, typer.Option(help="Weight format: bf16 (default), fp8, fp8-block, mxfp8, nvfp4, nvfp4-experts, mxfp4, gptq-int4, awq-int4, gguf-q4_k_m, gguf-q8_0.")] = None,
     kv_dtype: Annotated[str | None, typer.Option(help="KV-cache dtype: auto (bf16, default) or fp8.")] = None,
@@ -37,6 +37,8 @@ def plan(
     nodes: Annotated[int, typer.Option(min=1, help="Nodes (machines) the TP group spans; --tp defaults to one GPU per node.")] = 1,
     tp: Annotated[int | None, typer.Option(min=1, help="Tensor-parallel size (default = nodes).")] = None,
     concurrency: Annotated[str, typer.Option(help="Batch sizes for ceilings and longest context.")] = "1,4,16,64",
+    max_num_seqs: Annotated[int | None, typer.Option(min=1, help="The server's max_num_seqs (default the engine's for the hardware): sizes the sampler's and CUDA graphs' memory.")] = None,
+    max_num_batched_tokens: Annotated[int | None, typer.Option(min=1, help="The server's max_num_batched_tokens (default the engine's for the hardware): sizes the activations.")] = None,
     overhead_gib: Annotated[float | None, typer.Option(min=0, help="Runtime overhead per GPU, GiB (default estimated).")] = None,
     os_reserved_gib: Annotated[float | None, typer.Option(min=0, help="Unified memory the OS keeps, GiB (default per profile).")] = None,
     draft_tokens: Annotated[int, typer.Option(min=0, help="Speculative decoding: draft tokens per step.")] = 0,
@@ -56,6 +58,7 @@ def plan(
         model, quant, kv_dtype = model or logged.model, quant or logged.quant, kv_dtype or logged.kv_dtype
         max_model_len, tp = max_model_len or logged.max_model_len, tp or logged.tp
         gpu_memory_utilization = gpu_memory_utilization or logged.gpu_memory_utilization
+        max_num_seqs, max_num_batched_tokens = max_num_seqs or logged.max_num_seqs, max_num_batched_tokens or logged.max_num_batched_tokens
     if model is None:
         raise ServelabError("--model is required: a catalog name such as qwen3-8b, or a config.json" + (" (the log names none)" if facts else ""))
     spec = load_model(model)
@@ -64,7 +67,7 @@ def plan(
         spec, get_format(quant or "bf16", spec), load_hardware(hardware), kv_dtype=kv_dtype, kv_dtype_bytes=kv_dtype_bytes(kv_dtype),
         max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization or 0.92, nodes=nodes, tp=tp,
         concurrency=parse_int_list(concurrency, "--concurrency"), overhead_gib=overhead_gib, os_reserved_gib=os_reserved_gib,
-        draft_tokens=draft_tokens, acceptance=acceptance,
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, draft_tokens=draft_tokens, acceptance=acceptance,
     )  # fmt: skip
     checks = compare(result, facts) if facts is not None else None
     if json_out:

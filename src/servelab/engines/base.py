@@ -25,6 +25,7 @@ flag meanings          ``flags`` (:class:`Flags`),                  ``servelab.l
                        ``gpu_memory_utilization_default``
 lint                   ``lint_rules``                               ``servelab.lint``
 plan                   ``batch_defaults``, ``capture_sizes``,       ``servelab.plan``,
+                       ``runtime_memory``,
                        ``quant_formats``                            ``servelab.diagnose``
 =====================  ==========================================  ===============================
 
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from servelab.metrics.bootlog import Rule
     from servelab.metrics.server import Scrapes, ServerStats
     from servelab.plan.hardware import Hardware
+    from servelab.plan.model_spec import ModelSpec
     from servelab.recipes import Recipe, Resolved
 
 # get(path) → the JSON body of GET root+path, or None on any failure; post(path, body) → JSON, or raises ServelabError
@@ -56,6 +58,23 @@ class Gauges(NamedTuple):
     running: tuple[str, ...]
     waiting: tuple[str, ...]
     kv_usage: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RuntimeMemory:
+    """Memory per GPU an engine takes at startup before its KV cache, besides the weights (GiB).
+
+    ``runner`` names the engine's code path that decides it (vLLM: its V1 or V2 model runner)."""
+
+    non_torch_gib: float
+    activations_gib: float  # the profiling forward pass's peak above the weights
+    sampler_gib: float  # the dummy sampler run's logits and sampling buffers
+    cuda_graphs_gib: float  # graph memory counted before the KV cache (0 when captured after it)
+    runner: str
+
+    @property
+    def total_gib(self) -> float:
+        return self.non_torch_gib + self.activations_gib + self.sampler_gib + self.cuda_graphs_gib
 
 
 @dataclass(frozen=True)
@@ -202,6 +221,14 @@ class Engine:
             NotImplementedError: servelab does not know this engine's defaults.
         """
         raise NotImplementedError(f"{self.name}: no batch defaults known")
+
+    def runtime_memory(self, spec: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1) -> RuntimeMemory:
+        """Memory per GPU the engine takes before its KV cache, besides the weights.
+
+        Raises:
+            NotImplementedError: servelab does not know this engine's accounting.
+        """
+        raise NotImplementedError(f"{self.name}: no runtime memory model")
 
     def capture_sizes(
         self, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192, num_spec_tokens: int = 0, sm100: bool = False

@@ -19,13 +19,14 @@ import re
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from servelab.engines.base import Engine, Flags, Gauges, JsonGet, JsonPost
+from servelab.engines.base import Engine, Flags, Gauges, JsonGet, JsonPost, RuntimeMemory
 from servelab.metrics.bootlog import BootFacts, MaxConcurrency, Rule, int_list, num, set_fact, set_facts
 
 if TYPE_CHECKING:
     from servelab.lint import LintFinding
     from servelab.metrics.server import Scrapes, ServerStats
     from servelab.plan.hardware import Hardware
+    from servelab.plan.model_spec import ModelSpec
     from servelab.recipes import Recipe, Resolved
 
 NAME = "vllm"
@@ -54,6 +55,13 @@ def _non_default(f: BootFacts, m: re.Match) -> None:
         f.gpu_memory_utilization = f.non_default_args.get("gpu_memory_utilization")
 
 
+def _batch_args(f: BootFacts, m: re.Match) -> None:
+    """max_num_seqs / max_num_batched_tokens given on the command line (read apart from the whole
+    dict, which literal_eval refuses when it holds enum reprs such as ``<DynamicShapesType…>``)."""
+    for name, value in re.findall(r"'(max_num_seqs|max_num_batched_tokens)': (\d+)", m.group(1)):
+        setattr(f, name, int(value))
+
+
 def _concurrency(f: BootFacts, m: re.Match) -> None:
     if f.max_concurrency is None:
         f.max_concurrency = MaxConcurrency(context_tokens=int(num(m.group(1))), factor=num(m.group(2)))
@@ -74,6 +82,7 @@ def _engine_config(f: BootFacts, m: re.Match) -> None:
 RULES: list[Rule] = [
     Rule(re.compile(r"vLLM (?:API )?server version ([\w.+\-]+)"), set_fact("version"), "0.6–0.33"),
     Rule(re.compile(r"non-default args: (\{.*\})"), _non_default, "0.9–0.33"),
+    Rule(re.compile(r"non-default args: (\{.*'max_num_(?:seqs|batched_tokens)': \d+.*)"), _batch_args, "0.9–0.33"),
     Rule(re.compile(r"Initializing a V1 LLM engine \(v([\w.+\-]+)\) with config: model='([^']*)'.*?max_seq_len=(\d+)"), _engine_config, "0.8–0.25"),
     Rule(re.compile(r"with config: .*?tensor_parallel_size=(\d+),.*?quantization=([\w\-]+),.*?kv_cache_dtype=(\w+)"),
          set_facts(tensor_parallel_size=lambda m: int(m.group(1)), quantization=lambda m: None if m.group(2) == "None" else m.group(2),
@@ -136,6 +145,34 @@ def default_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, num_sp
     if num_spec_tokens:
         sizes += [n * query_len for n in list(sizes) if n * query_len <= max_num_batched_tokens]
     return sorted(set(sizes))
+
+
+# Runtime memory of vLLM 0.25 (vllm/v1/worker/gpu_worker.py, determine_available_memory): the KV cache gets
+# gpu_memory_utilization × total − weights − non-torch increase − torch peak of profile_run − the CUDA-graph
+# estimate. Measured with VLLM_LOGGING_LEVEL=DEBUG ("Memory profiling takes …") on H100 and H200, dummy weights:
+# validation/RESULTS-runtime-memory.md.
+NON_TORCH_GIB = 0.24  # "non-torch forward increase memory": 0.22 (dense) – 0.24 (MoE, hybrid), TP=1
+# The V1 runner's dummy sampler run (gpu_model_runner.py, _dummy_sampler_run) samples every one of max_num_seqs
+# rows twice, the second time through forward_native (top-k/top-p, fp32 softmax, exponential noise): 1.30 GiB
+# more at 1,024 than at 256 rows on Nemotron-3-Nano (vocabulary 131,072) = 13.9 bytes per logit.
+V1_SAMPLER_BYTES_PER_LOGIT = 13.9
+V2_SAMPLER_BYTES_PER_LOGIT = 4.0  # the V2 runner samples once, without top-k/top-p (gpu/model_runner.py)
+# profile_cudagraph_memory (V1 only; V2 returns 0): 0.64 GiB at a largest capture size of 512 (Nemotron-3-Nano,
+# Qwen3-30B-A3B), 0.52 (Qwen3-Next, TP=2), 0.14 at 128 (Qwen3-30B-A3B, max_num_seqs 64).
+CUDA_GRAPH_GIB_PER_CAPTURED_TOKEN = 0.64 / 512
+# vllm/config/vllm.py, DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES (as model_type): MoE models that take the V2 runner
+V2_MOE_MODEL_TYPES = frozenset({"deepseek_v2", "qwen2_moe", "granitemoe"})
+GIB_BYTES = 1024**3
+
+
+def model_runner(spec: ModelSpec) -> str:
+    """``"v2"`` or ``"v1"``: the GPU model runner vLLM 0.25 picks for a model (vllm/config/vllm.py,
+    ``VllmConfig._is_default_v2_model_runner_model``): V2 for models that are neither hybrid nor MoE,
+    and for the MoE architectures it lists; V1 for the rest (MoE, Mamba / linear-attention hybrids)."""
+    hybrid = spec.count("linear") or spec.count("mamba")
+    if hybrid:
+        return "v1"
+    return "v2" if not spec.moe_layers or spec.model_type in V2_MOE_MODEL_TYPES else "v1"
 
 
 def spec_tokens(argv: list[str]) -> int:
@@ -276,6 +313,38 @@ class VLLM(Engine):
         if hw.memory_gib >= 70 and "gb10" not in hw.name.lower():
             return 8192, 1024
         return 2048, SMALL_TIER_MAX_NUM_SEQS
+
+    def runtime_memory(self, spec: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1) -> RuntimeMemory:
+        """vLLM 0.25's memory per GPU before the KV cache, besides the weights (GiB; module constants
+        give each term's source and measurement). With M = max_num_batched_tokens, H = hidden size:
+
+        - activations: MoE, M × top-k × ((g+1)·N / tp + H) × 2 bytes (the fused-MoE kernel's
+          gate/up, down and output caches, g = 2 gated, 1 not, N = one expert's width) + 4·H·M·2
+          bytes of hidden-size buffers; dense, M × (2·I / tp + 4·H) × 2 bytes;
+        - sampler: max_num_seqs × vocabulary × bytes per logit of the runner (not divided by tp:
+          every rank samples the gathered logits);
+        - CUDA graphs (V1 only): the largest default capture size × 1.25 MiB.
+
+        Measured error: within 0.35 GiB of vLLM's own figures on the six DEBUG boots of
+        validation/RESULTS-runtime-memory.md.
+        """
+        runner = model_runner(spec)
+        M, H = max_num_batched_tokens, spec.hidden_size
+        if spec.moe_layers:
+            gate_up = spec.expert_params // (H * spec.moe_intermediate_size) - 1  # 2 gated, 1 not (_moe)
+            moe = M * spec.experts_per_token * ((gate_up + 1) * spec.moe_intermediate_size / tp + H) * 2
+            activations = moe + 4 * H * M * 2
+        else:
+            activations = M * (2 * spec.intermediate_size / tp + 4 * H) * 2
+        per_logit = V1_SAMPLER_BYTES_PER_LOGIT if runner == "v1" else V2_SAMPLER_BYTES_PER_LOGIT
+        graphs = self.capture_sizes(max_num_seqs, max_num_batched_tokens)[-1] * CUDA_GRAPH_GIB_PER_CAPTURED_TOKEN if runner == "v1" else 0.0
+        return RuntimeMemory(
+            non_torch_gib=NON_TORCH_GIB,
+            activations_gib=activations / GIB_BYTES,
+            sampler_gib=max_num_seqs * spec.vocab_size * per_logit / GIB_BYTES,
+            cuda_graphs_gib=graphs,
+            runner=f"vLLM {runner.upper()} model runner",
+        )
 
     def capture_sizes(
         self, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192, num_spec_tokens: int = 0, sm100: bool = False

@@ -53,6 +53,7 @@ class BootFacts(BaseModel):
     non_default_args: dict | str | None = None
     max_model_len: int | None = None
     max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = Field(None, description="Only when the log prints it (vLLM: set on the command line).")
     gpu_memory_utilization: float | None = None
     tensor_parallel_size: int | None = None
     quantization: str | None = Field(None, description="The engine's own name of the weight quantization (vLLM: fp8, modelopt_fp4, …); None when unquantized or not printed.")

@@ -1,7 +1,7 @@
 """``servelab plan --from-log``: plan what a real boot log booted, and put the plan beside what the log reports.
 
 The log gives the model, the weight quantization, ``max_model_len``, ``gpu_memory_utilization``,
-the tensor-parallel size and the KV-cache dtype (``servelab.metrics.bootlog``); the plan is made
+the tensor-parallel size, the KV-cache dtype, and ``max_num_seqs`` / ``max_num_batched_tokens`` where set (``servelab.metrics.bootlog``); the plan is made
 with those, and compared line by line with what the engine printed (each error in %):
 
 - weights per GPU ("Model loading took X GiB");
@@ -34,6 +34,8 @@ class LogInputs(BaseModel):
     gpu_memory_utilization: float | None
     tp: int | None
     kv_dtype: str | None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
 
 
 class LogCheck(BaseModel):
@@ -68,7 +70,8 @@ def log_inputs(facts: BootFacts) -> LogInputs:
     if quant is None and facts.tensor_parallel_size is not None:  # the engine-config line was read: quantization=None
         quant = "bf16"
     return LogInputs(model=model, quant=quant, max_model_len=facts.max_model_len, gpu_memory_utilization=facts.gpu_memory_utilization,
-                     tp=facts.tensor_parallel_size, kv_dtype=facts.kv_cache_dtype)  # fmt: skip
+                     tp=facts.tensor_parallel_size, kv_dtype=facts.kv_cache_dtype, max_num_seqs=facts.max_num_seqs,
+                     max_num_batched_tokens=facts.max_num_batched_tokens)  # fmt: skip
 
 
 def compare(plan: Plan, facts: BootFacts) -> list[LogCheck]:

@@ -11,13 +11,10 @@ where a sequence's bytes are ``L ×`` (full-attention and MLA KV per token) ``+ 
 (sliding-window KV per token) ``+`` the constant recurrent state of linear-attention / Mamba
 layers (``ModelSpec.seq_bytes``).
 
-Runtime overhead (servelab estimates, overridable with ``overhead_gib``):
-
-- CUDA context and non-torch allocations: 0.5 GiB;
-- CUDA graphs: 0.5 GiB (vLLM ≥ 0.21 profiles graph memory and subtracts it from the KV budget);
-- activations of the profiling forward pass: ``max_num_batched_tokens × (2·I + 4·H) × 2`` bytes
-  (the widest MLP intermediate, gate and up, plus a few hidden-size buffers, BF16) plus
-  ``max_num_seqs × vocab × 4`` bytes of FP32 logits.
+Runtime overhead (overridable with ``overhead_gib``): the plan engine's
+:meth:`~servelab.engines.base.Engine.runtime_memory` (vLLM 0.25: non-torch memory, the profiling
+run's activations and dummy sampler, CUDA-graph memory; each term measured and sourced in
+``servelab.engines.vllm``).
 
 Hybrid models (attention + Gated DeltaNet or Mamba-2 layers; :func:`hybrid_layout`) follow vLLM
 0.25's layout instead: one page size for every layer, blocks shared by groups of layers, and the
@@ -35,21 +32,12 @@ import math
 from dataclasses import dataclass, field
 
 from servelab.engines import plan_engine
+from servelab.engines.base import RuntimeMemory
 from servelab.plan.hardware import GIB, Hardware
 from servelab.plan.model_spec import ModelSpec
 from servelab.plan.quant import QuantFormat, weight_bytes
 
 BLOCK_TOKENS = 16
-CUDA_CONTEXT_GIB = 0.5
-CUDA_GRAPHS_GIB = 0.5
-
-
-def activation_gib(spec: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int) -> float:
-    """Estimated peak activation memory of vLLM's profiling run (GiB); see the module docstring."""
-    widest = max(spec.intermediate_size, spec.experts_per_token * spec.moe_intermediate_size)
-    tokens = max_num_batched_tokens * (2 * widest + 4 * spec.hidden_size) * 2
-    logits = max_num_seqs * spec.vocab_size * 4
-    return (tokens + logits) / GIB
 
 
 @dataclass
@@ -140,6 +128,7 @@ class MemoryPlan:
     longest_context: dict[int, int]
     fits: bool
     layout: HybridLayout | None = None
+    runtime: RuntimeMemory | None = None  # what overhead_gib is made of (None when the caller gave it)
     notes: list[str] = field(default_factory=list)
 
 
@@ -176,8 +165,9 @@ def plan_memory(
     seqs = max_num_seqs or seqs_default
     weights_total = weight_bytes(spec, fmt) / GIB
     weights = weights_total / tp
-    if overhead_gib is None:
-        overhead_gib = CUDA_CONTEXT_GIB + CUDA_GRAPHS_GIB + activation_gib(spec, mbt, seqs) / tp
+    runtime = plan_engine().runtime_memory(spec, mbt, seqs, tp) if overhead_gib is None else None
+    if runtime is not None:
+        overhead_gib = runtime.total_gib
     usable = hw.memory_gib * gpu_memory_utilization
     reserved = hw.os_reserved_gib if os_reserved_gib is None else os_reserved_gib
     if hw.unified and usable > hw.memory_gib - reserved:
@@ -221,6 +211,7 @@ def plan_memory(
         longest_context=longest,
         fits=budget > 0 and max_conc >= 1,
         layout=layout,
+        runtime=runtime,
         notes=notes,
     )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from servelab.engines.base import RuntimeMemory
 from servelab.errors import ServelabError
 from servelab.plan.hardware import Hardware
 from servelab.plan.memory import HybridLayout, plan_memory
@@ -48,6 +49,7 @@ class Plan(BaseModel):
     state_bytes_per_seq: float = Field(description="Recurrent state per sequence per GPU (linear attention, Mamba).")
     usable_gib: float
     overhead_gib: float
+    runtime: RuntimeMemory | None = Field(None, description="The runtime overhead's terms, GiB per GPU (None when given with --overhead-gib).")
     kv_budget_gib: float
     kv_capacity_tokens: int | None
     max_model_len: int
@@ -82,6 +84,8 @@ def make_plan(
     concurrency: list[int] | None = None,
     overhead_gib: float | None = None,
     os_reserved_gib: float | None = None,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
     draft_tokens: int = 0,
     acceptance: float = 0.0,
 ) -> Plan:
@@ -104,6 +108,7 @@ def make_plan(
     mem = plan_memory(
         spec, fmt, hw, kv_dtype_bytes=kv_dtype_bytes, max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
         tp=tp, concurrency=conc, overhead_gib=overhead_gib, os_reserved_gib=os_reserved_gib,
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
     )  # fmt: skip
     rows = []
     for b in conc:
@@ -135,5 +140,5 @@ def make_plan(
         overhead_gib=mem.overhead_gib, kv_budget_gib=mem.budget_gib, kv_capacity_tokens=mem.kv_capacity_tokens,
         max_model_len=mem.max_model_len, max_concurrency=mem.max_concurrency, longest_context=mem.longest_context,
         decode_tok_s_ceiling=single, ceilings=rows, prefill_tok_s_ceiling=PREFILL_TOKENS / pf.time_s, speculative=speculative,
-        kv_layout=mem.layout, fits=mem.fits, notes=notes,
+        kv_layout=mem.layout, runtime=mem.runtime, fits=mem.fits, notes=notes,
     )  # fmt: skip

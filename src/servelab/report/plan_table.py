@@ -27,7 +27,9 @@ def plan_table(plan: Plan) -> Table:
         ("weights per GPU", _gib(plan.weights_gib) + (f" (of {_gib(plan.weights_total_gib)})" if plan.tp > 1 else "")),
         *[(f"published checkpoint ({k})", str(v)) for k, v in plan.published_checkpoint_sizes.items()],
         ("allowed (memory × utilization)", _gib(plan.usable_gib)),
-        ("runtime overhead (estimate)", _gib(plan.overhead_gib)),
+        ("runtime overhead", _gib(plan.overhead_gib) + (
+            f" (non-torch {r.non_torch_gib:.2f} + activations {r.activations_gib:.2f} + sampler {r.sampler_gib:.2f} + CUDA graphs "
+            f"{r.cuda_graphs_gib:.2f}; {r.runner})" if (r := plan.runtime) else " (given)")),
         ("KV-cache budget", _gib(plan.kv_budget_gib)),
         (f"KV bytes per token ({plan.kv_dtype})", f"{plan.kv_bytes_per_token:,.0f} B"),
     ]
