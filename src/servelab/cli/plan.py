@@ -15,12 +15,24 @@ from servelab.metrics.bootlog import parse_bootlog
 from servelab.plan.cudagraph import padding, recommend
 from servelab.plan.from_log import compare, log_inputs
 from servelab.plan.hardware import load_hardware
-from servelab.plan.model_spec import load_model
+from servelab.plan.checkpoint import checkpoint_format, read_quant_config
+from servelab.plan.drafter import parse_drafter
+from servelab.plan.model_spec import ModelSpec, load_model
 from servelab.plan.planner import make_plan
-from servelab.plan.quant import get_format, kv_dtype_bytes
+from servelab.plan.quant import QuantFormat, get_format, kv_dtype_bytes
 from servelab.report.plan_table import from_log_table, padding_table, plan_table
 
 plan_app = typer.Typer(help="Memory fit, KV capacity, concurrency and speed ceilings before launching a server.")
+
+
+def _weight_format(quant: str | None, model: str, spec: ModelSpec) -> QuantFormat:
+    """``--quant``; else, for a config.json the user gave, the checkpoint's own quantization config
+    (``servelab.plan.checkpoint``); else BF16."""
+    if quant:
+        return get_format(quant, spec)
+    path = Path(model) / "config.json" if Path(model).is_dir() else Path(model)
+    qc = read_quant_config(path) if path.is_file() else None
+    return checkpoint_format(spec, qc) if qc else get_format("bf16", spec)
 
 
 @plan_app.callback(invoke_without_command=True)
@@ -41,7 +53,8 @@ def plan(
     max_num_batched_tokens: Annotated[int | None, typer.Option(min=1, help="The server's max_num_batched_tokens (default the engine's for the hardware): sizes the activations.")] = None,
     overhead_gib: Annotated[float | None, typer.Option(min=0, help="Runtime overhead per GPU, GiB (default estimated).")] = None,
     os_reserved_gib: Annotated[float | None, typer.Option(min=0, help="Unified memory the OS keeps, GiB (default per profile).")] = None,
-    draft_tokens: Annotated[int, typer.Option(min=0, help="Speculative decoding: draft tokens per step.")] = 0,
+    speculative: Annotated[str | None, typer.Option(help="A speculative drafter loaded beside the model: mtp:K (the model's MTP layers), eagle3:PATH (a draft config.json) or ngram:K; adds its weights and KV.")] = None,
+    draft_tokens: Annotated[int, typer.Option(min=0, help="Speculative decoding: draft tokens per step (default K of --speculative).")] = 0,
     acceptance: Annotated[float, typer.Option(help="Speculative decoding: acceptance rate per draft token.")] = 0.7,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
@@ -63,11 +76,12 @@ def plan(
         raise ServelabError("--model is required: a catalog name such as qwen3-8b, or a config.json" + (" (the log names none)" if facts else ""))
     spec = load_model(model)
     kv_dtype = kv_dtype or "auto"
+    drafter = parse_drafter(speculative, spec, kv_dtype_bytes(kv_dtype), draft_tokens) if speculative else None
     result = make_plan(
-        spec, get_format(quant or "bf16", spec), load_hardware(hardware), kv_dtype=kv_dtype, kv_dtype_bytes=kv_dtype_bytes(kv_dtype),
+        spec, _weight_format(quant, model, spec), load_hardware(hardware), kv_dtype=kv_dtype, kv_dtype_bytes=kv_dtype_bytes(kv_dtype),
         max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization or 0.92, nodes=nodes, tp=tp,
         concurrency=parse_int_list(concurrency, "--concurrency"), overhead_gib=overhead_gib, os_reserved_gib=os_reserved_gib,
-        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, draft_tokens=draft_tokens, acceptance=acceptance,
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, drafter=drafter, draft_tokens=draft_tokens, acceptance=acceptance,
     )  # fmt: skip
     checks = compare(result, facts) if facts is not None else None
     if json_out:

@@ -29,10 +29,11 @@ further than ``num_kv_heads``); the MLA latent cache is replicated on every rank
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from servelab.engines import plan_engine
 from servelab.engines.base import RuntimeMemory
+from servelab.plan.drafter import Drafter
 from servelab.plan.hardware import GIB, Hardware
 from servelab.plan.model_spec import ModelSpec
 from servelab.plan.quant import QuantFormat, weight_bytes
@@ -146,6 +147,7 @@ def plan_memory(
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
     os_reserved_gib: float | None = None,
+    drafter: Drafter | None = None,
 ) -> MemoryPlan:
     """Plan one model on one hardware profile (every GPU of a ``tp`` group alike).
 
@@ -153,6 +155,7 @@ def plan_memory(
         max_model_len: context per request (default the model's ``max_position_embeddings``).
         concurrency: request counts for which the longest possible context is computed.
         overhead_gib: replaces the runtime-overhead estimate (GiB per GPU).
+        drafter: a speculative drafter loaded beside the model: its weights and KV are added.
 
     Returns:
         A :class:`MemoryPlan`; ``fits`` is False when the weights leave no KV budget or not one
@@ -168,6 +171,10 @@ def plan_memory(
     runtime = plan_engine().runtime_memory(spec, mbt, seqs, tp) if overhead_gib is None else None
     if runtime is not None:
         overhead_gib = runtime.total_gib
+    if drafter is not None:  # its weights, and its attention layers in the KV cache (servelab.plan.drafter)
+        weights_total += drafter.weight_bytes / GIB
+        weights = weights_total / tp
+        spec = replace(spec, layers=[*spec.layers, *drafter.layers])
     usable = hw.memory_gib * gpu_memory_utilization
     reserved = hw.os_reserved_gib if os_reserved_gib is None else os_reserved_gib
     if hw.unified and usable > hw.memory_gib - reserved:
@@ -178,7 +185,7 @@ def plan_memory(
         )
     budget = usable - weights - overhead_gib
     kv_shard = 1 if spec.count("mla") else min(tp, spec.num_kv_heads)
-    per_token = spec.kv_bytes_per_token(kv_dtype_bytes) / kv_shard
+    per_token = (spec.kv_bytes_per_token(kv_dtype_bytes) + (drafter.kv_bytes_per_token if drafter else 0.0)) / kv_shard
     state = spec.state_bytes_per_seq() / tp
 
     def seq_bytes(context: int) -> float:

@@ -10,7 +10,8 @@ from pydantic import BaseModel, Field
 
 from servelab.engines.base import RuntimeMemory
 from servelab.errors import ServelabError
-from servelab.plan.hardware import Hardware
+from servelab.plan.drafter import Drafter
+from servelab.plan.hardware import GIB, Hardware
 from servelab.plan.memory import HybridLayout, plan_memory
 from servelab.plan.model_spec import ModelSpec
 from servelab.plan.quant import QuantFormat
@@ -86,6 +87,7 @@ def make_plan(
     os_reserved_gib: float | None = None,
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
+    drafter: Drafter | None = None,
     draft_tokens: int = 0,
     acceptance: float = 0.0,
 ) -> Plan:
@@ -105,10 +107,11 @@ def make_plan(
     if not 0 <= acceptance <= 1:
         raise ServelabError(f"--acceptance {acceptance}: give a fraction in [0, 1]")
     conc = concurrency or [1, 4, 16, 64]
+    draft_tokens = draft_tokens or (drafter.num_tokens if drafter else 0)
     mem = plan_memory(
         spec, fmt, hw, kv_dtype_bytes=kv_dtype_bytes, max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
         tp=tp, concurrency=conc, overhead_gib=overhead_gib, os_reserved_gib=os_reserved_gib,
-        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, drafter=drafter,
     )  # fmt: skip
     rows = []
     for b in conc:
@@ -124,6 +127,9 @@ def make_plan(
             spec, fmt, hw, batch=1, context=SHORT_CONTEXT, kv_dtype_bytes=kv_dtype_bytes, tp=tp, draft_tokens=draft_tokens, acceptance=acceptance
         )
         speculative = {"draft_tokens": draft_tokens, "acceptance": acceptance, "decode_tok_s_ceiling": with_spec}
+        if drafter is not None:
+            speculative |= {"drafter": drafter.method, "drafter_weights_gib": drafter.weight_bytes / GIB / tp,
+                            "drafter_attention_layers": len(drafter.layers), "drafter_kv_bytes_per_token": drafter.kv_bytes_per_token}  # fmt: skip
     kinds: dict[str, int] = {}
     for layer in spec.layers:
         kinds[layer.kind] = kinds.get(layer.kind, 0) + 1

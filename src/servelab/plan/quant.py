@@ -24,7 +24,7 @@ included), so the whole-file average is used.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from servelab.errors import ServelabError
 from servelab.plan.model_spec import ModelSpec
@@ -40,10 +40,14 @@ class QuantFormat:
     bits: float
     quantized: tuple[str, ...]
     source: str
+    kept: dict[str, float] = field(default_factory=dict)  # share of a quantized kind a checkpoint leaves in BF16
 
     def bits_for(self, kind: str) -> float:
-        """Bits per weight of one parameter kind (see ``ModelSpec.params``); 16 when left in BF16."""
-        return self.bits if kind in self.quantized else 16.0
+        """Bits per weight of one parameter kind (see ``ModelSpec.params``); 16 when left in BF16,
+        blended by ``kept`` where a checkpoint excludes part of a kind (``servelab.plan.checkpoint``)."""
+        if kind not in self.quantized:
+            return 16.0
+        return self.bits + (16.0 - self.bits) * self.kept.get(kind, 0.0)
 
 
 def _gptq(group: int) -> float:

@@ -52,6 +52,9 @@ def plan_table(plan: Plan) -> Table:
     rows.append(("prefill ceiling (4096-token prompt)", f"{plan.prefill_tok_s_ceiling:,.0f} tok/s"))
     if plan.speculative:
         s = plan.speculative
+        if s.get("drafter"):
+            kv = f"{s['drafter_attention_layers']} attention layer(s) in the KV cache" if s["drafter_attention_layers"] else f"{s['drafter_kv_bytes_per_token']:,.0f} B of KV per token"
+            rows.append(("speculative drafter (in the figures above)", f"{s['drafter']}: {_gib(s['drafter_weights_gib'])} of weights per GPU, {kv}"))
         rows.append((f"with {s['draft_tokens']} draft tokens at α={s['acceptance']}", f"{s['decode_tok_s_ceiling']:,.1f} tok/s, 1 stream"))
     rows.append(("fits", "[green]yes[/]" if plan.fits else "[red]no[/]"))
     for what, value in rows:
