@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from servelab.engines.base import Engine, Flags, Gauges, JsonGet, JsonPost, RuntimeMemory
 from servelab.metrics.bootlog import BootFacts, MaxConcurrency, Rule, int_list, num, set_fact, set_facts
+from servelab.plan.hardware import GIB
 
 if TYPE_CHECKING:
     from servelab.lint import LintFinding
@@ -162,15 +163,13 @@ V2_SAMPLER_BYTES_PER_LOGIT = 4.0  # the V2 runner samples once, without top-k/to
 CUDA_GRAPH_GIB_PER_CAPTURED_TOKEN = 0.64 / 512
 # vllm/config/vllm.py, DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES (as model_type): MoE models that take the V2 runner
 V2_MOE_MODEL_TYPES = frozenset({"deepseek_v2", "qwen2_moe", "granitemoe"})
-GIB_BYTES = 1024**3
 
 
 def model_runner(spec: ModelSpec) -> str:
     """``"v2"`` or ``"v1"``: the GPU model runner vLLM 0.25 picks for a model (vllm/config/vllm.py,
     ``VllmConfig._is_default_v2_model_runner_model``): V2 for models that are neither hybrid nor MoE,
     and for the MoE architectures it lists; V1 for the rest (MoE, Mamba / linear-attention hybrids)."""
-    hybrid = spec.count("linear") or spec.count("mamba")
-    if hybrid:
+    if spec.count("linear") or spec.count("mamba"):
         return "v1"
     return "v2" if not spec.moe_layers or spec.model_type in V2_MOE_MODEL_TYPES else "v1"
 
@@ -325,8 +324,8 @@ class VLLM(Engine):
           every rank samples the gathered logits);
         - CUDA graphs (V1 only): the largest default capture size × 1.25 MiB.
 
-        Measured error: within 0.35 GiB of vLLM's own figures on the six DEBUG boots of
-        validation/RESULTS-runtime-memory.md.
+        Measured error: within 0.2 GiB of vLLM's own figures on the seven DEBUG boots of
+        validation/RESULTS-runtime-memory.md (tests/test_plan.py asserts 0.25 GiB).
         """
         runner = model_runner(spec)
         M, H = max_num_batched_tokens, spec.hidden_size
@@ -340,8 +339,8 @@ class VLLM(Engine):
         graphs = self.capture_sizes(max_num_seqs, max_num_batched_tokens)[-1] * CUDA_GRAPH_GIB_PER_CAPTURED_TOKEN if runner == "v1" else 0.0
         return RuntimeMemory(
             non_torch_gib=NON_TORCH_GIB,
-            activations_gib=activations / GIB_BYTES,
-            sampler_gib=max_num_seqs * spec.vocab_size * per_logit / GIB_BYTES,
+            activations_gib=activations / GIB,
+            sampler_gib=max_num_seqs * spec.vocab_size * per_logit / GIB,
             cuda_graphs_gib=graphs,
             runner=f"vLLM {runner.upper()} model runner",
         )

@@ -124,11 +124,12 @@ def checkpoint_format(spec: ModelSpec, raw: dict) -> QuantFormat:
     kept = {}
     for kind in LINEAR_KINDS:
         where = [i for i, layer in enumerate(spec.layers) if _APPLIES[kind](layer)]
-        if kind in base.quantized and patterns and where:
-            kept[kind] = sum(1 for i in where if _excluded(names[kind].format(i=i), patterns)) / len(where)
-    excluded = ", ".join(f"{k} {v:.0%}" for k, v in kept.items() if v)
+        hits = sum(1 for i in where if _excluded(names[kind].format(i=i), patterns)) if kind in base.quantized else 0
+        if hits:
+            kept[kind] = hits / len(where)
+    excluded = ", ".join(f"{k} {v:.0%}" for k, v in kept.items())
     return QuantFormat(base.name, base.bits, base.quantized, f"{base.source}; from the checkpoint's quantization config"
-                       + (f" (BF16: {excluded})" if excluded else ""), kept={k: v for k, v in kept.items() if v})  # fmt: skip
+                       + (f" (BF16: {excluded})" if excluded else ""), kept=kept)  # fmt: skip
 
 
 def _base_name(qc: QuantConfig) -> str:

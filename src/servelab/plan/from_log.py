@@ -1,8 +1,9 @@
 """``servelab plan --from-log``: plan what a real boot log booted, and put the plan beside what the log reports.
 
 The log gives the model, the weight quantization, ``max_model_len``, ``gpu_memory_utilization``,
-the tensor-parallel size, the KV-cache dtype, and ``max_num_seqs`` / ``max_num_batched_tokens`` where set (``servelab.metrics.bootlog``); the plan is made
-with those, and compared line by line with what the engine printed (each error in %):
+the tensor-parallel size, the KV-cache dtype, and ``max_num_seqs`` / ``max_num_batched_tokens``
+where set (``servelab.metrics.bootlog``); the plan is made with those, and compared line by line
+with what the engine printed (each error in %):
 
 - weights per GPU ("Model loading took X GiB");
 - KV-cache memory per GPU ("Available KV cache memory: X GiB");

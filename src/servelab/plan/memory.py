@@ -166,14 +166,12 @@ def plan_memory(
     mbt_default, seqs_default = plan_engine().batch_defaults(hw)
     mbt = max_num_batched_tokens or mbt_default
     seqs = max_num_seqs or seqs_default
-    weights_total = weight_bytes(spec, fmt) / GIB
+    weights_total = (weight_bytes(spec, fmt) + (drafter.weight_bytes if drafter else 0.0)) / GIB
     weights = weights_total / tp
     runtime = plan_engine().runtime_memory(spec, mbt, seqs, tp) if overhead_gib is None else None
     if runtime is not None:
         overhead_gib = runtime.total_gib
-    if drafter is not None:  # its weights, and its attention layers in the KV cache (servelab.plan.drafter)
-        weights_total += drafter.weight_bytes / GIB
-        weights = weights_total / tp
+    if drafter is not None:  # its attention layers join the KV cache (servelab.plan.drafter)
         spec = replace(spec, layers=[*spec.layers, *drafter.layers])
     usable = hw.memory_gib * gpu_memory_utilization
     reserved = hw.os_reserved_gib if os_reserved_gib is None else os_reserved_gib
