@@ -79,9 +79,16 @@ def test_quant_method_maps_to_a_format(qc, name):
     assert checkpoint_format(load_model("qwen3-30b-a3b"), qc).name == name
 
 
-def test_unknown_quant_method_is_one_error_naming_the_fix():
-    with pytest.raises(ServelabError, match="pass --quant"):
-        checkpoint_format(load_model("qwen3-8b"), {"quant_method": "bitsandbytes"})
+@pytest.mark.parametrize("qc", [
+    {"quant_method": "bitsandbytes"},
+    {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": [4], "type": "float"}}}},  # wrong type
+    {"quant_method": "compressed-tensors", "config_groups": {"g": "<script>"}},
+    {"quant_method": "fp8", "ignore": [{"nested": 1}]},
+])  # fmt: skip
+def test_unknown_or_malformed_quant_config_is_one_error_naming_the_fix(qc):
+    with pytest.raises(ServelabError, match="pass --quant") as err:
+        checkpoint_format(load_model("qwen3-8b"), qc)
+    assert "\n" not in str(err.value)
 
 
 def test_plan_reads_the_checkpoints_config_and_the_modelopt_sidecar(tmp_path):
@@ -128,7 +135,8 @@ def test_ngram_adds_nothing_and_eagle3_adds_its_draft_model(tmp_path):
 
 
 @pytest.mark.parametrize(("text", "needle"), [("mtp:2", "no MTP layers"), ("mtp:0", "positive integer"), ("medusa:2", "mtp:K, eagle3:PATH or ngram:K"),
-                                              ("eagle3", "config.json"), ("ngram:x", "positive integer")])  # fmt: skip
+                                              ("eagle3", "config.json"), ("ngram:x", "positive integer"), ("mtp:²", "positive integer"),
+                                              ("ngram:" + "9" * 5000, "positive integer"), ("eagle3:/nonexistent/draft", "/nonexistent/draft")])  # fmt: skip
 def test_bad_speculative_is_one_line(text, needle):
     res = cli.invoke(app, ["plan", "--model", "qwen3-8b", "--speculative", text])
     assert res.exit_code == 2 and needle in res.output and "--speculative" in res.output and "Traceback" not in res.output
@@ -154,3 +162,16 @@ def test_any_speculative_text_gives_a_drafter_or_one_error(text):
         parse_drafter(text, load_model("qwen3-next-80b-a3b"), 2.0)
     except ServelabError as exc:
         assert "\n" not in str(exc)
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe\x00binary", b"{not json", b'["a list"]'])
+def test_hostile_modelopt_sidecar(tmp_path, content):
+    """A binary or broken hf_quant_config.json is one error line naming it; a JSON that is no
+    object is no quantization config (the model plans in BF16)."""
+    folder = _checkpoint(tmp_path / "m", "qwen3-8b")
+    (folder / "hf_quant_config.json").write_bytes(content)
+    res = cli.invoke(app, ["plan", "--model", str(folder), "--json"])
+    if content.startswith(b"["):
+        assert res.exit_code == 0 and json.loads(res.output)["quant"] == "bf16"
+    else:
+        assert res.exit_code == 2 and "hf_quant_config.json" in res.output and len(res.output.strip().splitlines()) == 1

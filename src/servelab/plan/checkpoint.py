@@ -82,6 +82,15 @@ def read_quant_config(config_path: Path) -> dict | None:
     return None
 
 
+class _Weights(BaseModel):
+    num_bits: int | None = None
+    type: str | None = None
+
+
+class _Group(BaseModel):
+    weights: _Weights | None = None
+
+
 class QuantConfig(BaseModel):
     """The fields of a checkpoint's quantization config servelab reads (others are ignored)."""
 
@@ -90,7 +99,7 @@ class QuantConfig(BaseModel):
     weight_block_size: list[int] | None = None
     bits: int = 4
     group_size: int = 128
-    config_groups: dict[str, dict] | None = None
+    config_groups: dict[str, _Group] | None = None
     ignore: list[str] = []
     modules_to_not_convert: list[str] = []
     exclude_modules: list[str] = []
@@ -143,10 +152,8 @@ def _base_name(qc: QuantConfig) -> str:
     if method in ("gptq", "awq") and qc.bits == 4:
         return f"{method}-int4" + ("-g32" if method == "gptq" and qc.group_size == 32 else "")
     if method == "compressed-tensors":
-        groups = list((qc.config_groups or {}).values())
-        weights = groups[0].get("weights") if groups else None
-        kind = (weights.get("num_bits"), weights.get("type")) if isinstance(weights, dict) else None
-        named = {(4, "float"): "nvfp4", (8, "float"): "fp8", (4, "int"): "gptq-int4"}.get(kind) if isinstance(kind, tuple) else None
+        weights = next(iter((qc.config_groups or {}).values()), _Group()).weights or _Weights()
+        named = {(4, "float"): "nvfp4", (8, "float"): "fp8", (4, "int"): "gptq-int4"}.get((weights.num_bits, weights.type))
         if named:
             return named
     raise ServelabError(f"the checkpoint's quantization_config (quant_method {method or '?'}{' ' + algo if algo else ''}) has no servelab format; pass --quant")

@@ -16,6 +16,7 @@ Not modelled: extra recurrent-state slots an engine may keep for speculative dec
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from servelab.errors import ServelabError
@@ -52,12 +53,15 @@ def parse_drafter(text: str, spec: ModelSpec, kv_dtype_bytes: float, draft_token
     if method == "eagle3":
         if not arg:
             raise ServelabError("--speculative eagle3:PATH: give the EAGLE-3 draft model's config.json (or its folder)")
-        draft = load_model(arg)
+        try:
+            draft = load_model(arg)
+        except ServelabError as exc:  # load_model names --model; the input here is --speculative
+            raise ServelabError(f"--speculative eagle3:{arg}: {str(exc).removeprefix('--model ')}") from None
         weights = (draft.total_params - draft.params["embed"]) * BF16_BYTES
         return Drafter("eagle3", draft_tokens or EAGLE3_DEFAULT_TOKENS, weights, kv_bytes_per_token=draft.kv_bytes_per_token(kv_dtype_bytes))
     if method not in ("mtp", "ngram"):
         raise ServelabError(f"--speculative {text!r}: use mtp:K, eagle3:PATH or ngram:K")
-    if not arg.isdigit() or int(arg) < 1:
+    if not re.fullmatch(r"[1-9][0-9]{0,5}", arg):
         raise ServelabError(f"--speculative {text!r}: K, the speculative tokens per step, must be a positive integer (e.g. {method}:3)")
     if method == "ngram":
         return Drafter("ngram", int(arg), 0.0)
