@@ -87,6 +87,19 @@ def test_unregistered_engine_is_refused_and_unknown_names_are_generic(tmp_path):
         load_recipe(path)
 
 
+def test_builtin_engines_need_no_installed_metadata():
+    """A source checkout run with PYTHONPATH=src (servelab not installed, no entry points at all,
+    as on a GPU machine) still identifies vLLM: it once fell back to the generic engine there."""
+    import subprocess
+    import sys
+
+    code = ("import importlib.metadata as m; m.entry_points = lambda **kw: (); from servelab import engines; "
+            "print(','.join(e.name for e in engines.all_engines()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(Path(engines.__file__).parents[2]), "PATH": ""})
+    assert out.stdout.strip() == "vllm,sglang,llama.cpp,trtllm,generic"
+
+
 def test_builtin_engines_are_registered_in_order():
     assert [e.name for e in engines.all_engines()] == ["vllm", "sglang", "llama.cpp", "trtllm", "generic"]
     assert engines.get("custom").name == "generic"

@@ -1,14 +1,16 @@
 """The engine registry: what servelab knows about each inference server, one module per engine.
 
-Engines are :class:`~servelab.engines.base.Engine` instances registered under the entry-point
-group ``servelab.engines`` (servelab's own in its ``pyproject.toml``; another package adds one the
-same way, without editing servelab). :func:`get` finds one by name; a name nobody registered is
+Engines are :class:`~servelab.engines.base.Engine` instances: servelab's own are the ``ENGINE`` of
+the modules ``BUILTIN`` names, imported directly (so a source checkout on ``PYTHONPATH``, with no
+installed metadata, still knows every engine); another package adds one under the entry-point group
+``servelab.engines``, without editing servelab. :func:`get` finds one by name; a name nobody registered is
 served by the generic engine (any OpenAI-compatible server), so old results and imports still load.
 """
 
 from __future__ import annotations
 
 from functools import cache
+from importlib import import_module
 from importlib.metadata import entry_points
 
 from servelab.engines.base import Engine
@@ -16,18 +18,18 @@ from servelab.errors import ServelabError
 
 GROUP = "servelab.engines"
 GENERIC = "generic"
-BUILTIN = ("vllm", "sglang", "llama.cpp", "trtllm")  # listed in this order, then others by name, then generic
+BUILTIN = ("vllm", "sglang", "llamacpp", "trtllm", "generic")  # modules of servelab.engines; listed in this order, then plugins by name, then generic
 PLAN_ENGINE = "vllm"  # servelab plan models this engine's memory accounting and defaults
 
 
 @cache
 def all_engines() -> tuple[Engine, ...]:
-    """Every registered engine: servelab's own first (``BUILTIN``), then others by name, generic last.
+    """Every engine: servelab's own first (``BUILTIN``), then plugins by name, generic last.
 
     Raises:
         ServelabError: an entry point does not load or is not an Engine (naming it).
     """
-    found: list[Engine] = []
+    found: list[Engine] = [import_module(f"{__name__}.{module}").ENGINE for module in BUILTIN]
     for ep in entry_points(group=GROUP):
         try:
             engine = ep.load()
@@ -37,9 +39,7 @@ def all_engines() -> tuple[Engine, ...]:
             raise ServelabError(f"engine plugin {ep.name!r} ({ep.value}) is not a servelab.engines.base.Engine instance")
         if all(e.name != engine.name for e in found):
             found.append(engine)
-    if not any(e.name == GENERIC for e in found):
-        found.append(Engine())
-    rank = {name: i for i, name in enumerate(BUILTIN)}
+    rank = {engine.name: i for i, engine in enumerate(found[: len(BUILTIN)])}
     return tuple(sorted(found, key=lambda e: (e.name == GENERIC, rank.get(e.name, len(rank)), e.name)))
 
 
