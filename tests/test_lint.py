@@ -66,7 +66,7 @@ def test_speculative_decoding_with_prefix_caching(tmp_path):
 def test_memory_utilization_on_a_unified_memory_machine(tmp_path):
     text = CLEAN.replace("--max-num-seqs,", "--gpu-memory-utilization, '0.95', --max-num-seqs,")
     found = rules(tmp_path, text, "dgx-spark")["unified-memory"]
-    assert found.startswith("--gpu-memory-utilization 0.95 leaves 6.0 GiB of NVIDIA DGX Spark")
+    assert found.startswith("--gpu-memory-utilization 0.95 leaves 6.1 GiB of NVIDIA DGX Spark")
     assert "unified-memory" not in rules(tmp_path, text, "h100-sxm")
 
 

@@ -124,7 +124,7 @@ def _unified_memory(recipe: Recipe, argv: list[str], hw: Hardware | None) -> lis
         "unified-memory", "warning", f"{shown} leaves {left:.1f} GiB of {hw.name}'s {hw.memory_gib:.1f} GiB for the OS and everything else",
         f"On a unified-memory machine the GPU's share comes out of the same memory the OS and the CPU side use; with less than "
         f"{hw.os_reserved_gib:g} GiB left the host swaps, OOM-kills the engine or wedges (vLLM #46307, spark-vllm-docker "
-        f"#321/#377). Lower it to ≤ {1 - hw.os_reserved_gib / hw.memory_gib:.2f}.",
+        f"#321/#377), and vLLM refuses to start when its share exceeds the memory free at start. Lower it to ≤ {hw.safe_utilization():.2f}.",
     )]  # fmt: skip
 
 

@@ -45,7 +45,7 @@ def plan(
     quant: Annotated[str | None, typer.Option(help="Weight format: bf16 (default), fp8, fp8-block, mxfp8, nvfp4, nvfp4-experts, mxfp4, gptq-int4, awq-int4, gguf-q4_k_m, gguf-q8_0.")] = None,
     kv_dtype: Annotated[str | None, typer.Option(help="KV-cache dtype: auto (bf16, default) or fp8.")] = None,
     max_model_len: Annotated[int | None, typer.Option(min=1, help="Context per request (default the model's maximum).")] = None,
-    gpu_memory_utilization: Annotated[float | None, typer.Option(help="Fraction of memory the server may take (vLLM's flag; default 0.92, its default since 0.2x; 0.9 in 0.11).")] = None,
+    gpu_memory_utilization: Annotated[float | None, typer.Option(help="Fraction of memory the server may take (vLLM's flag; default its default, 0.92 since 0.2x, capped on unified memory at what the OS leaves).")] = None,
     nodes: Annotated[int, typer.Option(min=1, help="Nodes (machines) the TP group spans; --tp defaults to one GPU per node.")] = 1,
     tp: Annotated[int | None, typer.Option(min=1, help="Tensor-parallel size (default = nodes).")] = None,
     concurrency: Annotated[str, typer.Option(help="Batch sizes for ceilings and longest context.")] = "1,4,16,64",
@@ -72,6 +72,7 @@ def plan(
         max_model_len, tp = max_model_len or logged.max_model_len, tp or logged.tp
         gpu_memory_utilization = gpu_memory_utilization or logged.gpu_memory_utilization
         max_num_seqs, max_num_batched_tokens = max_num_seqs or logged.max_num_seqs, max_num_batched_tokens or logged.max_num_batched_tokens
+        speculative = speculative or logged.speculative
     if model is None:
         raise ServelabError("--model is required: a catalog name such as qwen3-8b, or a config.json" + (" (the log names none)" if facts else ""))
     spec = load_model(model)
@@ -79,7 +80,7 @@ def plan(
     drafter = parse_drafter(speculative, spec, kv_dtype_bytes(kv_dtype), draft_tokens) if speculative else None
     result = make_plan(
         spec, _weight_format(quant, model, spec), load_hardware(hardware), kv_dtype=kv_dtype, kv_dtype_bytes=kv_dtype_bytes(kv_dtype),
-        max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization or 0.92, nodes=nodes, tp=tp,
+        max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization, nodes=nodes, tp=tp,
         concurrency=parse_int_list(concurrency, "--concurrency"), overhead_gib=overhead_gib, os_reserved_gib=os_reserved_gib,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, drafter=drafter, draft_tokens=draft_tokens, acceptance=acceptance,
     )  # fmt: skip

@@ -11,7 +11,7 @@ its weights and the KV cache it adds. ``servelab plan --speculative METHOD:ARG``
 - ``ngram:K``: prompt lookup, no weights and no KV.
 
 K is the number of speculative tokens per step (for ``eagle3``, ``--draft-tokens``, default 3).
-Not modelled: extra recurrent-state slots an engine may keep for speculative decoding.
+A hybrid model also keeps K extra recurrent-state pages per request (``servelab.plan.memory.HybridLayout``).
 """
 
 from __future__ import annotations

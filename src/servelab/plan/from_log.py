@@ -1,8 +1,8 @@
 """``servelab plan --from-log``: plan what a real boot log booted, and put the plan beside what the log reports.
 
 The log gives the model, the weight quantization, ``max_model_len``, ``gpu_memory_utilization``,
-the tensor-parallel size, the KV-cache dtype, and ``max_num_seqs`` / ``max_num_batched_tokens``
-where set (``servelab.metrics.bootlog``); the plan is made with those, and compared line by line
+the tensor-parallel size, the KV-cache dtype, ``max_num_seqs`` / ``max_num_batched_tokens`` where
+set, and its speculative decoding as ``--speculative mtp:K`` / ``ngram:K`` (``servelab.metrics.bootlog``); the plan is made with those, and compared line by line
 with what the engine printed (each error in %):
 
 - weights per GPU ("Model loading took X GiB");
@@ -37,6 +37,7 @@ class LogInputs(BaseModel):
     kv_dtype: str | None
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
+    speculative: str | None = None  # plan's --speculative (mtp:K, ngram:K) for the log's speculative_config
 
 
 class LogCheck(BaseModel):
@@ -72,7 +73,21 @@ def log_inputs(facts: BootFacts) -> LogInputs:
         quant = "bf16"
     return LogInputs(model=model, quant=quant, max_model_len=facts.max_model_len, gpu_memory_utilization=facts.gpu_memory_utilization,
                      tp=facts.tensor_parallel_size, kv_dtype=facts.kv_cache_dtype, max_num_seqs=facts.max_num_seqs,
-                     max_num_batched_tokens=facts.max_num_batched_tokens)  # fmt: skip
+                     max_num_batched_tokens=facts.max_num_batched_tokens, speculative=_speculative(facts))  # fmt: skip
+
+
+def _speculative(facts: BootFacts) -> str | None:
+    """``--speculative`` for the log's speculative decoding: ``mtp:K`` / ``ngram:K``.
+
+    Raises:
+        ServelabError: a drafter model (EAGLE, draft model) whose config the log does not give.
+    """
+    method, tokens = facts.speculative_method, facts.speculative_tokens
+    if method is None or tokens is None:
+        return None
+    if method in ("mtp", "ngram"):
+        return f"{method}:{tokens}"
+    raise ServelabError(f"the log runs speculative decoding with a {method} drafter; pass --speculative eagle3:DRAFT_CONFIG (its config.json)")
 
 
 def compare(plan: Plan, facts: BootFacts) -> list[LogCheck]:

@@ -8,6 +8,7 @@ optionally ``unified``, ``os_reserved_gib``, ``interconnect``, ``source``).
 from __future__ import annotations
 
 import difflib
+import math
 from importlib.resources import files
 from pathlib import Path
 
@@ -31,6 +32,12 @@ class Hardware(BaseModel):
     tflops: dict[str, float] = Field(default_factory=dict, description="Dense peak TFLOP/s by dtype (bf16, fp8, fp4).")
     interconnect: str | None = None
     source: str | None = None
+
+    def safe_utilization(self, os_reserved_gib: float | None = None) -> float:
+        """The largest memory share (0.01 steps) that leaves the OS its ``os_reserved_gib`` (the
+        profile's when None) on a unified-memory machine; 1.0 on a discrete GPU."""
+        reserved = self.os_reserved_gib if os_reserved_gib is None else os_reserved_gib
+        return math.floor(100 * (self.memory_gib - reserved) / self.memory_gib) / 100 if self.unified else 1.0
 
     def peak_flops(self, dtype: str) -> float | None:
         """Dense peak FLOP/s for a compute dtype (falls back to bf16; None when unpublished)."""

@@ -48,6 +48,7 @@ class Plan(BaseModel):
     published_checkpoint_sizes: dict = Field(default_factory=dict)
     kv_bytes_per_token: float = Field(description="Per GPU, layers whose cache grows with context.")
     state_bytes_per_seq: float = Field(description="Recurrent state per sequence per GPU (linear attention, Mamba).")
+    gpu_memory_utilization: float = Field(description="Memory share planned (given, or the engine's default capped on unified memory).")
     usable_gib: float
     overhead_gib: float
     runtime: RuntimeMemory | None = Field(None, description="The runtime overhead's terms, GiB per GPU (None when given with --overhead-gib).")
@@ -79,7 +80,7 @@ def make_plan(
     kv_dtype: str,
     kv_dtype_bytes: float,
     max_model_len: int | None,
-    gpu_memory_utilization: float,
+    gpu_memory_utilization: float | None = None,
     nodes: int = 1,
     tp: int | None = None,
     concurrency: list[int] | None = None,
@@ -102,7 +103,7 @@ def make_plan(
         raise ServelabError(f"--tp {tp} must be a multiple of --nodes {nodes} (one or more GPUs per node)")
     if spec.num_heads % tp:  # vLLM refuses it: vllm/config/model.py, ModelConfig.verify_with_parallel_config
         raise ServelabError(f"--tp {tp}: {spec.name} has {spec.num_heads} attention heads, which must be divisible by the tensor-parallel size")
-    if not 0 < gpu_memory_utilization <= 1:
+    if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
         raise ServelabError(f"--gpu-memory-utilization {gpu_memory_utilization}: give a fraction in (0, 1]")
     if not 0 <= acceptance <= 1:
         raise ServelabError(f"--acceptance {acceptance}: give a fraction in [0, 1]")
@@ -144,7 +145,7 @@ def make_plan(
         weights_gib=mem.weights_gib, weights_total_gib=mem.weights_total_gib, published_checkpoint_sizes=spec.published_sizes,
         kv_bytes_per_token=mem.kv_bytes_per_token, state_bytes_per_seq=mem.state_bytes_per_seq, usable_gib=mem.usable_gib,
         overhead_gib=mem.overhead_gib, kv_budget_gib=mem.budget_gib, kv_capacity_tokens=mem.kv_capacity_tokens,
-        max_model_len=mem.max_model_len, max_concurrency=mem.max_concurrency, longest_context=mem.longest_context,
+        max_model_len=mem.max_model_len, gpu_memory_utilization=mem.gpu_memory_utilization, max_concurrency=mem.max_concurrency, longest_context=mem.longest_context,
         decode_tok_s_ceiling=single, ceilings=rows, prefill_tok_s_ceiling=PREFILL_TOKENS / pf.time_s, speculative=speculative,
         kv_layout=mem.layout, runtime=mem.runtime, fits=mem.fits, notes=notes,
     )  # fmt: skip

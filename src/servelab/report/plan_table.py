@@ -26,7 +26,7 @@ def plan_table(plan: Plan) -> Table:
         ("layers", kinds),
         ("weights per GPU", _gib(plan.weights_gib) + (f" (of {_gib(plan.weights_total_gib)})" if plan.tp > 1 else "")),
         *[(f"published checkpoint ({k})", str(v)) for k, v in plan.published_checkpoint_sizes.items()],
-        ("allowed (memory × utilization)", _gib(plan.usable_gib)),
+        ("allowed (memory × utilization)", f"{_gib(plan.usable_gib)} ({plan.gpu_memory_utilization:g})"),
         ("runtime overhead", _gib(plan.overhead_gib) + (
             f" (non-torch {r.non_torch_gib:.2f} + activations {r.activations_gib:.2f} + sampler {r.sampler_gib:.2f} + CUDA graphs "
             f"{r.cuda_graphs_gib:.2f}; {r.runner})" if (r := plan.runtime) else " (given)")),
@@ -36,9 +36,14 @@ def plan_table(plan: Plan) -> Table:
     if plan.state_bytes_per_seq:
         rows.append(("recurrent state per sequence", f"{plan.state_bytes_per_seq / 2**20:,.1f} MiB"))
     if lay := plan.kv_layout:
-        rows.append(("hybrid KV layout (vLLM)", f"block {lay.block_size:,} tokens, page {lay.page_bytes / 2**20:,.2f} MiB "
-                     f"(state {lay.state_bytes / 2**20:,.2f} MiB padded), {lay.attention_groups} attention + {lay.recurrent_groups} "
-                     f"recurrent groups of {lay.group_size} layers, {lay.padding_layers} padding"))  # fmt: skip
+        state = f" (state {lay.state_bytes / 2**20:,.2f} MiB padded)" if lay.state_bytes else ""
+        kinds = [f"{lay.attention_groups} full-attention"]
+        if lay.sliding_groups:
+            kinds.append(f"{lay.sliding_groups} sliding-window ({lay.sliding_blocks(plan.max_model_len):,} blocks per request)")
+        if lay.recurrent_groups:
+            kinds.append(f"{lay.recurrent_groups} recurrent" + (f" ({1 + lay.speculative_blocks} state pages per request)" if lay.speculative_blocks else ""))
+        rows.append(("hybrid KV layout (vLLM)", f"block {lay.block_size:,} tokens, page {lay.page_bytes / 2**20:,.2f} MiB{state}, "
+                     f"{' + '.join(kinds)} groups of {lay.group_size} layers, {lay.padding_layers} padding"))  # fmt: skip
     rows += [
         ("KV capacity", f"{plan.kv_capacity_tokens:,} tokens" if plan.kv_capacity_tokens is not None else "–"),
         (f"max concurrency at {plan.max_model_len:,} tokens", f"{plan.max_concurrency:,.2f}×"),
