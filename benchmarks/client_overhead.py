@@ -5,7 +5,8 @@ to CPU 1, so that it is never the bottleneck) that streams ``max_tokens`` one-to
 request on a known schedule, keeps connections alive, and logs per request when the request's
 first bytes were read (``arrival``) and when it handed its first and last chunk to the socket
 (``first``, ``last``), on the monotonic clock both processes share. servelab's own client and
-closed-loop scheduler (pinned to CPU 0) drive it at 1, 64 and 256 concurrent streams, twice:
+closed-loop scheduler (pinned to CPU 0; with ``--procs N`` its N client worker processes,
+servelab.load.workers, pinned to CPUs 2, 3, …) drive it at 1, 64 and 256 concurrent streams, twice:
 
 - **throughput**: TTFT 0, ITL 0, the emitter streams as fast as it can; ``--seconds`` of closed
   loop after a warm-up round. Reports the chunks/s that flowed and the client's CPU time per
@@ -19,9 +20,13 @@ closed-loop scheduler (pinned to CPU 0) drive it at 1, 64 and 256 concurrent str
   ITL error = per-request (t_last − t_first)/(n − 1) on the client minus the same on the emitter;
   first-token receive lag = client first_token − emitter first (the client's own delay).
 
-Usage: ``python benchmarks/client_overhead.py [--seconds 6] [--rounds 2] [--tokens 256]``; prints
-a table. Targets (issue 2): ≥ 100,000 chunks/s on one core; at 256 streams TTFT error p99 ≤ 1 ms
-and ITL error p99 ≤ 0.1 ms.
+Usage (``pip install -e '.[benchmarks]'`` for the emitter's httptools): ``python
+benchmarks/client_overhead.py [--seconds 6] [--rounds 2] [--tokens 256] [--concurrency 1,64,256]
+[--procs 1,2,4,8]``; prints a table, with each row's chunks/s as a multiple of one process's at the
+same streams (scaling). Client CPU is the coordinator's plus its workers' (``/proc``). Targets
+(issue 2): ≥ 100,000 chunks/s on one core; at 256 streams TTFT error p99 ≤ 1 ms and ITL error p99
+≤ 0.1 ms; (issue 18) 4 processes ≥ 3.2 × one, TTFT error p99 ≤ 1 ms at 1,024 streams. One emitter
+process serves every client: where it saturates, the scaling measured is the emitter's.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from rich.table import Table
 from servelab.endpoint import Endpoint
 from servelab.load.client import StreamClient, chat_body
 from servelab.load.scheduler import closed_loop
+from servelab.load.workers import WorkerPool
 from servelab.metrics.summary import percentile
 from servelab.records import RequestRecord
 from servelab.results import EndpointInfo
@@ -200,9 +206,21 @@ def start_emitter(ttft_ms: float, itl_ms: float) -> tuple[subprocess.Popen, str]
 
 
 # ----------------------------------------------------------------------------- client (CPU 0)
-async def drive(url: str, concurrency: int, tokens: int, count: int | None, seconds: float | None, ramp_s: float):
-    """Closed loop against the emitter: a warm-up round (workers started evenly over ``ramp_s``),
-    then ``count`` requests or ``seconds`` measured. Returns records, wall s, client CPU s, clock origin."""
+def cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of this process and of ``pids`` (Linux ``/proc/PID/stat``)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    ticks = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return own.ru_utime + own.ru_stime + ticks / os.sysconf("SC_CLK_TCK")
+
+
+async def drive(url: str, concurrency: int, tokens: int, count: int | None, seconds: float | None, ramp_s: float, procs: int):
+    """Closed loop against the emitter: a warm-up round, or (accuracy) streams started evenly over
+    ``ramp_s`` whose ramp is the warm-up, then ``count`` requests or ``seconds`` measured, with
+    ``procs`` client processes. Returns records, wall s, client CPU s, clock origin."""
     endpoint = Endpoint(root=url, info=EndpointInfo(url=url, engine="generic", model="emitter"))
     origin = time.perf_counter()
     counter = iter(range(10**9))
@@ -215,24 +233,27 @@ async def drive(url: str, concurrency: int, tokens: int, count: int | None, seco
     async def alive() -> bool:
         return True
 
-    async with StreamClient(endpoint, origin=origin, connections=concurrency, request_timeout_s=120) as client:
+    if procs == 1:
+        client = StreamClient(endpoint, origin=origin, connections=concurrency, request_timeout_s=120)
+    else:
+        client = WorkerPool(endpoint, origin=origin, connections=concurrency, request_timeout_s=120, procs=procs)
+    async with client:
+        pids = [w.process.pid for w in client.workers] if procs > 1 else []
+        spare = sorted(os.sched_getaffinity(0) | set(range(os.cpu_count() or 1)))[2:] or [0]
+        for k, pid in enumerate(pids):  # CPU 0: the coordinator, CPU 1: the emitter
+            os.sched_setaffinity(pid, {spare[k % len(spare)]})
         if count is None:  # throughput: a warm-up round, then a duration
             await closed_loop(client, make, concurrency=concurrency, count=concurrency, on_record=lambda r: None, alive=alive)
-            cpu0, wall0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+            cpu0, wall0 = cpu_s(pids), time.perf_counter()
             phase = await closed_loop(client, make, concurrency=concurrency, duration_s=seconds, on_record=lambda r: None, alive=alive)
-            records = phase.records
-        else:  # accuracy: one continuous ramped loop; the first round is the warm-up
-            cpu0, wall0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-            phase = await closed_loop(
-                client, make, concurrency=concurrency, count=count + concurrency, on_record=lambda r: None, alive=alive, ramp_s=ramp_s
-            )
-            records = phase.records
-        cpu1, wall1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-    return records, wall1 - wall0, cpu, origin
+        else:  # accuracy: one continuous loop whose ramp (one request's duration) is the warm-up
+            cpu0, wall0 = cpu_s(pids), time.perf_counter()
+            phase = await closed_loop(client, make, concurrency=concurrency, count=count, stagger_s=ramp_s, on_record=lambda r: None, alive=alive)
+        cpu1, wall1 = cpu_s(pids), time.perf_counter()
+    return phase.records, wall1 - wall0, cpu1 - cpu0, origin
 
 
-def measure(mode: str, ttft_ms: float, itl_ms: float, concurrency: int, tokens: int, seconds: float, rounds: int) -> dict:
+def measure(mode: str, ttft_ms: float, itl_ms: float, concurrency: int, tokens: int, seconds: float, rounds: int, procs: int) -> dict:
     """One table row. Throughput: ``seconds`` of closed loop. Accuracy: ``rounds`` × concurrency
     requests, the streams spread evenly over one request's duration (as a server at steady state
     sees them), so that what is measured is the client, not the emitter's handling of a burst of
@@ -244,9 +265,9 @@ def measure(mode: str, ttft_ms: float, itl_ms: float, concurrency: int, tokens: 
         urllib.request.urlopen(url + "/log").read()  # nothing yet; also a liveness check
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             if mode == "throughput":
-                run = drive(url, concurrency, tokens, None, seconds, 0.0)
+                run = drive(url, concurrency, tokens, None, seconds, 0.0, procs)
             else:
-                run = drive(url, concurrency, tokens, rounds * concurrency, None, (ttft_ms + tokens * itl_ms) / 1e3)
+                run = drive(url, concurrency, tokens, rounds * concurrency, None, (ttft_ms + tokens * itl_ms) / 1e3, procs)
             records, wall, cpu, origin = runner.run(run)
         truth = {e["key"]: e for e in json.loads(urllib.request.urlopen(url + "/log").read())}
     finally:
@@ -254,7 +275,7 @@ def measure(mode: str, ttft_ms: float, itl_ms: float, concurrency: int, tokens: 
         proc.wait()
     chunks = sum(len(r.chunk_times) for r in records)  # all that the measured CPU time handled
     if mode == "accuracy":
-        records = [r for r in records if r.index >= concurrency]  # the first round was the warm-up
+        records = [r for r in records if r.phase == "measured"]  # the ramp was the warm-up
     ok = [r for r in records if r.status == "ok"]
     ttft_err, itl_err, recv_lag = [], [], []
     for r in ok:
@@ -273,6 +294,7 @@ def measure(mode: str, ttft_ms: float, itl_ms: float, concurrency: int, tokens: 
     return {
         "mode": mode,
         "c": concurrency,
+        "procs": procs,
         "ok": len(ok),
         "failed": sum(r.status == "failed" for r in records),
         "chunks": chunks,
@@ -295,26 +317,30 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="accuracy: measured requests per stream (after one warm-up round)")
     ap.add_argument("--tokens", type=int, default=256, help="chunks (one token each) per request")
     ap.add_argument("--concurrency", default="1,64,256")
+    ap.add_argument("--procs", default="1", help="client processes to compare, e.g. 1,2,4,8")
     args = ap.parse_args()
     os.sched_setaffinity(0, {0})
     levels = [int(c) for c in args.concurrency.split(",")]
     rows = []
     for mode, ttft, itl in (("throughput", 0.0, 0.0), ("accuracy", 50.0, 10.0)):
         for c in levels:
-            rows.append(measure(mode, ttft, itl, c, args.tokens, args.seconds, args.rounds))
-            print(json.dumps(rows[-1]), file=sys.stderr)
+            for procs in (int(p) for p in args.procs.split(",")):
+                rows.append(measure(mode, ttft, itl, c, args.tokens, args.seconds, args.rounds, procs))
+                print(json.dumps(rows[-1]), file=sys.stderr)
+    one = {(r["mode"], r["c"]): r["chunks_s"] for r in rows if r["procs"] == 1}
 
     def f(v, d=2):
         return "–" if v is None else f"{v:,.{d}f}"
 
-    table = Table(title=f"servelab client overhead ({args.tokens} one-token chunks per request; client on CPU 0, emitter on CPU 1)")
-    for col in ("mode", "streams", "ok / failed", "chunks", "chunks/s flowed", "client CPU µs/chunk",
+    table = Table(title=f"servelab client overhead ({args.tokens} one-token chunks per request; client on CPU 0, emitter on CPU 1, workers on CPUs 2…)")
+    for col in ("mode", "streams", "client procs", "scaling ×", "ok / failed", "chunks", "chunks/s flowed", "client CPU µs/chunk",
                 "client capacity chunks/s/core", "TTFT err p50 ms", "|TTFT err| p99 ms", "ITL err p50 ms", "|ITL err| p99 ms",
                 "first-token receive lag p99 ms"):  # fmt: skip
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(
-            r["mode"], str(r["c"]), f"{r['ok']} / {r['failed']}", f"{r['chunks']:,}", f(r["chunks_s"], 0), f(r["cpu_us_chunk"]),
+            r["mode"], str(r["c"]), str(r["procs"]), f(r["chunks_s"] / one[(r["mode"], r["c"])]) if (r["mode"], r["c"]) in one else "–",
+            f"{r['ok']} / {r['failed']}", f"{r['chunks']:,}", f(r["chunks_s"], 0), f(r["cpu_us_chunk"]),
             f(1e6 / r["cpu_us_chunk"], 0), f(r["ttft_p50"], 3), f(r["ttft_p99"], 3), f(r["itl_p50"], 4), f(r["itl_p99"], 4),
             f(r["recv_lag_p99"], 3),
         )  # fmt: skip

@@ -27,6 +27,7 @@ from servelab.errors import ServelabError
 from servelab.levels import LevelRunner
 from servelab.load.client import StreamClient, chat_body
 from servelab.load.scheduler import ServerGone
+from servelab.load.workers import WorkerPool, auto_procs
 from servelab.metrics.bootlog import parse_bootlog
 from servelab.metrics.summary import LevelSummary
 from servelab.plan.hardware import Hardware
@@ -61,6 +62,7 @@ class BenchOptions:
     chat_template_kwargs: dict | None = None
     seed: int = 0
     request_timeout_s: float = 600.0
+    client_procs: int | None = None  # client processes (``--client-procs``); None: servelab.load.workers.auto_procs
     tokenizer_path: str | None = None
     ceiling: Ceiling | None = None
     server_log: Path | None = None
@@ -258,14 +260,15 @@ class Bench(LevelRunner):
             self.writer = RunWriter(self.run_dir, run)
             origin = time.perf_counter()
             connections = o.max_concurrency or (256 if o.rates else max(o.concurrency))
+            procs = o.client_procs or auto_procs(connections)
+            run.environment.client_procs = procs
+            if procs == 1:
+                client = StreamClient(self.endpoint, origin=origin, connections=connections, request_timeout_s=o.request_timeout_s, tokenizer=tokenizer)
+            else:
+                client = WorkerPool(self.endpoint, origin=origin, connections=connections, request_timeout_s=o.request_timeout_s,
+                                    procs=procs, tokenizer=tokenizer, on_note=run.notes.append)  # fmt: skip
             try:
-                async with StreamClient(
-                    self.endpoint,
-                    origin=origin,
-                    connections=connections,
-                    request_timeout_s=o.request_timeout_s,
-                    tokenizer=tokenizer,
-                ) as client:
+                async with client:
                     if o.prefix_cache == "shared-prefix":  # built with plain counts, before the template is known
                         if o.shared_prefix_tokens + CALIBRATION_TOKENS >= o.input_tokens:
                             raise ServelabError(f"--shared-prefix-tokens {o.shared_prefix_tokens} leaves no room in --input-tokens {o.input_tokens}")

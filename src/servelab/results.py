@@ -48,6 +48,7 @@ class Environment(BaseModel):
     platform: str
     python: str
     cpu_count: int | None
+    client_procs: int = Field(1, description="Client processes that streamed the requests (servelab bench --client-procs).")
 
     @classmethod
     def current(cls) -> Environment:

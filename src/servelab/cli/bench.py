@@ -182,6 +182,7 @@ def bench(
     chat_template_kwargs: Annotated[str | None, typer.Option(help='JSON passed to the chat template, e.g. \'{"enable_thinking": false}\'.')] = None,
     output: Annotated[Path | None, typer.Option(help="Run directory (default servelab-runs/<time>-<model>).")] = None,
     request_timeout: Annotated[float, typer.Option(min=1, help="Seconds before a request fails with 'timeout'.")] = 600.0,
+    client_procs: Annotated[int | None, typer.Option(min=1, help="Client processes streaming the requests (default: one per 256 streams of the busiest level, at most the CPUs but one; 1 below 256 streams).")] = None,
     seed: Annotated[int, typer.Option(help="Seed for prompt slicing.")] = 0,
     parallel: ParallelOpt = DEFAULT_PARALLEL,
     ctx_size: CtxSizeOpt = DEFAULT_CTX_SIZE,
@@ -222,6 +223,7 @@ def bench(
             chat_template_kwargs=parse_json_object(chat_template_kwargs, "--chat-template-kwargs"),
             seed=seed,
             request_timeout_s=request_timeout,
+            client_procs=client_procs,
             tokenizer_path=tokenizer,
             server_log=server_log,
         )

@@ -37,11 +37,10 @@ from typing_extensions import TypedDict
 
 from servelab import engines
 from servelab.endpoint import Endpoint
+from servelab.load.outcome import ERROR_TEXT_LIMIT, Texts, count_tokens, fail, mark_incomplete
 from servelab.records import RequestRecord
-from servelab.redaction import scrub
 from servelab.tokenizer import Tokenizer
 
-ERROR_TEXT_LIMIT = 500
 ERROR_BODY_LIMIT = 65536  # at most this much of an error body is read (a huge one never whole)
 
 
@@ -336,6 +335,15 @@ class StreamClient:
         ``stream_error``, ``truncated``, ``bad_chunk``, ``client_error``). Cancellation marks the
         record ``incomplete`` and is re-raised.
         """
+        texts = await self.stream(record, body)
+        if texts is not None:
+            await count_tokens(record, texts, self.tokenizer)
+        return record
+
+    async def stream(self, record: RequestRecord, body: bytes) -> Texts | None:
+        """:meth:`send`'s network part: fill ``record``'s timings, status and the counts the server
+        sent; return the streamed text for :meth:`count_tokens` when the request succeeded (None
+        when it failed). Errors and cancellation as :meth:`send`."""
         assert self._session is not None, "use StreamClient as an async context manager"
         origin = self.origin
         clock = time.perf_counter
@@ -354,7 +362,7 @@ class StreamClient:
                 record.http_status = resp.status
                 if resp.status != 200:
                     record.end = clock() - origin
-                    return self._fail(record, f"http_{resp.status}", _error_message(await resp.content.read(ERROR_BODY_LIMIT)))
+                    return fail(record, f"http_{resp.status}", _error_message(await resp.content.read(ERROR_BODY_LIMIT)))
                 parser = StreamParser(record, start, origin)
                 if timed:
                     proto.attach(parser, resp.content)
@@ -366,53 +374,25 @@ class StreamClient:
                         parser.feed(data, clock())
                     record.end = clock() - origin
         except asyncio.CancelledError:
-            record.end = clock() - origin
-            record.status = "incomplete"
-            record.error_kind = "cancelled"
-            record.output_tokens, record.output_tokens_source = len(record.chunk_times), "chunks"
+            mark_incomplete(record, clock() - origin)
             raise
         except asyncio.TimeoutError:
             record.end = clock() - origin
-            return self._fail(record, "timeout", "no complete response within the request timeout")
+            return fail(record, "timeout", "no complete response within the request timeout")
         except aiohttp.ClientConnectorError as exc:
             record.end = clock() - origin
-            return self._fail(record, "connect", str(exc))
+            return fail(record, "connect", str(exc))
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as exc:
             record.end = clock() - origin
-            return self._fail(record, "disconnected", str(exc) or type(exc).__name__)
+            return fail(record, "disconnected", str(exc) or type(exc).__name__)
         except aiohttp.ClientError as exc:
             record.end = clock() - origin
-            return self._fail(record, "client_error", f"{type(exc).__name__}: {exc}")
+            return fail(record, "client_error", f"{type(exc).__name__}: {exc}")
         finally:
             if isinstance(proto, TimedResponseHandler):
                 proto.detach()
         if parser.error is not None:
-            return self._fail(record, *parser.error)
+            return fail(record, *parser.error)
         if not parser.done and record.finish_reason is None:
-            return self._fail(record, "truncated", "the stream ended without finish_reason or [DONE]")
-        await self._count_tokens(record, "".join(parser.parts), "".join(parser.reasoning_parts), parser.reasoning_chunks)
-        return record
-
-    async def _count_tokens(self, record: RequestRecord, content: str, reasoning: str, reasoning_chunks: int) -> None:
-        """Fill counts the server did not send: tokenizer on the text, else one token per chunk."""
-        if record.prompt_tokens is None and record.expected_prompt_tokens is not None:
-            record.prompt_tokens, record.prompt_tokens_source = record.expected_prompt_tokens, "tokenizer"
-        if record.reasoning_tokens is None and reasoning:
-            if self.tokenizer is not None:
-                record.reasoning_tokens = len(await self.tokenizer.encode(reasoning))
-                record.reasoning_tokens_source = "tokenizer"
-            else:
-                record.reasoning_tokens, record.reasoning_tokens_source = reasoning_chunks, "chunks"
-        if record.output_tokens is None:
-            if self.tokenizer is not None:
-                record.output_tokens = len(await self.tokenizer.encode(reasoning + content))
-                record.output_tokens_source = "tokenizer"
-            else:
-                record.output_tokens, record.output_tokens_source = len(record.chunk_times), "chunks"
-
-    @staticmethod
-    def _fail(record: RequestRecord, kind: str, message: str) -> RequestRecord:
-        record.status = "failed"
-        record.error_kind = kind
-        record.error = scrub(message)[:ERROR_TEXT_LIMIT]
-        return record
+            return fail(record, "truncated", "the stream ended without finish_reason or [DONE]")
+        return Texts(content="".join(parser.parts), reasoning="".join(parser.reasoning_parts), reasoning_chunks=parser.reasoning_chunks)

@@ -1,0 +1,156 @@
+"""Client worker processes (servelab bench --client-procs): the same run as one process against the
+embedded llama.cpp server, and a worker killed mid-run (fault server: every request slow)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import read_jsonl, run, scrape, scrape_idle
+from servelab.bench import BenchOptions
+from servelab.endpoint import discover
+from servelab.load import workers
+from servelab.load.client import chat_body
+from servelab.load.scheduler import closed_loop
+from servelab.load.workers import ClientWorkersGone, auto_procs
+from servelab.records import RequestRecord
+from servelab.results import load_run
+from test_bench_local import Hooks, _bench
+from test_fault_suite import fault_server
+
+
+def test_auto_procs_one_per_256_streams_leaving_a_cpu():
+    assert auto_procs(1, cpus=16) == auto_procs(256, cpus=16) == 1
+    assert auto_procs(257, cpus=16) == 2 and auto_procs(4096, cpus=16) == 15
+    assert auto_procs(4096, cpus=2) == 1 and auto_procs(4096, cpus=1) == 1
+
+
+def test_two_processes_measure_what_one_does(llama, tmp_path):
+    """Same token and request counts as one process, the server's counters agree, every record's
+    times are in order on the one clock, and the latencies are alike."""
+    results = {}
+    for procs in (1, 2):
+        before = scrape_idle(llama.url)
+        opts = BenchOptions(concurrency=[3], requests=6, warmup=1, input_tokens=128, output_tokens=16, client_procs=procs)
+        result = run(_bench(llama.url, opts, tmp_path / f"p{procs}", Hooks()))
+        after = scrape(llama.url)
+        records = read_jsonl(tmp_path / f"p{procs}" / "records.jsonl")
+        assert result.status == "complete" and result.environment.client_procs == procs
+        assert after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"] == sum(r["output_tokens"] for r in records)
+        results[procs] = (result, records)
+    (one, rec1), (two, rec2) = results[1], results[2]
+    assert len(rec1) == len(rec2)
+    measured = [[r for r in recs if r["phase"] == "measured"] for recs in (rec1, rec2)]
+    assert [len(m) for m in measured] == [6, 6]
+    for r in measured[1]:
+        assert r["status"] == "ok" and r["output_tokens"] == 16 and r["prompt_tokens"] == r["expected_prompt_tokens"] == 128
+        assert r["queued"] <= r["start"] < r["first_token"] <= r["end"]  # coordinator's hand-over, then the worker's clock
+        assert len(r["chunk_times"]) == 16
+    e2e = [statistics.median(r["end"] - r["start"] for r in m) for m in measured]
+    assert 0.5 < e2e[1] / e2e[0] < 2.0  # the same server load, a different client: alike, not equal (a 2-core CI box)
+    assert one.levels[0].output_tokens == two.levels[0].output_tokens
+
+
+def _kill_workers(numbers):
+    """SIGKILL this process's client workers ``python -m servelab.load.workers FD N`` for N in ``numbers``."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            argv = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if ppid == os.getpid() and b"servelab.load.workers" in argv and int(argv[-2]) in numbers:
+            os.kill(int(stat.parent.name), signal.SIGKILL)
+
+
+def test_a_killed_worker_fails_its_requests_and_the_run_goes_on(tmp_path):
+    with fault_server("--slow", "1", "--slow-s", "0.5") as url:
+        opts = BenchOptions(concurrency=[4], requests=12, warmup=0, input_tokens=64, output_tokens=4, client_procs=2, closed_loop="burst")
+        hooks = Hooks(after=1, action=lambda: _kill_workers([0]))
+        result = run(_bench(url, opts, tmp_path / "run", hooks))
+    records = read_jsonl(tmp_path / "run" / "records.jsonl")
+    lost = [r for r in records if r.get("error_kind") == "client_worker"]
+    assert result.status == "complete" and lost and all(r["status"] == "failed" for r in lost)
+    assert all("client worker process 0 exited" in r["error"] for r in lost)
+    assert any("client worker process 0 exited" in n for n in result.notes)
+    measured = [r for r in records if r["phase"] == "measured"]
+    assert len(measured) == 12 and result.levels[0].failed_requests == sum(1 for r in measured if r.get("error_kind") == "client_worker")
+    assert sum(1 for r in measured if r["status"] == "ok") == 12 - result.levels[0].failed_requests
+
+
+def test_every_worker_killed_leaves_a_partial_run(tmp_path):
+    with fault_server("--slow", "1", "--slow-s", "0.5") as url:
+        opts = BenchOptions(concurrency=[4], requests=12, warmup=0, input_tokens=64, output_tokens=4, client_procs=2, closed_loop="burst")
+        hooks = Hooks(after=1, action=lambda: _kill_workers([0, 1]))
+        with pytest.raises(ClientWorkersGone, match="all 2 client worker processes died"):
+            run(_bench(url, opts, tmp_path / "run", hooks))
+    saved = load_run(tmp_path / "run")[0]
+    assert saved.status == "partial" and "client worker processes died" in saved.partial_reason
+    records = read_jsonl(tmp_path / "run" / "records.jsonl")
+    assert any(r.get("error_kind") == "client_worker" for r in records)
+    assert all(r["status"] in ("ok", "failed", "incomplete") for r in records)
+
+
+def test_ctrl_c_with_workers_leaves_a_partial_run_and_no_traceback(tmp_path):
+    out = tmp_path / "run"
+    with fault_server("--slow", "1", "--slow-s", "0.3") as url:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "servelab", "bench", "--url", url, "--concurrency", "4", "--requests", "400", "--warmup", "0",
+             "--input-tokens", "64", "--output-tokens", "4", "--client-procs", "2", "--output", str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip  (its own process group: Ctrl-C in a terminal reaches the coordinator and its workers)
+        records = out / "records.jsonl"
+        deadline = time.monotonic() + 60
+        while not (records.exists() and len(records.read_text().splitlines()) >= 6):  # wait for a condition
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else "timeout"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in output, output
+    result, recs = load_run(out)
+    assert result.status == "partial" and "interrupted" in result.partial_reason
+    assert any(r.status == "incomplete" for r in recs)  # in flight in the workers at Ctrl-C: kept, marked
+    group = subprocess.run(["ps", "-o", "stat=,args=", "-g", str(proc.pid)], capture_output=True, text=True).stdout
+    assert not [line for line in group.splitlines() if "servelab.load.workers" in line and not line.startswith("Z")], group  # no worker left running
+
+
+def test_a_duration_ends_on_time_and_keeps_every_request(monkeypatch):
+    """At a duration's end the requests in flight in the workers come back ``incomplete`` at once,
+    also those cancelled before their worker had sent them (they once never answered, and every
+    level waited CANCEL_WAIT_S for them)."""
+    monkeypatch.setattr(workers, "CANCEL_WAIT_S", 30.0)
+
+    async def main(url):
+        endpoint = await discover(url)
+        origin = time.perf_counter()
+
+        def make(i):
+            rec = RequestRecord(index=i, concurrency=32, phase="measured", max_tokens=4, queued=time.perf_counter() - origin)
+            return rec, chat_body(endpoint, "hello", max_tokens=4, ignore_eos=False, cold=True)
+
+        async def alive():
+            return True
+
+        phases = []
+        async with workers.WorkerPool(endpoint, origin=origin, connections=32, request_timeout_s=60, procs=2) as pool:
+            for _ in range(3):  # the race (a send and its cancel in one read) is likely in one phase, not certain
+                seen, t0 = [], time.perf_counter()
+                phase = await closed_loop(pool, make, concurrency=32, duration_s=1.0, on_record=seen.append, alive=alive)
+                phases.append((time.perf_counter() - t0, phase.records, seen))
+        return phases
+
+    with fault_server() as url:
+        phases = run(main(url))
+    for elapsed, records, seen in phases:
+        assert elapsed < 10  # not CANCEL_WAIT_S
+        assert len(seen) == len(records) and len({r.index for r in records}) == len(records)
+        cut = [r for r in records if r.status == "incomplete"]
+        assert 1 <= len(cut) <= 32 and all(r.error_kind == "cancelled" and r.end is not None for r in cut)
+        assert all(r.status == "ok" for r in records if r not in cut)
