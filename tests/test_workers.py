@@ -4,6 +4,7 @@ embedded llama.cpp server, and a worker killed mid-run (fault server: every requ
 from __future__ import annotations
 
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -154,3 +155,31 @@ def test_a_duration_ends_on_time_and_keeps_every_request(monkeypatch):
         cut = [r for r in records if r.status == "incomplete"]
         assert 1 <= len(cut) <= 32 and all(r.error_kind == "cancelled" and r.end is not None for r in cut)
         assert all(r.status == "ok" for r in records if r not in cut)
+
+
+def test_ray_two_nodes_on_loopback_run_a_bench_and_merge_records(tmp_path, monkeypatch):
+    """A two-node Ray cluster on this machine: one client worker actor per node, each clock offset
+    measured and noted, every record back on the coordinator's clock and in the one records file."""
+    pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": 80_000_000})
+    cluster.add_node(num_cpus=1, object_store_memory=80_000_000)
+    cluster.wait_for_nodes()
+    try:
+        with fault_server() as url:
+            opts = BenchOptions(concurrency=[4], requests=16, warmup=2, input_tokens=64, output_tokens=8, ray_address=cluster.address)
+            result = run(_bench(url, opts, tmp_path / "run", Hooks()))
+    finally:
+        cluster.shutdown()
+    assert result.status == "complete" and result.environment.client_procs == 2
+    placed = [n for n in result.notes if "clock offset" in n]
+    assert len(placed) == 2 and len({n.split("Ray node ")[1].split()[0] for n in placed}) == 2  # one actor on each node
+    for note in placed:  # one host: the offset is ~0, known to within the probe's half round trip
+        offset, uncertainty = (float(x) for x in re.findall(r"([+-]?\d+\.\d+) ms", note))
+        assert abs(offset) <= uncertainty + 1.0 and uncertainty < 50
+    records = read_jsonl(tmp_path / "run" / "records.jsonl")
+    measured = [r for r in records if r["phase"] == "measured"]
+    assert len(measured) == 16 and all(r["status"] == "ok" and r["output_tokens"] == 8 for r in measured)
+    assert all(r["queued"] <= r["start"] + 0.05 < r["end"] + 0.05 for r in records)  # coordinator's clock, ± the offset's uncertainty

@@ -63,6 +63,7 @@ class BenchOptions:
     seed: int = 0
     request_timeout_s: float = 600.0
     client_procs: int | None = None  # client processes (``--client-procs``); None: servelab.load.workers.auto_procs
+    ray_address: str | None = None  # client workers on this Ray cluster's nodes (``--ray``)
     tokenizer_path: str | None = None
     ceiling: Ceiling | None = None
     server_log: Path | None = None
@@ -260,15 +261,15 @@ class Bench(LevelRunner):
             self.writer = RunWriter(self.run_dir, run)
             origin = time.perf_counter()
             connections = o.max_concurrency or (256 if o.rates else max(o.concurrency))
-            procs = o.client_procs or auto_procs(connections)
-            run.environment.client_procs = procs
-            if procs == 1:
+            procs = o.client_procs or (None if o.ray_address else auto_procs(connections))
+            if procs == 1 and o.ray_address is None:
                 client = StreamClient(self.endpoint, origin=origin, connections=connections, request_timeout_s=o.request_timeout_s, tokenizer=tokenizer)
             else:
                 client = WorkerPool(self.endpoint, origin=origin, connections=connections, request_timeout_s=o.request_timeout_s,
-                                    procs=procs, tokenizer=tokenizer, on_note=run.notes.append)  # fmt: skip
+                                    procs=procs, tokenizer=tokenizer, on_note=run.notes.append, ray_address=o.ray_address)  # fmt: skip
             try:
                 async with client:
+                    run.environment.client_procs = client.procs if isinstance(client, WorkerPool) else 1
                     if o.prefix_cache == "shared-prefix":  # built with plain counts, before the template is known
                         if o.shared_prefix_tokens + CALIBRATION_TOKENS >= o.input_tokens:
                             raise ServelabError(f"--shared-prefix-tokens {o.shared_prefix_tokens} leaves no room in --input-tokens {o.input_tokens}")

@@ -182,7 +182,8 @@ def bench(
     chat_template_kwargs: Annotated[str | None, typer.Option(help='JSON passed to the chat template, e.g. \'{"enable_thinking": false}\'.')] = None,
     output: Annotated[Path | None, typer.Option(help="Run directory (default servelab-runs/<time>-<model>).")] = None,
     request_timeout: Annotated[float, typer.Option(min=1, help="Seconds before a request fails with 'timeout'.")] = 600.0,
-    client_procs: Annotated[int | None, typer.Option(min=1, help="Client processes streaming the requests (default: one per 256 streams of the busiest level, at most the CPUs but one; 1 below 256 streams).")] = None,
+    client_procs: Annotated[int | None, typer.Option(min=1, help="Client processes streaming the requests (default: one per 256 streams of the busiest level, at most the CPUs but one; 1 below 256 streams; with --ray one per node).")] = None,
+    ray: Annotated[str | None, typer.Option("--ray", help="Run the client workers on the nodes of this Ray cluster: auto (the one this host belongs to) or HOST:PORT; servelab must be installed on every node.")] = None,
     seed: Annotated[int, typer.Option(help="Seed for prompt slicing.")] = 0,
     parallel: ParallelOpt = DEFAULT_PARALLEL,
     ctx_size: CtxSizeOpt = DEFAULT_CTX_SIZE,
@@ -224,6 +225,7 @@ def bench(
             seed=seed,
             request_timeout_s=request_timeout,
             client_procs=client_procs,
+            ray_address=ray,
             tokenizer_path=tokenizer,
             server_log=server_log,
         )

@@ -29,13 +29,13 @@ A worker is ``python -m servelab.load.workers FD N`` (not multiprocessing's spaw
 re-run a user's script that imports servelab without a ``__main__`` guard), given one end of a
 socket pair; its settings, the API key among them, come as the first message on that socket,
 never on the command line or in the environment. Messages: a 4-byte big-endian length and an
-orjson object.
+orjson object. With ``--ray`` the workers are Ray actors on the cluster's nodes instead
+(``servelab.load.ray_workers``); both run a :class:`Streamer`, and the pool treats them alike.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import math
 import os
@@ -45,6 +45,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -89,6 +90,55 @@ async def _read(reader: asyncio.StreamReader) -> dict | None:
         return None
 
 
+class Streamer:
+    """The worker side, in a worker process or a Ray actor: a :class:`StreamClient` opened with the
+    coordinator's settings (``settings``: endpoint, origin on this worker's clock, connections,
+    timeout), and the requests it streams, by id."""
+
+    def __init__(self, settings: dict) -> None:
+        e = settings["endpoint"]
+        self.endpoint = Endpoint(root=e["root"], info=EndpointInfo.model_validate(e["info"]), api_key=e["api_key"], tokenize_path=e["tokenize_path"])
+        remember(self.endpoint.api_key)  # so that error texts are scrubbed of it here too
+        self.origin = settings["origin"]
+        self.client = StreamClient(self.endpoint, origin=self.origin, connections=settings["connections"], request_timeout_s=settings["timeout_s"])
+        self.tasks: dict[int, asyncio.Task] = {}
+
+    async def __aenter__(self) -> Streamer:
+        await self.client.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for task in list(self.tasks.values()):  # the coordinator went away: nobody waits for these
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        await self.client.__aexit__(*exc)
+
+    def begin(self, rid: int, record_json: dict, body: str, done: Callable[[dict], None]) -> None:
+        """Stream request ``rid``; ``done`` gets its answer (:meth:`answer`) when it ends."""
+        record = RequestRecord.model_validate(record_json)
+        task = self.tasks[rid] = asyncio.create_task(self.client.stream(record, body.encode()))
+        task.add_done_callback(lambda t: done(self.answer(rid, record, t)))
+
+    def cancel(self, rid: int) -> None:
+        """Cut request ``rid`` short (its answer then says ``incomplete``)."""
+        if (task := self.tasks.get(rid)) is not None:
+            task.cancel()
+
+    def answer(self, rid: int, record: RequestRecord, task: asyncio.Task) -> dict:
+        """The message for the coordinator however the request ended (one cancelled before it was
+        sent comes back ``incomplete`` too)."""
+        self.tasks.pop(rid, None)
+        texts = None
+        if task.cancelled():
+            if record.status == "ok" and record.end is None:
+                mark_incomplete(record, time.perf_counter() - self.origin)
+        elif (exc := task.exception()) is not None:
+            fail(record, "client_error", f"{type(exc).__name__}: {exc}")
+        else:
+            texts = task.result()
+        return {"id": rid, "record": record.model_dump(mode="json"), "texts": texts._asdict() if texts else None}
+
+
 def _worker_main(fd: int) -> None:
     """A worker process on socket ``fd``: stream what the coordinator sends until it closes the
     socket. Ctrl-C reaches the whole process group; only the coordinator acts on it (it cancels,
@@ -102,102 +152,44 @@ async def _serve(sock: socket.socket) -> None:
     settings = await _read(reader)
     if settings is None:
         return
-    e = settings["endpoint"]
-    endpoint = Endpoint(root=e["root"], info=EndpointInfo.model_validate(e["info"]), api_key=e["api_key"], tokenize_path=e["tokenize_path"])
-    remember(endpoint.api_key)  # so that error texts are scrubbed of it here too
-    origin, connections, timeout_s = settings["origin"], settings["connections"], settings["timeout_s"]
-    tasks: dict[int, asyncio.Task] = {}
-
-    def reply(rid: int, record: RequestRecord, task: asyncio.Task) -> None:
-        """Send the record back however the request ended (a request cancelled before it started
-        comes back ``incomplete`` too)."""
-        tasks.pop(rid, None)
-        texts = None
-        if task.cancelled():
-            if record.status == "ok" and record.end is None:  # cancelled before it was sent
-                mark_incomplete(record, time.perf_counter() - origin)
-        elif (exc := task.exception()) is not None:
-            fail(record, "client_error", f"{type(exc).__name__}: {exc}")
-        else:
-            texts = task.result()
-        writer.write(_frame({"id": rid, "record": record.model_dump(mode="json"), "texts": texts._asdict() if texts else None}))
-
-    async with StreamClient(endpoint, origin=origin, connections=connections, request_timeout_s=timeout_s) as client:
+    async with Streamer(settings) as streamer:
         writer.write(_frame({"ready": os.getpid()}))
         while (msg := await _read(reader)) is not None:
             if msg["op"] == "send":
-                record = RequestRecord.model_validate(msg["record"])
-                task = tasks[msg["id"]] = asyncio.create_task(client.stream(record, msg["body"].encode()))
-                task.add_done_callback(functools.partial(reply, msg["id"], record))
-            elif msg["op"] == "cancel" and (task := tasks.get(msg["id"])) is not None:
-                task.cancel()
-        for task in list(tasks.values()):  # the coordinator went away: nobody waits for these
-            task.cancel()
-        await asyncio.gather(*tasks.values(), return_exceptions=True)
+                streamer.begin(msg["id"], msg["record"], msg["body"], lambda answer: writer.write(_frame(answer)))
+            elif msg["op"] == "cancel":
+                streamer.cancel(msg["id"])
 
 
 @dataclass
-class _Worker:
-    number: int
-    process: asyncio.subprocess.Process
-    writer: asyncio.StreamWriter
+class Worker:
+    """One client worker as the pool sees it: it takes requests and cancellations and hands its
+    answers to :meth:`WorkerPool.answer`, and its end to :meth:`WorkerPool.lost`."""
+
+    label: str
     pending: dict[int, tuple[RequestRecord, asyncio.Future]] = field(default_factory=dict)
     alive: bool = True
+
+    def submit(self, rid: int, record: RequestRecord, body: bytes) -> None:
+        raise NotImplementedError
+
+    def cancel(self, rid: int) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class ProcessWorker(Worker):
+    """A worker process of this host (``python -m servelab.load.workers``)."""
+
+    process: Any = None  # asyncio.subprocess.Process
+    writer: Any = None  # asyncio.StreamWriter
     receiver: asyncio.Task | None = None
 
-
-class WorkerPool:
-    """``procs`` client worker processes behind :class:`StreamClient`'s interface (module docstring).
-
-    Args:
-        endpoint: the discovered server (its API key goes to the workers through the process
-            start pipe, never the command line or the environment).
-        origin: ``time.perf_counter()`` value that is time 0 of the run.
-        connections: connection-pool size of the whole pool (split over the workers).
-        request_timeout_s: a request still streaming after this long fails with ``timeout``.
-        tokenizer: counts output tokens when the server sends no ``usage``.
-        procs: worker processes (≥ 2).
-        on_note: told, in a sentence, when a worker dies.
-
-    Raises:
-        ClientWorkersGone: from :meth:`send`, once every worker has died.
-    """
-
-    def __init__(
-        self,
-        endpoint: Endpoint,
-        *,
-        origin: float,
-        connections: int,
-        request_timeout_s: float,
-        procs: int,
-        tokenizer: Tokenizer | None = None,
-        on_note: Callable[[str], None] = lambda note: None,
-    ) -> None:
-        self.endpoint = endpoint
-        self.origin = origin
-        self.tokenizer = tokenizer
-        self.procs = procs
-        self._per_worker = math.ceil(connections / procs)
-        self._timeout_s = request_timeout_s
-        self._on_note = on_note
-        self._ids = itertools.count()
-        self._closing = False
-        self.workers: list[_Worker] = []
-
-    async def __aenter__(self) -> WorkerPool:
-        e = self.endpoint
-        settings = {"endpoint": {"root": e.root, "info": e.info.model_dump(mode="json"), "api_key": e.api_key, "tokenize_path": e.tokenize_path},
-                    "origin": self.origin, "connections": self._per_worker, "timeout_s": self._timeout_s}  # fmt: skip
-        try:
-            for n in range(self.procs):
-                await self._start(n, settings)
-        except BaseException:
-            await self.__aexit__()
-            raise
-        return self
-
-    async def _start(self, n: int, settings: dict) -> None:
+    @classmethod
+    async def start(cls, n: int, settings: dict, pool: WorkerPool) -> ProcessWorker:
         """Start worker ``n`` and wait until its connection pool is open.
 
         Raises:
@@ -207,48 +199,137 @@ class WorkerPool:
         with theirs:
             process = await asyncio.create_subprocess_exec(sys.executable, "-m", __name__, str(theirs.fileno()), str(n), pass_fds=(theirs.fileno(),))
         reader, writer = await asyncio.open_connection(sock=mine)
-        worker = _Worker(n, process, writer)
-        self.workers.append(worker)
+        worker = cls(f"client worker process {n}", process=process, writer=writer)
         writer.write(_frame(settings))
         try:
             ready = await asyncio.wait_for(_read(reader), READY_WAIT_S)
         except asyncio.TimeoutError:
             ready = None
         if ready is None:
-            raise ServelabError(f"client worker process {n} did not start within {READY_WAIT_S:.0f} s (exit code {process.returncode}); run with --client-procs 1")
-        worker.receiver = asyncio.create_task(self._receive(worker, reader))
+            await worker.stop()
+            raise ServelabError(f"{worker.label} did not start within {READY_WAIT_S:.0f} s (exit code {process.returncode}); run with --client-procs 1")
+        worker.receiver = asyncio.create_task(worker._receive(reader, pool))
+        return worker
+
+    async def _receive(self, reader: asyncio.StreamReader, pool: WorkerPool) -> None:
+        while (msg := await _read(reader)) is not None:
+            pool.answer(self, msg)
+        try:
+            code = await asyncio.wait_for(self.process.wait(), STOP_WAIT_S)
+        except asyncio.TimeoutError:
+            code = None
+        pool.lost(self, f"exited (code {code})")
+
+    def submit(self, rid: int, record: RequestRecord, body: bytes) -> None:
+        self.writer.write(_frame({"op": "send", "id": rid, "record": record.model_dump(mode="json"), "body": body.decode()}))
+
+    def cancel(self, rid: int) -> None:
+        self.writer.write(_frame({"op": "cancel", "id": rid}))
+
+    async def stop(self) -> None:
+        self.writer.close()
+        try:
+            await asyncio.wait_for(self.process.wait(), STOP_WAIT_S)
+        except asyncio.TimeoutError:
+            self.process.kill()
+            await self.process.wait()
+        if self.receiver is not None:
+            self.receiver.cancel()
+
+
+class WorkerPool:
+    """Client workers behind :class:`StreamClient`'s interface (module docstring).
+
+    Args:
+        endpoint: the discovered server (its API key goes to the workers in their first message,
+            never on a command line or in the environment).
+        origin: ``time.perf_counter()`` value that is time 0 of the run.
+        connections: connection-pool size of the whole pool (split over the workers).
+        request_timeout_s: a request still streaming after this long fails with ``timeout``.
+        procs: workers (processes, or Ray actors); None with ``ray_address``: one per node.
+        tokenizer: counts output tokens when the server sends no ``usage``.
+        on_note: told, in a sentence, where each Ray worker runs and when a worker dies.
+        ray_address: put the workers on this Ray cluster's nodes (``auto`` or ``HOST:PORT``).
+
+    Raises:
+        ClientWorkersGone: from :meth:`send`, once every worker has died.
+        ServelabError: from ``async with``, a worker that does not start.
+    """
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        origin: float,
+        connections: int,
+        request_timeout_s: float,
+        procs: int | None,
+        tokenizer: Tokenizer | None = None,
+        on_note: Callable[[str], None] = lambda note: None,
+        ray_address: str | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.origin = origin
+        self.tokenizer = tokenizer
+        self.procs = procs
+        self.connections = connections
+        self.request_timeout_s = request_timeout_s
+        self.on_note = on_note
+        self.ray_address = ray_address
+        self._ids = itertools.count()
+        self._closing = False
+        self._joined_ray = False
+        self.workers: list[Worker] = []
+
+    def settings(self, origin: float, workers: int) -> dict:
+        """A worker's first message: the endpoint, the origin on its clock, its share of connections."""
+        e = self.endpoint
+        return {"endpoint": {"root": e.root, "info": e.info.model_dump(mode="json"), "api_key": e.api_key, "tokenize_path": e.tokenize_path},
+                "origin": origin, "connections": math.ceil(self.connections / workers), "timeout_s": self.request_timeout_s}  # fmt: skip
+
+    async def __aenter__(self) -> WorkerPool:
+        try:
+            if self.ray_address is not None:
+                from servelab.load.ray_workers import start_ray_workers  # Ray only when asked for
+
+                self.workers, self._joined_ray = await start_ray_workers(self, self.ray_address)
+                self.procs = len(self.workers)
+            else:
+                assert self.procs is not None
+                for n in range(self.procs):
+                    self.workers.append(await ProcessWorker.start(n, self.settings(self.origin, self.procs), self))
+        except BaseException:
+            await self.__aexit__()
+            raise
+        return self
 
     async def __aexit__(self, *exc: object) -> None:
         self._closing = True
         for worker in self.workers:
-            worker.writer.close()
-        for worker in self.workers:
-            try:
-                await asyncio.wait_for(worker.process.wait(), STOP_WAIT_S)
-            except asyncio.TimeoutError:
-                worker.process.kill()
-                await worker.process.wait()
-            if worker.receiver is not None:
-                worker.receiver.cancel()
+            await worker.stop()
+        if self._joined_ray:
+            from servelab.load.ray_workers import leave_ray
 
-    async def _receive(self, worker: _Worker, reader: asyncio.StreamReader) -> None:
-        """Records coming back from ``worker``; when it dies, its requests in flight fail."""
-        while (msg := await _read(reader)) is not None:
-            record, done = worker.pending.pop(msg["id"])
-            returned = RequestRecord.model_validate(msg["record"])
-            for name in RequestRecord.model_fields:
-                setattr(record, name, getattr(returned, name))
-            if not done.done():
-                done.set_result(Texts(**msg["texts"]) if msg["texts"] else None)
+            leave_ray()
+
+    def answer(self, worker: Worker, msg: dict) -> None:
+        """A record coming back from ``worker``: copied into the coordinator's record, its sender woken."""
+        record, done = worker.pending.pop(msg["id"])
+        returned = RequestRecord.model_validate(msg["record"])
+        for name in RequestRecord.model_fields:
+            setattr(record, name, getattr(returned, name))
+        if not done.done():
+            done.set_result(Texts(**msg["texts"]) if msg["texts"] else None)
+
+    def lost(self, worker: Worker, why: str) -> None:
+        """``worker`` is gone (``why``: how): its requests in flight fail as ``client_worker``, noted."""
+        if not worker.alive:
+            return
         worker.alive = False
         if self._closing:
             return
-        try:
-            code = await asyncio.wait_for(worker.process.wait(), STOP_WAIT_S)
-        except asyncio.TimeoutError:
-            code = None
-        note = f"client worker process {worker.number} exited (code {code}) with {len(worker.pending)} request(s) in flight: counted as failed"
-        self._on_note(note)
+        note = f"{worker.label} {why} with {len(worker.pending)} request(s) in flight: counted as failed"
+        self.on_note(note)
         now = time.perf_counter() - self.origin
         for record, done in worker.pending.values():
             fail(record, "client_worker", note)
@@ -269,10 +350,9 @@ class WorkerPool:
             raise ClientWorkersGone(f"all {self.procs} client worker processes died (see the run's notes); run with fewer --client-procs or 1")
         worker = min(live, key=lambda w: len(w.pending))
         rid = next(self._ids)
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future = loop.create_future()
+        done: asyncio.Future = asyncio.get_running_loop().create_future()
         worker.pending[rid] = (record, done)
-        worker.writer.write(_frame({"op": "send", "id": rid, "record": record.model_dump(mode="json"), "body": body.decode()}))
+        worker.submit(rid, record, body)
         try:
             texts = await done
         except asyncio.CancelledError:
@@ -282,13 +362,13 @@ class WorkerPool:
             await count_tokens(record, texts, self.tokenizer)
         return record
 
-    async def _cancel(self, worker: _Worker, rid: int, record: RequestRecord) -> None:
+    async def _cancel(self, worker: Worker, rid: int, record: RequestRecord) -> None:
         """Ask the worker to stop request ``rid`` and wait (at most ``CANCEL_WAIT_S``) for its record;
         without one, mark it ``incomplete`` here."""
         if rid in worker.pending and worker.alive:
             answer: asyncio.Future = asyncio.get_running_loop().create_future()
             worker.pending[rid] = (record, answer)
-            worker.writer.write(_frame({"op": "cancel", "id": rid}))
+            worker.cancel(rid)
             try:
                 await asyncio.wait_for(answer, CANCEL_WAIT_S)
             except (asyncio.TimeoutError, asyncio.CancelledError):
