@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import statistics
 import subprocess
@@ -24,7 +25,7 @@ from servelab.load.workers import ClientWorkersGone, auto_procs
 from servelab.records import RequestRecord
 from servelab.results import load_run
 from test_bench_local import Hooks, _bench
-from test_fault_suite import fault_server
+from test_fault_suite import bench, fault_server
 
 
 def test_auto_procs_one_per_256_streams_leaving_a_cpu():
@@ -183,3 +184,26 @@ def test_ray_two_nodes_on_loopback_run_a_bench_and_merge_records(tmp_path, monke
     measured = [r for r in records if r["phase"] == "measured"]
     assert len(measured) == 16 and all(r["status"] == "ok" and r["output_tokens"] == 8 for r in measured)
     assert all(r["queued"] <= r["start"] + 0.05 < r["end"] + 0.05 for r in records)  # coordinator's clock, ± the offset's uncertainty
+
+
+def test_ten_thousand_streams_over_two_processes_are_all_accounted_for(tmp_path):
+    """10,000 concurrent streams against the fast fault server, over two client processes: 1 in 500
+    streams dropped (each drop asks the liveness probe) while /health and /v1/models answer 6 s late.
+    The live server is never declared gone and every request is in the records and the summary."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 12_000:
+        pytest.skip(f"needs 12,000 open files per process (hard limit {hard})")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 12_000), hard))  # the fault server and the workers inherit it
+    t0 = time.monotonic()
+    try:
+        with fault_server("--drop", "500", "--slow-probe", "6") as url:
+            res = bench(url, tmp_path / "run", "--client-procs", "2", concurrency=10_000, requests=10_000)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert res.exit_code == 1 and "20 measured requests failed" in " ".join(res.output.split()), res.output
+    saved, records = load_run(tmp_path / "run")
+    (level,) = saved.levels
+    assert saved.status == "complete" and not level.cut_short and saved.environment.client_procs == 2
+    assert (level.ok, level.failed_requests, level.incomplete, level.error_kinds) == (9980, 20, 0, {"disconnected": 20})
+    assert len(records) == 10_001 and len({r.index for r in records}) == 10_001
+    assert time.monotonic() - t0 < 180
