@@ -22,11 +22,12 @@ servelab.load.workers, pinned to CPUs 2, 3, …) drive it at 1, 64 and 256 concu
 
 Usage (``pip install -e '.[benchmarks]'`` for the emitter's httptools): ``python
 benchmarks/client_overhead.py [--seconds 6] [--rounds 2] [--tokens 256] [--concurrency 1,64,256]
-[--procs 1,2,4,8]``; prints a table, with each row's chunks/s as a multiple of one process's at the
+[--procs 1,2,4,8] [--emitters 4]``; prints a table, with each row's chunks/s as a multiple of one process's at the
 same streams (scaling). Client CPU is the coordinator's plus its workers' (``/proc``). Targets
 (issue 2): ≥ 100,000 chunks/s on one core; at 256 streams TTFT error p99 ≤ 1 ms and ITL error p99
-≤ 0.1 ms; (issue 18) 4 processes ≥ 3.2 × one, TTFT error p99 ≤ 1 ms at 1,024 streams. One emitter
-process serves every client: where it saturates, the scaling measured is the emitter's.
+≤ 0.1 ms; (issue 18) 4 processes ≥ 3.2 × one, TTFT error p99 ≤ 1 ms at 1,024 streams. ``--emitters E``
+runs E emitter processes on one port (pinned to CPUs 1 … E, the workers after them): one emitter
+saturates before 4 clients do, and then the scaling measured would be the emitter's.
 """
 
 from __future__ import annotations
@@ -57,14 +58,16 @@ from servelab.results import EndpointInfo
 
 
 # ----------------------------------------------------------------------------- emitter (CPU 1)
-def emitter_main(port: int, ttft_ms: float, itl_ms: float) -> None:
+def emitter_main(port: int, log_port: int, ttft_ms: float, itl_ms: float) -> None:
     """The SSE emitter process: a raw asyncio protocol (uvloop + httptools), so that it is never the
     bottleneck and its timestamps are taken as early as user space can: ``arrival`` when the first
     bytes of a request are read, ``first``/``last`` just before a chunk is handed to the socket.
 
     POST /v1/chat/completions streams ``max_tokens`` one-token chunks (chunked transfer encoding,
     as vLLM and llama.cpp do), then a usage chunk and ``[DONE]``; GET /log returns and clears the
-    per-request truth; GET /v1/models lists one model.
+    per-request truth; GET /v1/models lists one model. Several emitter processes share ``port``
+    (SO_REUSEPORT: the kernel spreads the connections); each also listens alone on ``log_port``,
+    where GET /log gives that process's truth.
     """
     import httptools
     import uvloop
@@ -179,30 +182,42 @@ def emitter_main(port: int, ttft_ms: float, itl_ms: float) -> None:
                     heapq.heappush(heap, (due + itl_ms / 1e3, next(sequence), item))
 
     async def serve() -> None:
-        server = await asyncio.get_running_loop().create_server(Emitter, "127.0.0.1", port, backlog=4096)
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(Emitter, "127.0.0.1", port, backlog=4096, reuse_port=True)
+        own = await loop.create_server(Emitter, "127.0.0.1", log_port)
         asyncio.ensure_future(ticker())
-        async with server:
+        async with server, own:
             await server.serve_forever()
 
     uvloop.run(serve())
 
 
-def start_emitter(ttft_ms: float, itl_ms: float) -> tuple[subprocess.Popen, str]:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, __file__, "--emitter", str(port), str(ttft_ms), str(itl_ms)]
-    proc = subprocess.Popen(cmd, preexec_fn=lambda: os.sched_setaffinity(0, {1}))
-    url = f"http://127.0.0.1:{port}"
+        return s.getsockname()[1]
+
+
+def start_emitters(ttft_ms: float, itl_ms: float, count: int) -> tuple[list[subprocess.Popen], str, list[str]]:
+    """``count`` emitter processes on one port, pinned to CPUs 1 … count: (processes, URL, their /log URLs)."""
+    port = free_port()
+    procs, logs = [], []
+    for k in range(count):
+        log_port = free_port()
+        cmd = [sys.executable, __file__, "--emitter", str(port), str(log_port), str(ttft_ms), str(itl_ms)]
+        procs.append(subprocess.Popen(cmd, preexec_fn=lambda cpu=1 + k: os.sched_setaffinity(0, {cpu % (os.cpu_count() or 1)})))
+        logs.append(f"http://127.0.0.1:{log_port}/log")
     deadline = time.monotonic() + 20
-    while True:
-        try:
-            urllib.request.urlopen(url + "/v1/models", timeout=1).read()
-            return proc, url
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)  # waiting for the emitter to listen
+    for log in logs:
+        while True:
+            try:
+                urllib.request.urlopen(log.replace("/log", "/v1/models"), timeout=1).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)  # waiting for the emitter to listen
+    return procs, f"http://127.0.0.1:{port}", logs
 
 
 # ----------------------------------------------------------------------------- client (CPU 0)
@@ -217,7 +232,7 @@ def cpu_s(pids: list[int]) -> float:
     return own.ru_utime + own.ru_stime + ticks / os.sysconf("SC_CLK_TCK")
 
 
-async def drive(url: str, concurrency: int, tokens: int, count: int | None, seconds: float | None, ramp_s: float, procs: int):
+async def drive(url: str, concurrency: int, tokens: int, count: int | None, seconds: float | None, ramp_s: float, procs: int, first_cpu: int):
     """Closed loop against the emitter: a warm-up round, or (accuracy) streams started evenly over
     ``ramp_s`` whose ramp is the warm-up, then ``count`` requests or ``seconds`` measured, with
     ``procs`` client processes. Returns records, wall s, client CPU s, clock origin."""
@@ -239,8 +254,8 @@ async def drive(url: str, concurrency: int, tokens: int, count: int | None, seco
         client = WorkerPool(endpoint, origin=origin, connections=concurrency, request_timeout_s=120, procs=procs)
     async with client:
         pids = [w.process.pid for w in client.workers] if procs > 1 else []
-        spare = sorted(os.sched_getaffinity(0) | set(range(os.cpu_count() or 1)))[2:] or [0]
-        for k, pid in enumerate(pids):  # CPU 0: the coordinator, CPU 1: the emitter
+        spare = list(range(first_cpu, os.cpu_count() or 1)) or [0]
+        for k, pid in enumerate(pids):  # CPU 0: the coordinator, CPUs 1 …: the emitters, then the workers
             os.sched_setaffinity(pid, {spare[k % len(spare)]})
         if count is None:  # throughput: a warm-up round, then a duration
             await closed_loop(client, make, concurrency=concurrency, count=concurrency, on_record=lambda r: None, alive=alive)
@@ -253,26 +268,26 @@ async def drive(url: str, concurrency: int, tokens: int, count: int | None, seco
     return phase.records, wall1 - wall0, cpu1 - cpu0, origin
 
 
-def measure(mode: str, ttft_ms: float, itl_ms: float, concurrency: int, tokens: int, seconds: float, rounds: int, procs: int) -> dict:
+def measure(mode: str, ttft_ms: float, itl_ms: float, concurrency: int, tokens: int, seconds: float, rounds: int, procs: int, emitters: int) -> dict:
     """One table row. Throughput: ``seconds`` of closed loop. Accuracy: ``rounds`` × concurrency
     requests, the streams spread evenly over one request's duration (as a server at steady state
     sees them), so that what is measured is the client, not the emitter's handling of a burst of
     hundreds of simultaneous new requests."""
     import uvloop
 
-    proc, url = start_emitter(ttft_ms, itl_ms)
+    emitter_procs, url, logs = start_emitters(ttft_ms, itl_ms, emitters)
     try:
-        urllib.request.urlopen(url + "/log").read()  # nothing yet; also a liveness check
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             if mode == "throughput":
-                run = drive(url, concurrency, tokens, None, seconds, 0.0, procs)
+                run = drive(url, concurrency, tokens, None, seconds, 0.0, procs, 1 + emitters)
             else:
-                run = drive(url, concurrency, tokens, rounds * concurrency, None, (ttft_ms + tokens * itl_ms) / 1e3, procs)
+                run = drive(url, concurrency, tokens, rounds * concurrency, None, (ttft_ms + tokens * itl_ms) / 1e3, procs, 1 + emitters)
             records, wall, cpu, origin = runner.run(run)
-        truth = {e["key"]: e for e in json.loads(urllib.request.urlopen(url + "/log").read())}
+        truth = {e["key"]: e for log in logs for e in json.loads(urllib.request.urlopen(log).read())}
     finally:
-        proc.terminate()
-        proc.wait()
+        for proc in emitter_procs:
+            proc.terminate()
+            proc.wait()
     chunks = sum(len(r.chunk_times) for r in records)  # all that the measured CPU time handled
     if mode == "accuracy":
         records = [r for r in records if r.phase == "measured"]  # the ramp was the warm-up
@@ -310,7 +325,7 @@ def measure(mode: str, ttft_ms: float, itl_ms: float, concurrency: int, tokens: 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--emitter":
-        emitter_main(int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]))
+        emitter_main(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]))
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=6.0, help="throughput: measured seconds per cell (after one warm-up round)")
@@ -318,6 +333,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=256, help="chunks (one token each) per request")
     ap.add_argument("--concurrency", default="1,64,256")
     ap.add_argument("--procs", default="1", help="client processes to compare, e.g. 1,2,4,8")
+    ap.add_argument("--emitters", type=int, default=1, help="emitter processes (one port, SO_REUSEPORT), so that the emitter outruns N clients")
     args = ap.parse_args()
     os.sched_setaffinity(0, {0})
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -325,14 +341,14 @@ def main() -> None:
     for mode, ttft, itl in (("throughput", 0.0, 0.0), ("accuracy", 50.0, 10.0)):
         for c in levels:
             for procs in (int(p) for p in args.procs.split(",")):
-                rows.append(measure(mode, ttft, itl, c, args.tokens, args.seconds, args.rounds, procs))
+                rows.append(measure(mode, ttft, itl, c, args.tokens, args.seconds, args.rounds, procs, args.emitters))
                 print(json.dumps(rows[-1]), file=sys.stderr)
     one = {(r["mode"], r["c"]): r["chunks_s"] for r in rows if r["procs"] == 1}
 
     def f(v, d=2):
         return "–" if v is None else f"{v:,.{d}f}"
 
-    table = Table(title=f"servelab client overhead ({args.tokens} one-token chunks per request; client on CPU 0, emitter on CPU 1, workers on CPUs 2…)")
+    table = Table(title=f"servelab client overhead ({args.tokens} one-token chunks per request; client on CPU 0, {args.emitters} emitter(s) on CPUs 1…, workers after them)")
     for col in ("mode", "streams", "client procs", "scaling ×", "ok / failed", "chunks", "chunks/s flowed", "client CPU µs/chunk",
                 "client capacity chunks/s/core", "TTFT err p50 ms", "|TTFT err| p99 ms", "ITL err p50 ms", "|ITL err| p99 ms",
                 "first-token receive lag p99 ms"):  # fmt: skip
