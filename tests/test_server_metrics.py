@@ -13,6 +13,7 @@ from servelab.diagnose import diagnose
 from servelab.endpoint import discover
 from servelab.local import LocalServer, model_path
 from servelab.metrics.server import compute, parse
+from servelab.results import RunResult
 
 FIX = Path(__file__).parent / "fixtures" / "metrics"
 
@@ -98,7 +99,7 @@ def test_llamacpp_speculative_decoding_counters_for_real(tmp_path):
 
 
 def test_llamacpp_queueing_is_found_and_cold_run_is_clean(llama, tmp_path):
-    run = bench(llama.url, tmp_path, concurrency=[8], requests=16, warmup=0, input_tokens=64, output_tokens=48)
+    run = bench(llama.url, tmp_path, concurrency=[8], requests=16, warmup=0, input_tokens=64, output_tokens=48, server_log=llama.log_path)
     s = run.levels[0].server
     assert s.peak_waiting >= 1 and s.peak_running <= 4  # 4 slots
     assert s.prefix_cache_hit_rate == 0
@@ -107,6 +108,23 @@ def test_llamacpp_queueing_is_found_and_cold_run_is_clean(llama, tmp_path):
     assert "token_count_mismatch" not in kinds and "prompt_count_mismatch" not in kinds
     finding = next(f for f in run.findings if f.kind == "server_queueing")
     assert finding.evidence["peak_waiting"] == s.peak_waiting
+    assert finding.evidence["cause"] == "slot_cap" and "the slot cap: 4 requests ran at once" in finding.message  # from the boot log's slots
+
+
+def test_queueing_is_attributed_to_its_cause_on_a_real_vllm_run():
+    """vLLM 0.25 on an H100 (validation run kept as a fixture): at 64 streams of 512-token prompts
+    requests queued with 64 running of 1,024 slots and 9 % of the KV cache used: the prefill token
+    budget (8,192 tokens a step: 16 such prompts) made them wait, not max_num_seqs or KV capacity."""
+    run = RunResult.model_validate_json((FIX.parent / "runs" / "vllm-0.25-h100-qwen3-8b-run.json").read_text())
+    (queued,) = [f for f in diagnose(run, run.boot.cudagraph_sizes) if f.kind == "server_queueing"]
+    assert queued.evidence["cause"] == "prefill_budget" and "admits about 16 per step" in queued.message
+    lv = next(lv for lv in run.levels if lv.concurrency == 64)
+    lv.server.peak_kv_usage = 0.97  # a full KV cache comes first
+    assert next(f for f in diagnose(run) if f.kind == "server_queueing").evidence["cause"] == "kv_capacity"
+    lv.server.peak_kv_usage, run.boot.max_num_seqs = 0.09, 64  # then the slot cap
+    assert next(f for f in diagnose(run) if f.kind == "server_queueing").evidence["cause"] == "slot_cap"
+    run.boot = None
+    assert next(f for f in diagnose(run) if f.kind == "server_queueing").evidence["cause"] == "unknown"
 
 
 def test_findings_from_numbers(llama, tmp_path):
@@ -131,3 +149,15 @@ def test_gpu_sampler_is_silent_without_nvml():
         return await sampler.stop(100)
 
     assert asyncio.run(go()) is None
+
+
+def test_a_ceiling_exceeded_names_the_assumptions():
+    """On a MoE model with dummy weights vLLM decoded at 144–169 % of the roofline (issue 17): the
+    "% of ceiling" above 100 is a finding that names what the ceiling assumed."""
+    run = RunResult.model_validate_json((FIX.parent / "runs" / "vllm-0.25-h100-qwen3-8b-run.json").read_text())
+    assert not [f for f in diagnose(run) if f.kind == "ceiling_exceeded"]
+    lv = run.levels[0]
+    lv.decode_ceiling_tok_s = lv.decode_tok_s.p50 / 1.5
+    (found,) = [f for f in diagnose(run) if f.kind == "ceiling_exceeded"]
+    assert found.evidence["pct_of_ceiling"] == pytest.approx(150) and "every expert equally likely" in found.message
+    assert found.evidence["quant"] == run.ceiling.quant

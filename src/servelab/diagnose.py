@@ -10,10 +10,12 @@ from __future__ import annotations
 from servelab import engines
 from servelab.metrics.waves import WaveStats
 from servelab.plan.cudagraph import padding
+from servelab.metrics.summary import LevelSummary
 from servelab.results import Finding, RunResult
 
 PREFIX_HIT_TOLERANCE = 0.01  # cold runs: more than 1% of prompt tokens from cache is contamination
 ACCEPTANCE_DROP = 0.8  # acceptance at the highest level below 80% of the lowest level's
+KV_FULL = 0.95  # peak KV-cache usage at which the cache counts as full
 
 
 def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Finding]:
@@ -35,6 +37,15 @@ def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Fin
                                evidence={"concurrency": c, "short_outputs": lv.short_outputs, "ok": lv.ok, "max_tokens": run.load.output_tokens}))  # fmt: skip
         if lv.waves and lv.waves.synchronized:
             out.append(_waves(lv.concurrency, lv.waves))
+        if (pct := lv.pct_of_ceiling) is not None and pct > 100 and run.ceiling is not None:
+            ce = run.ceiling
+            out.append(Finding(kind="ceiling_exceeded", severity="warning",
+                               message=f"c={c}: decode ran at {pct:.0f}% of the ceiling ({lv.decode_tok_s.p50:,.1f} of {lv.decode_ceiling_tok_s:,.1f} tok/s per stream): "
+                                       f"a ceiling is exceeded only when one of its assumptions did not hold — weights in {ce.quant}, {ce.hardware}'s datasheet "
+                                       f"bandwidth, {ce.context_tokens:,} tokens of context, one token per step (no speculative decoding), and for a MoE model "
+                                       "every expert equally likely (a skewed router, or random dummy weights, touches fewer experts per step and reads less)",
+                               evidence={"concurrency": c, "pct_of_ceiling": pct, "decode_tok_s_p50": lv.decode_tok_s.p50,
+                                         "ceiling_tok_s": lv.decode_ceiling_tok_s, **ce.model_dump()}))  # fmt: skip
         if s is None:
             continue
         if run.load.prefix_cache == "cold" and (s.prefix_cache_hit_rate or 0) > PREFIX_HIT_TOLERANCE:
@@ -42,11 +53,12 @@ def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Fin
                                message=f"c={c}: {s.prefix_cache_hit_rate:.1%} of prompt tokens came from the prefix cache in a cold run: TTFT and throughput are inflated",
                                evidence={"concurrency": c, "prefix_cache_hit_rate": s.prefix_cache_hit_rate, "cached_prompt_tokens": s.cached_prompt_tokens}))  # fmt: skip
         if (s.peak_waiting or 0) > 0 or (s.queue_time_mean_ms or 0) > 0.1 * (lv.ttft_ms.mean or float("inf")):
+            cause, why = _queue_cause(run, lv)
             out.append(Finding(kind="server_queueing", severity="warning",
                                message=f"c={c}: requests waited in the server's queue (peak {s.peak_waiting or 0:.0f} waiting, {s.peak_running or 0:.0f} running"
                                        + (f", mean queue time {s.queue_time_mean_ms:.0f} ms of {lv.ttft_ms.mean:.0f} ms TTFT" if s.queue_time_mean_ms else "")
-                                       + "): the offered concurrency is above the server's max_num_seqs / slots or KV capacity, so TTFT includes queueing",
-                               evidence={"concurrency": c, "peak_waiting": s.peak_waiting, "peak_running": s.peak_running,
+                                       + f"), so TTFT includes queueing; the cause: {why}",
+                               evidence={"concurrency": c, "cause": cause, "peak_waiting": s.peak_waiting, "peak_running": s.peak_running,
                                          "queue_time_mean_ms": s.queue_time_mean_ms, "ttft_mean_ms": lv.ttft_ms.mean}))  # fmt: skip
         if s.preemptions:
             out.append(Finding(kind="preemptions", severity="warning",
@@ -63,6 +75,33 @@ def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Fin
                                evidence={"concurrency": c, "server_prompt_tokens": s.prompt_tokens, "client_prompt_tokens": lv.phase_prompt_tokens}))  # fmt: skip
     out += _acceptance_trend(run) + _padding(run, capture_sizes) + _prompt_truncation(run)
     return out
+
+
+def _queue_cause(run: RunResult, lv: LevelSummary) -> tuple[str, str]:
+    """(cause, in words) of a level's server-side queueing, from the server's counters and the boot
+    log's limits, in this order: KV capacity (preemptions, or the KV cache ≥ ``KV_FULL`` used), the
+    slot cap (running requests reached max_num_seqs / the slots), the prefill token budget (the
+    level's prompts need more prefill tokens than max_num_batched_tokens admits in one step, so
+    requests arriving together start over several steps: vLLM's scheduler, ``vllm/v1/core/sched/scheduler.py``,
+    stops admitting waiting requests once a step's token budget is spent)."""
+    s, boot, c = lv.server, run.boot, lv.concurrency
+    assert s is not None
+    cap = (boot.max_num_seqs or boot.slots) if boot else None
+    budget = boot.max_num_batched_tokens if boot else None
+    served = lv.ok + lv.failed_requests
+    prompt = round(lv.prompt_tokens / lv.ok) if lv.ok else run.load.input_tokens
+    if s.preemptions or (s.peak_kv_usage or 0) >= KV_FULL:
+        return "kv_capacity", f"the KV cache was full ({(s.peak_kv_usage or 0):.0%} used at peak, {s.preemptions or 0:.0f} preemptions): fewer requests fit than were offered"
+    if cap and (s.peak_running or 0) >= cap:
+        return "slot_cap", f"the slot cap: {cap} requests ran at once (max_num_seqs / slots), the rest waited for a free slot"
+    if budget and served and c * prompt > budget:
+        per_step = max(1, budget // prompt)
+        return "prefill_budget", (f"the prefill token budget: {c} prompts of {prompt:,} tokens need {c * prompt:,} tokens of prefill, "
+                                  f"max_num_batched_tokens {budget:,} admits about {per_step} per step, so requests that arrive together "
+                                  "wait for later steps (a larger --max-num-batched-tokens shortens that wait and lengthens the decode stalls)")  # fmt: skip
+    if boot is None:
+        return "unknown", "not known without the server's boot log (pass --server-log): max_num_seqs / slots, the prefill token budget or KV capacity"
+    return "unknown", "none of max_num_seqs / slots, the prefill token budget or KV capacity explains it from the counters scraped"
 
 
 def _waves(c: int, w: WaveStats) -> Finding:
