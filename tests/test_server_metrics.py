@@ -109,6 +109,7 @@ def test_llamacpp_queueing_is_found_and_cold_run_is_clean(llama, tmp_path):
     finding = next(f for f in run.findings if f.kind == "server_queueing")
     assert finding.evidence["peak_waiting"] == s.peak_waiting
     assert finding.evidence["cause"] == "slot_cap" and "the slot cap: 4 requests ran at once" in finding.message  # from the boot log's slots
+    assert 0 < run.levels[0].client_cpu < 1  # servelab's own CPU over the measured phase, sampled
 
 
 def test_queueing_is_attributed_to_its_cause_on_a_real_vllm_run():
@@ -161,3 +162,10 @@ def test_a_ceiling_exceeded_names_the_assumptions():
     (found,) = [f for f in diagnose(run) if f.kind == "ceiling_exceeded"]
     assert found.evidence["pct_of_ceiling"] == pytest.approx(150) and "every expert equally likely" in found.message
     assert found.evidence["quant"] == run.ceiling.quant
+
+
+def test_a_busy_client_makes_an_unstable_measurement():
+    run = RunResult.model_validate_json((FIX.parent / "runs" / "vllm-0.25-h100-qwen3-8b-run.json").read_text())
+    run.levels[0].client_cpu, run.levels[1].client_cpu = 0.95, 0.5
+    (found,) = [f for f in diagnose(run) if f.kind == "unstable_measurement"]
+    assert found.evidence["concurrency"] == run.levels[0].concurrency and "busy 95%" in found.message

@@ -16,6 +16,7 @@ from servelab.results import Finding, RunResult
 PREFIX_HIT_TOLERANCE = 0.01  # cold runs: more than 1% of prompt tokens from cache is contamination
 ACCEPTANCE_DROP = 0.8  # acceptance at the highest level below 80% of the lowest level's
 KV_FULL = 0.95  # peak KV-cache usage at which the cache counts as full
+CLIENT_BUSY = 0.9  # servelab's process busy this share of the measured phase: its timestamps wait for its event loop
 
 
 def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Finding]:
@@ -37,6 +38,11 @@ def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Fin
                                evidence={"concurrency": c, "short_outputs": lv.short_outputs, "ok": lv.ok, "max_tokens": run.load.output_tokens}))  # fmt: skip
         if lv.waves and lv.waves.synchronized:
             out.append(_waves(lv.concurrency, lv.waves))
+        if lv.client_cpu is not None and lv.client_cpu >= CLIENT_BUSY:
+            out.append(Finding(kind="unstable_measurement", severity="warning",
+                               message=f"c={c}: servelab's own process was busy {lv.client_cpu:.0%} of the measured phase: chunks waited for its event loop, so "
+                                       "TTFT and ITL include client delay; spread the streams over processes (--client-procs, --ray) or lower the load",
+                               evidence={"concurrency": c, "client_cpu": lv.client_cpu, "threshold": CLIENT_BUSY}))  # fmt: skip
         if (pct := lv.pct_of_ceiling) is not None and pct > 100 and run.ceiling is not None:
             ce = run.ceiling
             out.append(Finding(kind="ceiling_exceeded", severity="warning",

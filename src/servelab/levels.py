@@ -71,6 +71,7 @@ class LevelRunner:
         self.server_stats: ServerStats | None = None
         self.shared_prefix = ""  # --prefix-cache shared-prefix: the text every prompt starts with
         self.gpu_stats: GpuStats | None = None
+        self.client_cpu: float | None = None
         self.cut: tuple[int, float | None, list[RequestRecord]] | None = None
         self._index = 0  # the next record's index (a resumed run goes on from its last one)
         self._level_start = 0
@@ -154,6 +155,7 @@ class LevelRunner:
 
         gpu = GpuSampler()
         await watch.start()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
         if phase == "measured":
             gpu.start()
             self.cut = (level, rate, records)  # until the phase ends: what a cut-short level's summary covers
@@ -169,6 +171,7 @@ class LevelRunner:
                     max_concurrency=o.max_concurrency, seed=o.seed, on_record=self._on_record, alive=self.alive,
                 )  # fmt: skip
         finally:
+            self.client_cpu = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
             self.server_stats = await watch.stop()
             self.gpu_stats = await gpu.stop(sum(r.output_tokens or 0 for r in records))
         self.cut = None
@@ -240,6 +243,7 @@ class LevelRunner:
             )
         summary.server = self.server_stats
         summary.gpu = self.gpu_stats
+        summary.client_cpu = self.client_cpu
         if self.opts.ceiling is not None:
             summary.decode_ceiling_tok_s = self.opts.ceiling.per_stream(batch, self.decode_context)
         self.writer.run.levels.append(summary)

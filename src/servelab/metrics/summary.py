@@ -89,6 +89,7 @@ class LevelSummary(BaseModel):
     ramp_prompt_tokens: int = 0
     ramp_output_tokens: int = 0
     waves: WaveStats | None = Field(None, description="Closed loop: how clustered the sends were (metrics/waves.py).")
+    client_cpu: float | None = Field(None, description="CPU time of servelab's own process over the measured phase's wall time (1.0 = one core busy throughout).")
     short_outputs: int = Field(0, description="With ignore_eos: successful requests that returned fewer tokens than max_tokens (the server did not honour it).")
     record_span: tuple[int, int] | None = Field(None, description="First and last record index of the level (warm-up included).")
     cut_short: bool = Field(False, description="The level did not finish (the server stopped answering, or Ctrl-C): it covers what ran; a resumed run measures it again.")
