@@ -1,0 +1,222 @@
+"""``servelab predict``: a closed-loop level's speed before it is measured, from the roofline's bytes
+and FLOPs (``servelab.plan.roofline``), the engine's scheduler limits, and three efficiencies
+calibrated on real runs.
+
+The model, per GPU of a TP group, at ``c`` streams of P prompt and O output tokens:
+
+- **running** B = min(c, max_num_seqs, requests of P + O tokens the KV cache holds); the rest
+  wait on the server (the *slot cap* or *KV capacity*), adding (c − B) ÷ B request durations;
+- **decode step** at B sequences and context L = P + O/2:
+  t_d = bytes ÷ (bandwidth · η_bw) + t₀, or FLOPs ÷ (peak · η_c) + t₀ when that is larger;
+  bytes = weights touched (MoE: the distinct experts B tokens reach under uniform routing) + the
+  KV of B sequences; FLOPs, and the experts reached, over the *padded* batch s = the smallest
+  CUDA-graph capture size ≥ B (vLLM runs the captured graph of size s, its padding tokens routed
+  like real ones; eager above the largest size);
+- **prefill** of one prompt: t_p = FLOPs ÷ (peak · η_c) (or its bytes, when larger);
+- **steady state** (``stagger``, servelab's default; vLLM's chunked prefill mixes prefills into
+  decode steps): while a request decodes its O tokens, the other B − 1 streams each prefill once,
+  so TPOT = t_d + (B − 1) · t_p ÷ O and TTFT = t_p + t_d (its prefill, then the step it lands in);
+- **burst** (``--closed-loop burst``, and vllm bench serve: the B requests of a wave arrive
+  together): their prefills run one after another, so the median request waits for half of them,
+  TTFT = (B + 1) ÷ 2 · t_p + t_d, and decodes beside the half still prefilling,
+  TPOT = t_d + B ÷ 2 · t_p ÷ O;
+- E2E = TTFT + (O − 1) · TPOT; output tok/s per stream = O ÷ E2E, aggregate = c · O ÷ (E2E + queue wait).
+
+Bottleneck named per point: the slot cap or KV capacity (streams waiting), prefill (the prefill
+term of TPOT above the decode step), CUDA-graph padding (the padded step ≥ 1.1 × the unpadded one:
+FLOPs when compute-bound, and on MoE models the experts the padding tokens reach), per-step
+overhead (t₀ above half the step), else bandwidth or compute (the larger term of t_d).
+
+Assumptions (stated with every prediction): uniform MoE routing; the engine's chunked prefill
+interleaving prefills with decode (vLLM V1); no prefix-cache hits; no speculative decoding; TP
+all-reduce not modelled. Calibration (:class:`Calibration`): η_bw, η_c and t₀ fitted by least
+squares on measured TPOT and TTFT p50 of real runs (``fit``), relative errors, since every row is
+linear in (1 ÷ η_bw, 1 ÷ η_c, t₀) with the decode step taken as bandwidth-bound (the model's own
+``max`` is used to predict). Shipped calibrations and their measured errors: data/calibration.yaml.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from importlib.resources import files
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, Field
+
+from servelab.engines import plan_engine
+from servelab.errors import ServelabError
+from servelab.plan.hardware import Hardware
+from servelab.plan.memory import plan_memory
+from servelab.plan.model_spec import ModelSpec
+from servelab.plan.quant import QuantFormat
+from servelab.plan.roofline import compute_dtype, decode_step, prefill
+
+PADDING_NAMED = 1.1  # padding is named the bottleneck when it makes the decode step this much longer
+TTFT_FIT_RUNNING = 2  # TTFT p50 enters the fit only at this many streams or fewer (see fit)
+
+
+class Calibration(BaseModel):
+    """Efficiencies of one engine × hardware × format family, with where they came from."""
+
+    name: str
+    bw_efficiency: float = Field(gt=0, le=1.5, description="Achieved share of the datasheet memory bandwidth in decode.")
+    compute_efficiency: float = Field(gt=0, le=1.5, description="Achieved share of the datasheet dense peak in prefill.")
+    step_overhead_ms: float = Field(ge=0, description="Fixed time per decode step (scheduling, launches, sampling), ms.")
+    source: str = Field(description="The runs it was fitted on.")
+    error: str = Field("", description="Measured error (leave-one-run-out), in words.")
+
+
+def calibrations() -> dict[str, Calibration]:
+    """The shipped calibrations (``servelab/data/calibration.yaml``) by name."""
+    data = yaml.safe_load(files("servelab.data").joinpath("calibration.yaml").read_text())
+    return {name: Calibration(name=name, **value) for name, value in data.items()}
+
+
+def calibration(name: str) -> Calibration:
+    """A shipped calibration by name.
+
+    Raises:
+        ServelabError: unknown name (the known ones listed).
+    """
+    known = calibrations()
+    if name not in known:
+        raise ServelabError(f"--calibration {name!r} is not known; use one of {', '.join(known)}")
+    return known[name]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The engine's scheduler limits for the prediction (vLLM's names)."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    capture_sizes: list[int]
+    kv_requests: float  # requests of P + O tokens the KV cache holds (servelab plan)
+
+
+def limits_for(
+    spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, tp: int, input_tokens: int, output_tokens: int,
+    max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None, capture_sizes: list[int] | None = None,
+) -> Limits:  # fmt: skip
+    """The plan engine's limits (its defaults for the hardware where not given, its default
+    capture sizes for them) and the requests of P + O tokens ``servelab plan`` fits in the KV cache."""
+    engine = plan_engine()
+    mbt_default, seqs_default = engine.batch_defaults(hw)
+    seqs, mbt = max_num_seqs or seqs_default, max_num_batched_tokens or mbt_default
+    kv = plan_memory(spec, fmt, hw, tp=tp, max_model_len=input_tokens + output_tokens, max_num_seqs=seqs, max_num_batched_tokens=mbt).max_concurrency
+    return Limits(max_num_seqs=seqs, max_num_batched_tokens=mbt, capture_sizes=capture_sizes or engine.capture_sizes(seqs, mbt), kv_requests=kv)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One predicted level. Times in s, rates in tok/s."""
+
+    concurrency: int
+    running: int
+    padded_batch: int
+    decode_step_s: float
+    prefill_s: float
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+    queue_s: float
+    per_stream_tok_s: float
+    aggregate_tok_s: float
+    bottleneck: str
+
+
+@dataclass(frozen=True)
+class Terms:
+    """The calibration-free terms of one level: seconds at 100 % efficiency and no overhead."""
+
+    decode_bytes_s: float  # decode step's bytes ÷ bandwidth (MoE experts reached by the padded batch)
+    decode_flops_s: float  # decode step's FLOPs (padded batch) ÷ peak
+    prefill_s: float  # one prompt's FLOPs ÷ peak (or bytes ÷ bandwidth, when larger)
+    running: int
+    padded: int
+    unpadded_bytes_s: float  # the same step without padding, to name padding as a bottleneck
+    unpadded_flops_s: float
+
+
+def terms(spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, concurrency: int, input_tokens: int, output_tokens: int, limits: Limits, tp: int = 1) -> Terms:
+    """The roofline terms of one level (module docstring)."""
+    running = max(1, min(concurrency, limits.max_num_seqs, math.floor(limits.kv_requests) or 1))
+    padded = next((s for s in sorted(limits.capture_sizes) if s >= running), running)
+    context = input_tokens + output_tokens // 2
+    step = decode_step(spec, fmt, hw, batch=running, context=context, tp=tp)
+    pad = decode_step(spec, fmt, hw, batch=padded, context=context, tp=tp)
+    kv = step.bytes - decode_step(spec, fmt, hw, batch=running, context=0, tp=tp).bytes  # the running sequences' KV
+    weights = decode_step(spec, fmt, hw, batch=padded, context=0, tp=tp).bytes  # padding tokens route to experts too
+    peak = hw.peak_flops(compute_dtype(fmt)) or float("inf")
+    pf = prefill(spec, fmt, hw, tokens=input_tokens, tp=tp)
+    bw = hw.bandwidth_gbs * 1e9
+    return Terms((weights + kv) / bw, pad.flops / peak, max(pf.flops / peak, pf.bytes / bw), running, padded, step.bytes / bw, step.flops / peak)
+
+
+def _shares(running: int, mode: str) -> tuple[float, float]:
+    """(prefills a request waits for before its first token, prefills beside its decode) (module docstring)."""
+    if mode == "burst":
+        return (running + 1) / 2, running / 2
+    return 1.0, running - 1.0
+
+
+def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int, mode: str = "stagger") -> Point:
+    """A level's prediction from its terms and a calibration; ``mode``: ``stagger`` (steady
+    state) or ``burst`` (module docstring)."""
+    overhead = cal.step_overhead_ms / 1e3
+    t_mem, t_cmp = t.decode_bytes_s / cal.bw_efficiency, t.decode_flops_s / cal.compute_efficiency
+    t_d = max(t_mem, t_cmp) + overhead
+    t_p = t.prefill_s / cal.compute_efficiency
+    b, o = t.running, output_tokens
+    before, beside = _shares(b, mode)
+    tpot = t_d + beside * t_p / o
+    ttft = before * t_p + t_d
+    e2e = ttft + (o - 1) * tpot
+    queue = (concurrency - b) / b * e2e if concurrency > b else 0.0
+    if concurrency > b:
+        bottleneck = "slot cap / KV capacity"
+    elif beside * t_p / o > t_d:
+        bottleneck = "prefill"
+    elif t_d - overhead >= PADDING_NAMED * max(t.unpadded_bytes_s / cal.bw_efficiency, t.unpadded_flops_s / cal.compute_efficiency):
+        bottleneck = "CUDA-graph padding"
+    elif overhead > 0.5 * t_d:
+        bottleneck = "per-step overhead"
+    else:
+        bottleneck = "bandwidth" if t_mem >= t_cmp else "compute"
+    return Point(concurrency, b, t.padded, t_d, t_p, ttft, tpot, e2e, queue, o / e2e, concurrency * o / (e2e + queue), bottleneck)
+
+
+def fit(rows: list[tuple[Terms, int, str, float, float]], name: str, source: str) -> Calibration:
+    """Calibration from measured levels: the efficiencies (η_bw in 0.2–1.2, η_c in 0.1–1.2, steps of
+    0.01) and the per-step overhead t₀ ≥ 0 that minimise the squared relative error of the
+    predicted TPOT p50 of every level and TTFT p50 of the levels with at most ``TTFT_FIT_RUNNING``
+    streams (t₀ in closed form for each pair of efficiencies: every prediction is linear in it).
+    Higher up, measured TTFT grows beyond the model's prefill-plus-one-step (vLLM 0.25, H100,
+    stagger: about 4.5 decode steps at 64 and 256 streams — front-end and scheduling delays the
+    model does not have), so those levels would bend the efficiencies; their TTFT error is reported
+    instead (validation/RESULTS-predict.md).
+
+    Args:
+        rows: (terms, output tokens, mode, measured TPOT p50 s, measured TTFT p50 s) per level.
+
+    Raises:
+        ServelabError: fewer than two levels.
+    """
+    if len(rows) < 2:
+        raise ServelabError("a calibration needs at least two measured levels")
+    bw = np.linspace(0.2, 1.2, 101)[:, None, None]
+    cmp = np.linspace(0.1, 1.2, 111)[None, :, None]
+    mem, flop, pre, before, beside, out, tpot, ttft = (np.array(x, dtype=float) for x in zip(*[
+        (t.decode_bytes_s, t.decode_flops_s, t.prefill_s, *_shares(t.running, mode), o, m_tpot, m_ttft) for t, o, mode, m_tpot, m_ttft in rows]))  # fmt: skip
+    step = np.maximum(mem / bw, flop / cmp)  # the decode step without t₀, per (η_bw, η_c, level)
+    prefill_s = pre / cmp
+    low = np.array([t.running <= TTFT_FIT_RUNNING for t, *_ in rows])
+    a = np.concatenate([(step + beside * prefill_s / out) / tpot, ((before * prefill_s + step) / ttft)[..., low]], axis=-1)  # predicted ÷ measured, t₀ = 0
+    b = np.concatenate([1 / tpot, 1 / ttft[low]])  # how much t₀ adds to each ratio
+    t0 = np.clip(((1 - a) * b).sum(-1) / (b * b).sum(), 0, None)
+    sse = ((a + t0[..., None] * b - 1) ** 2).sum(-1)
+    i, j = np.unravel_index(np.argmin(sse), sse.shape)
+    return Calibration(name=name, bw_efficiency=round(float(bw[i, 0, 0]), 3), compute_efficiency=round(float(cmp[0, j, 0]), 3),
+                       step_overhead_ms=round(float(t0[i, j]) * 1e3, 3), source=source)  # fmt: skip

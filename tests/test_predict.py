@@ -1,0 +1,120 @@
+"""servelab predict: the model's effects (servelab/plan/predict.py), its calibration fit, its measured
+error on the real vLLM runs in the repository (validation/predict_loo.py), and the CLI."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from servelab.cli import app
+from servelab.plan.hardware import load_hardware
+from servelab.plan.model_spec import load_model
+from servelab.plan.predict import Calibration, calibration, fit, limits_for, predict, terms
+from servelab.plan.quant import get_format
+
+ROOT = Path(__file__).resolve().parent.parent
+cli = CliRunner()
+
+
+def _curve(model, quant, levels, *, cal=None, mode="stagger", **limits_kw):
+    spec, fmt, hw = load_model(model), get_format(quant), load_hardware("h100-sxm")
+    limits = limits_for(spec, fmt, hw, tp=1, input_tokens=1024, output_tokens=256, **limits_kw)
+    ts = [terms(spec, fmt, hw, concurrency=c, input_tokens=1024, output_tokens=256, limits=limits) for c in levels]
+    cal = cal or calibration("vllm-0.25-h100-bf16")
+    return ts, [predict(t, cal, concurrency=c, output_tokens=256, mode=mode) for t, c in zip(ts, levels)]
+
+
+def test_the_curve_bends_where_the_scheduler_says():
+    _, pts = _curve("qwen3-8b", "bf16", [1, 8, 64, 256, 512], max_num_seqs=256)
+    per_stream = [1 / p.tpot_s for p in pts]
+    assert per_stream == sorted(per_stream, reverse=True)  # more streams, slower each
+    agg = [p.aggregate_tok_s for p in pts]
+    assert agg[:4] == sorted(agg[:4]) and agg[4] == pytest.approx(agg[3], rel=0.05)  # flat above the slot cap
+    assert pts[0].bottleneck == "bandwidth" and pts[3].bottleneck == "prefill" and pts[4].bottleneck == "slot cap / KV capacity"
+    assert pts[4].running == 256 and pts[4].queue_s == pytest.approx(pts[4].e2e_s)  # 512 streams on 256 slots: a request's time in the queue
+
+
+def test_cuda_graph_padding_costs_a_moe_model_its_experts():
+    """A batch of 5 runs the graph of 8, and its 3 padding tokens route to experts too: on a MoE
+    model c=5 decodes no faster per stream than c=8 (measured on vLLM 0.25: 119 and 119 tok/s)."""
+    _, pts = _curve("qwen3-30b-a3b", "fp8", [4, 5, 8], capture_sizes=[1, 2, 4, 8, 16])
+    assert pts[1].padded_batch == 8 and pts[1].bottleneck == "CUDA-graph padding"
+    assert pts[1].tpot_s > pts[0].tpot_s * 1.2 and pts[1].decode_step_s == pytest.approx(pts[2].decode_step_s, rel=0.05)
+    _, captured = _curve("qwen3-30b-a3b", "fp8", [5], capture_sizes=[1, 2, 4, 5, 8, 16])
+    assert captured[0].bottleneck != "CUDA-graph padding" and captured[0].tpot_s < pts[1].tpot_s
+
+
+def test_burst_waves_wait_for_each_others_prefill():
+    _, steady = _curve("qwen3-8b", "bf16", [64])
+    _, burst = _curve("qwen3-8b", "bf16", [64], mode="burst")
+    assert burst[0].ttft_s > 10 * steady[0].ttft_s and burst[0].tpot_s < steady[0].tpot_s
+
+
+def test_fit_recovers_the_efficiencies_that_made_the_data():
+    truth = Calibration(name="t", bw_efficiency=0.7, compute_efficiency=0.55, step_overhead_ms=1.2, source="synthetic")
+    rows = []
+    for mode in ("stagger", "burst"):
+        ts, pts = _curve("qwen3-8b", "bf16", [1, 2, 8, 64, 256], cal=truth, mode=mode)
+        rows += [(t, 256, mode, p.tpot_s, p.ttft_s) for t, p in zip(ts, pts)]
+    got = fit(rows, "t", "synthetic")
+    assert (got.bw_efficiency, got.compute_efficiency) == (pytest.approx(0.7, abs=0.011), pytest.approx(0.55, abs=0.011))
+    assert got.step_overhead_ms == pytest.approx(1.2, abs=0.1)
+
+
+def test_stated_error_holds_on_the_real_runs():
+    """The shipped calibration's error, as validation/predict_loo.py measures it leave-one-run-out
+    on the repository's real vLLM 0.25 H100 runs: issue 17's bounds (aggregate median ≤ 15 %,
+    single-stream decode ≤ 10 %)."""
+    spec = importlib.util.spec_from_file_location("predict_loo", ROOT / "validation" / "predict_loo.py")
+    loo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loo)
+    runs = [(path.relative_to(ROOT).as_posix(), loo.levels(path, m, q, hw)) for g, path, m, q, hw in loo.RUNS if g == "vllm-0.25-h100-dense-bf16"]
+    agg, single = [], []
+    for i, (_, lvs) in enumerate(runs):
+        train = [lv for k, (_, other) in enumerate(runs) if k != i for lv in other]
+        cal = fit([(t, o, mode, tpot, tt) for _, t, o, mode, tpot, tt, _ in train], "loo", "test")
+        for c, t, o, mode, tpot, tt, tok_s in lvs:
+            pt = predict(t, cal, concurrency=c, output_tokens=o, mode=mode)
+            agg.append(abs(pt.aggregate_tok_s / tok_s - 1))
+            if c == 1:
+                single.append(abs(tpot / pt.tpot_s - 1))
+    assert statistics.median(agg) <= 0.15 and max(single) <= 0.10
+    shipped = calibration("vllm-0.25-h100-bf16")
+    whole = fit([(t, o, mode, tpot, tt) for _, lvs in runs for _, t, o, mode, tpot, tt, _ in lvs], "all", "test")
+    assert (whole.bw_efficiency, whole.compute_efficiency) == (shipped.bw_efficiency, shipped.compute_efficiency)
+
+
+def test_cli_predicts_with_its_calibration_and_refuses_bad_input():
+    res = cli.invoke(app, ["predict", "--model", "qwen3-8b", "--hardware", "h100-sxm", "--concurrency", "1,64", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert [p["concurrency"] for p in doc["points"]] == [1, 64] and doc["calibration"]["name"] == "vllm-0.25-h100-bf16"
+    assert "uniform MoE routing" in doc["assumptions"]
+    res = cli.invoke(app, ["predict", "--model", "qwen3-8b", "--calibration", "nope"])
+    assert res.exit_code == 2 and "--calibration 'nope' is not known" in res.output and "Traceback" not in res.output
+
+
+def test_explain_puts_a_real_run_beside_the_prediction():
+    """vLLM 0.25 on an H100 (the fixture run): every level as predicted within 15 %, the c=64 queue
+    named with its cause; the Qwen3-Next hybrid on an H200 is put on the calibration, which was not
+    fitted on such a model."""
+    from servelab.explain import explain
+    from servelab.results import RunResult
+
+    run = RunResult.model_validate_json((ROOT / "tests/fixtures/runs/vllm-0.25-h100-qwen3-8b-run.json").read_text())
+    rows = explain(run, load_model("qwen3-8b"), get_format("bf16"), load_hardware("h100-sxm"), calibration("vllm-0.25-h100-bf16"))
+    assert [r.concurrency for r in rows] == [1, 2, 4, 5, 8, 10, 16, 64]
+    assert all(abs(r.tok_s_error) <= 0.15 and r.cause.startswith("as predicted") for r in rows)
+    assert "server queueing (prefill_budget)" in rows[-1].cause and "CUDA-graph padding" in rows[3].cause
+    hybrid = RunResult.model_validate_json((ROOT / "validation/hybrid-h200-bench/qwen3-next-80b-a3b-fp8-run.json").read_text())
+    rows = explain(hybrid, load_model("qwen3-next-80b-a3b"), get_format("fp8"), load_hardware("h200"), calibration("vllm-0.25-h100-bf16"))
+    assert all("calibration (vllm-0.25-h100-bf16) does not fit" in r.cause for r in rows)
+    res = cli.invoke(app, ["explain", str(ROOT / "tests/fixtures/runs/vllm-0.25-h100-qwen3-8b-run.json")])
+    assert res.exit_code == 0 and "as predicted" in res.output, res.output
+    res = cli.invoke(app, ["explain", str(ROOT / "README.md")])
+    assert res.exit_code == 2 and "is not a servelab run" in res.output
