@@ -68,6 +68,8 @@ CASES = [
     ("predict --model qwen3-8b --concurrency 0", "--concurrency"),
     ("predict --model qwen3-8b --calibration nope", "--calibration"),
     ("predict --model qwen3-8b --output-tokens 1", "--output-tokens"),
+    ("predict --model qwen3-8b --vary gpus=2", "--vary"),
+    ("predict --model qwen3-next-80b-a3b --hardware h200", "does not fit"),
     ("explain {W}/missing", "missing"),
     ("explain {W}/binary.dat", "binary.dat"),
     ("plan --model qwen3-8b --tp 3", "--tp 3"),

@@ -93,7 +93,7 @@ def test_cli_predicts_with_its_calibration_and_refuses_bad_input():
     res = cli.invoke(app, ["predict", "--model", "qwen3-8b", "--hardware", "h100-sxm", "--concurrency", "1,64", "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
-    assert [p["concurrency"] for p in doc["points"]] == [1, 64] and doc["calibration"]["name"] == "vllm-0.25-h100-bf16"
+    assert [p["concurrency"] for p in doc["variants"][0]["points"]] == [1, 64] and doc["calibration"]["name"] == "vllm-0.25-h100-bf16"
     assert "uniform MoE routing" in doc["assumptions"]
     res = cli.invoke(app, ["predict", "--model", "qwen3-8b", "--calibration", "nope"])
     assert res.exit_code == 2 and "--calibration 'nope' is not known" in res.output and "Traceback" not in res.output
@@ -118,3 +118,23 @@ def test_explain_puts_a_real_run_beside_the_prediction():
     assert res.exit_code == 0 and "as predicted" in res.output, res.output
     res = cli.invoke(app, ["explain", str(ROOT / "README.md")])
     assert res.exit_code == 2 and "is not a servelab run" in res.output
+
+
+def test_speculative_decoding_and_alternatives_compared():
+    """K draft tokens at acceptance α: (1 − α^(K+1)) ÷ (1 − α) tokens per verify step of B·(1 + K)
+    tokens; the gain shrinks as the batch grows (the verify step reads more experts and computes
+    more). --vary prints every combination against the first."""
+    res = cli.invoke(app, ["predict", "--model", "qwen3-8b", "--concurrency", "1,256", "--json", "--vary", "draft-tokens=0,2", "--vary", "quant=bf16,fp8"])
+    assert res.exit_code == 0, res.output
+    variants = {(v["settings"]["draft-tokens"], v["settings"]["quant"]): v["points"] for v in json.loads(res.output)["variants"]}
+    assert set(variants) == {(0, "bf16"), (0, "fp8"), (2, "bf16"), (2, "fp8")}
+    gain = [variants[(2, "bf16")][i]["aggregate_tok_s"] / variants[(0, "bf16")][i]["aggregate_tok_s"] for i in (0, 1)]
+    assert gain[0] > 1.8 and gain[1] < 1.5  # a dense model: speculation doubles one stream, far less at 256 (the verify step turns compute-bound)
+    assert variants[(0, "fp8")][0]["aggregate_tok_s"] > 1.5 * variants[(0, "bf16")][0]["aggregate_tok_s"]  # half the bytes per step
+    table = cli.invoke(app, ["predict", "--model", "qwen3-8b", "--concurrency", "1", "--vary", "max-num-seqs=64,256"])
+    assert table.exit_code == 0 and "(+0%)" in table.output
+    for bad, needle in ((["--vary", "gpus=2"], "--vary 'gpus=2'"), (["--vary", "tp=two"], "tp takes int values")):
+        res = cli.invoke(app, ["predict", "--model", "qwen3-8b", *bad])
+        assert res.exit_code == 2 and needle in res.output
+    res = cli.invoke(app, ["predict", "--model", "qwen3-next-80b-a3b", "--hardware", "h200"])
+    assert res.exit_code == 2 and "does not fit NVIDIA H200" in res.output

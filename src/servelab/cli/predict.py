@@ -21,7 +21,27 @@ from servelab.plan.model_spec import load_model
 from servelab.plan.predict import calibration, limits_for, predict, terms
 from servelab.results import RunResult
 
-ASSUMPTIONS = "uniform MoE routing, no prefix-cache hits, no speculative decoding, TP all-reduce not modelled"
+ASSUMPTIONS = "uniform MoE routing, no prefix-cache hits, acceptance not falling with the batch, no drafter time, TP all-reduce not modelled"
+VARY_KEYS = {"quant": str, "tp": int, "draft-tokens": int, "acceptance": float, "max-num-seqs": int, "max-num-batched-tokens": int}
+
+
+def _variants(vary: list[str], base: dict) -> list[dict]:
+    """The settings of each ``--vary KEY=V1,V2`` combination (the first value of each first).
+
+    Raises:
+        ServelabError: an unknown key or a value of the wrong type.
+    """
+    out = [dict(base)]
+    for item in vary:
+        key, _, values = item.partition("=")
+        if key not in VARY_KEYS or not values:
+            raise ServelabError(f"--vary {item!r}: give KEY=V1,V2 with KEY one of {', '.join(VARY_KEYS)}")
+        try:
+            parsed = [VARY_KEYS[key](v) for v in values.split(",")]
+        except ValueError:
+            raise ServelabError(f"--vary {item!r}: {key} takes {VARY_KEYS[key].__name__} values") from None
+        out = [{**o, key: v} for o in out for v in parsed]
+    return out
 
 
 def predict_cmd(
@@ -35,32 +55,64 @@ def predict_cmd(
     max_num_seqs: Annotated[int | None, typer.Option(min=1, help="The server's max_num_seqs (default vLLM's for the hardware).")] = None,
     max_num_batched_tokens: Annotated[int | None, typer.Option(min=1, help="The server's max_num_batched_tokens (default vLLM's for the hardware).")] = None,
     capture_sizes: Annotated[str | None, typer.Option(help="The server's CUDA-graph capture sizes (default vLLM's).")] = None,
+    draft_tokens: Annotated[int, typer.Option(min=0, help="Speculative decoding: draft tokens per step (MTP, EAGLE, n-gram).")] = 0,
+    acceptance: Annotated[float, typer.Option(min=0.0, max=1.0, help="Speculative decoding: acceptance rate per draft token.")] = 0.7,
     closed_loop: Annotated[Literal["stagger", "burst"], typer.Option(help="stagger: steady state (servelab bench's default); burst: each wave's requests arrive together (vllm bench serve).")] = "stagger",
+    vary: Annotated[list[str] | None, typer.Option(help="Compare alternatives: KEY=V1,V2 with KEY quant, tp, draft-tokens, acceptance, max-num-seqs or max-num-batched-tokens (repeatable); prints Δ% against the first.")] = None,
     calibration_name: Annotated[str, typer.Option("--calibration", help="Efficiencies to use (servelab/data/calibration.yaml).")] = "vllm-0.25-h100-bf16",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")] = False,
 ) -> None:
     """Predicted per-stream and aggregate tok/s, TTFT, TPOT and E2E at each concurrency, with the bottleneck."""
     spec = load_model(model)
-    fmt, hw, cal = _weight_format(quant, model, spec), load_hardware(hardware), calibration(calibration_name)
+    hw, cal = load_hardware(hardware), calibration(calibration_name)
     levels = parse_int_list(concurrency, "--concurrency")
-    limits = limits_for(spec, fmt, hw, tp=tp, input_tokens=input_tokens, output_tokens=output_tokens, max_num_seqs=max_num_seqs,
-                        max_num_batched_tokens=max_num_batched_tokens, capture_sizes=parse_int_list(capture_sizes, "--capture-sizes") if capture_sizes else None)  # fmt: skip
-    points = [predict(terms(spec, fmt, hw, concurrency=c, input_tokens=input_tokens, output_tokens=output_tokens, limits=limits, tp=tp),
-                      cal, concurrency=c, output_tokens=output_tokens, mode=closed_loop) for c in levels]  # fmt: skip
+    sizes = parse_int_list(capture_sizes, "--capture-sizes") if capture_sizes else None
+    base = {"quant": quant, "tp": tp, "draft-tokens": draft_tokens, "acceptance": acceptance, "max-num-seqs": max_num_seqs, "max-num-batched-tokens": max_num_batched_tokens}
+    results = []
+    for v in _variants(vary or [], base):
+        fmt = _weight_format(v["quant"], model, spec)
+        limits = limits_for(spec, fmt, hw, tp=v["tp"], input_tokens=input_tokens, output_tokens=output_tokens, max_num_seqs=v["max-num-seqs"],
+                            max_num_batched_tokens=v["max-num-batched-tokens"], capture_sizes=sizes, draft_tokens=v["draft-tokens"])  # fmt: skip
+        points = [predict(terms(spec, fmt, hw, concurrency=c, input_tokens=input_tokens, output_tokens=output_tokens, limits=limits, tp=v["tp"],
+                                draft_tokens=v["draft-tokens"]), cal, concurrency=c, output_tokens=output_tokens, mode=closed_loop,
+                          acceptance=v["acceptance"]) for c in levels]  # fmt: skip
+        results.append(({**v, "quant": fmt.name}, limits, points))
     if json_out:
-        print(json.dumps({"model": spec.name, "hardware": hw.name, "quant": fmt.name, "tp": tp, "closed_loop": closed_loop, "calibration": cal.model_dump(),
-                          "assumptions": ASSUMPTIONS, "limits": asdict(limits), "points": [asdict(p) for p in points]}, indent=2))  # fmt: skip
+        print(json.dumps({"model": spec.name, "hardware": hw.name, "closed_loop": closed_loop, "calibration": cal.model_dump(), "assumptions": ASSUMPTIONS,
+                          "variants": [{"settings": v, "limits": asdict(lim), "points": [asdict(p) for p in pts]} for v, lim, pts in results]}, indent=2))  # fmt: skip
         return
-    table = Table(title=f"predicted: {spec.name} · {fmt.name} · {hw.name}" + (f" × TP {tp}" if tp > 1 else "") + f" · {input_tokens:,} in / {output_tokens:,} out · {closed_loop}")
+    caption = (f"calibration {cal.name} (η_bw {cal.bw_efficiency}, η_c {cal.compute_efficiency}, {cal.step_overhead_ms} ms per step; {cal.source}). "
+               f"Measured error: {cal.error} Assumes {ASSUMPTIONS}.")  # fmt: skip
+    title = f"predicted: {spec.name} · {hw.name} · {input_tokens:,} in / {output_tokens:,} out · {closed_loop}"
+    console.print(_compare_table(results, levels, title, caption) if len(results) > 1 else _curve_table(*results[0], title, caption))
+
+
+def _curve_table(v: dict, limits, points, title: str, caption: str) -> Table:
+    spec_note = f" · {v['draft-tokens']} draft tokens at α {v['acceptance']}" if v["draft-tokens"] else ""
+    table = Table(title=f"{title} · {v['quant']}" + (f" × TP {v['tp']}" if v["tp"] > 1 else "") + spec_note)
     for col in ("streams", "running", "decode tok/s per stream", "output tok/s per stream", "aggregate tok/s", "TTFT ms", "TPOT ms", "E2E s", "bottleneck"):
         table.add_column(col, justify="left" if col == "bottleneck" else "right")
     for p in points:
         table.add_row(str(p.concurrency), str(p.running), f"{1 / p.tpot_s:,.1f}", f"{p.per_stream_tok_s:,.1f}", f"{p.aggregate_tok_s:,.0f}",
                       f"{p.ttft_s * 1e3:,.0f}", f"{p.tpot_s * 1e3:,.2f}", f"{(p.e2e_s + p.queue_s):,.2f}", p.bottleneck)  # fmt: skip
-    table.caption = (f"calibration {cal.name} (η_bw {cal.bw_efficiency}, η_c {cal.compute_efficiency}, {cal.step_overhead_ms} ms per step; {cal.source}). "
-                     f"Measured error: {cal.error} Assumes {ASSUMPTIONS}; max_num_seqs {limits.max_num_seqs}, max_num_batched_tokens "
-                     f"{limits.max_num_batched_tokens}, KV cache for {limits.kv_requests:,.0f} such requests.")  # fmt: skip
-    console.print(table)
+    table.caption = caption + (f" max_num_seqs {limits.max_num_seqs}, max_num_batched_tokens {limits.max_num_batched_tokens}, "
+                               f"KV cache for {limits.kv_requests:,.0f} such requests.")  # fmt: skip
+    return table
+
+
+def _compare_table(results: list, levels: list[int], title: str, caption: str) -> Table:
+    """Aggregate tok/s (and per-stream decode) of each variant at each level, Δ% against the first."""
+    table = Table(title=title)
+    table.add_column("variant")
+    for c in levels:
+        table.add_column(f"{c} streams: tok/s (Δ)", justify="right")
+    base = results[0][2]
+    for v, _, points in results:
+        label = ", ".join(f"{k} {val}" for k, val in v.items() if val is not None and (k != "acceptance" or v["draft-tokens"]))
+        cells = [f"{p.aggregate_tok_s:,.0f} ({p.aggregate_tok_s / b.aggregate_tok_s - 1:+.0%}) · {1 / p.tpot_s:,.0f}/stream · {p.bottleneck}" for p, b in zip(points, base)]
+        table.add_row(label, *cells)
+    table.caption = caption
+    return table
 
 
 def explain_cmd(

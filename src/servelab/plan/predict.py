@@ -27,9 +27,14 @@ term of TPOT above the decode step), CUDA-graph padding (the padded step ≥ 1.1
 FLOPs when compute-bound, and on MoE models the experts the padding tokens reach), per-step
 overhead (t₀ above half the step), else bandwidth or compute (the larger term of t_d).
 
+Speculative decoding with K draft tokens at acceptance α per token: the step verifies B · (1 + K)
+tokens (padded to the capture size above them) and yields (1 − α^(K+1)) ÷ (1 − α) tokens per
+sequence (Leviathan et al. 2023), so TPOT = t_d ÷ that + the prefill share; the drafter's own
+time is not modelled (nothing for n-gram; an MTP head is one decoder layer).
+
 Assumptions (stated with every prediction): uniform MoE routing; the engine's chunked prefill
-interleaving prefills with decode (vLLM V1); no prefix-cache hits; no speculative decoding; TP
-all-reduce not modelled. Calibration (:class:`Calibration`): η_bw, η_c and t₀ fitted by least
+interleaving prefills with decode (vLLM V1); no prefix-cache hits; acceptance that does not fall
+with the batch; TP all-reduce not modelled. Calibration (:class:`Calibration`): η_bw, η_c and t₀ fitted by least
 squares on measured TPOT and TTFT p50 of real runs (``fit``), relative errors, since every row is
 linear in (1 ÷ η_bw, 1 ÷ η_c, t₀) with the decode step taken as bandwidth-bound (the model's own
 ``max`` is used to predict). Shipped calibrations and their measured errors: data/calibration.yaml.
@@ -51,7 +56,7 @@ from servelab.plan.hardware import Hardware
 from servelab.plan.memory import plan_memory
 from servelab.plan.model_spec import ModelSpec
 from servelab.plan.quant import QuantFormat
-from servelab.plan.roofline import compute_dtype, decode_step, prefill
+from servelab.plan.roofline import compute_dtype, decode_step, prefill, spec_tokens_per_step
 
 PADDING_NAMED = 1.1  # padding is named the bottleneck when it makes the decode step this much longer
 TTFT_FIT_RUNNING = 2  # TTFT p50 enters the fit only at this many streams or fewer (see fit)
@@ -98,15 +103,24 @@ class Limits:
 
 def limits_for(
     spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, tp: int, input_tokens: int, output_tokens: int,
-    max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None, capture_sizes: list[int] | None = None,
+    max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None, capture_sizes: list[int] | None = None, draft_tokens: int = 0,
 ) -> Limits:  # fmt: skip
     """The plan engine's limits (its defaults for the hardware where not given, its default
-    capture sizes for them) and the requests of P + O tokens ``servelab plan`` fits in the KV cache."""
+    capture sizes for them and ``draft_tokens``) and the requests of P + O tokens ``servelab plan``
+    fits in the KV cache.
+
+    Raises:
+        ServelabError: the model does not fit (no KV cache left, or not one request).
+    """
     engine = plan_engine()
     mbt_default, seqs_default = engine.batch_defaults(hw)
     seqs, mbt = max_num_seqs or seqs_default, max_num_batched_tokens or mbt_default
-    kv = plan_memory(spec, fmt, hw, tp=tp, max_model_len=input_tokens + output_tokens, max_num_seqs=seqs, max_num_batched_tokens=mbt).max_concurrency
-    return Limits(max_num_seqs=seqs, max_num_batched_tokens=mbt, capture_sizes=capture_sizes or engine.capture_sizes(seqs, mbt), kv_requests=kv)
+    mem = plan_memory(spec, fmt, hw, tp=tp, max_model_len=input_tokens + output_tokens, max_num_seqs=seqs, max_num_batched_tokens=mbt)
+    if not mem.fits:
+        raise ServelabError(f"{spec.name} in {fmt.name} does not fit {hw.name} at TP {tp} ({'; '.join(mem.notes) or 'no KV cache left'}): "
+                            "nothing to predict; `servelab plan` shows the memory, try another --quant or --tp")  # fmt: skip
+    kv = mem.max_concurrency
+    return Limits(max_num_seqs=seqs, max_num_batched_tokens=mbt, capture_sizes=capture_sizes or engine.capture_sizes(seqs, mbt, draft_tokens), kv_requests=kv)
 
 
 @dataclass(frozen=True)
@@ -138,21 +152,30 @@ class Terms:
     padded: int
     unpadded_bytes_s: float  # the same step without padding, to name padding as a bottleneck
     unpadded_flops_s: float
+    draft_tokens: int = 0  # speculative decoding: draft tokens per step (the step verifies B · (1 + K) tokens)
 
 
-def terms(spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, concurrency: int, input_tokens: int, output_tokens: int, limits: Limits, tp: int = 1) -> Terms:
-    """The roofline terms of one level (module docstring)."""
+def terms(
+    spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, concurrency: int, input_tokens: int, output_tokens: int, limits: Limits,
+    tp: int = 1, draft_tokens: int = 0,
+) -> Terms:  # fmt: skip
+    """The roofline terms of one level (module docstring); with ``draft_tokens`` K the step verifies
+    B · (1 + K) tokens, padded to the capture size above that many tokens."""
     running = max(1, min(concurrency, limits.max_num_seqs, math.floor(limits.kv_requests) or 1))
-    padded = next((s for s in sorted(limits.capture_sizes) if s >= running), running)
+    per_seq = 1 + draft_tokens
+    padded = next((s for s in sorted(limits.capture_sizes) if s >= running * per_seq), running * per_seq)  # tokens
     context = input_tokens + output_tokens // 2
-    step = decode_step(spec, fmt, hw, batch=running, context=context, tp=tp)
+    step = decode_step(spec, fmt, hw, batch=running, context=context, tp=tp, tokens_per_seq=per_seq)
     pad = decode_step(spec, fmt, hw, batch=padded, context=context, tp=tp)
-    kv = step.bytes - decode_step(spec, fmt, hw, batch=running, context=0, tp=tp).bytes  # the running sequences' KV
-    weights = decode_step(spec, fmt, hw, batch=padded, context=0, tp=tp).bytes  # padding tokens route to experts too
+
+    def weights(tokens: int) -> float:  # dense weights and the experts ``tokens`` tokens reach (no per-sequence cache)
+        return decode_step(spec, fmt, hw, batch=tokens, context=0, tp=tp).bytes - tokens * spec.seq_bytes(0, 2.0) / tp
+
+    sequences = step.bytes - weights(running * per_seq)  # the running sequences' KV and recurrent state
     peak = hw.peak_flops(compute_dtype(fmt)) or float("inf")
     pf = prefill(spec, fmt, hw, tokens=input_tokens, tp=tp)
     bw = hw.bandwidth_gbs * 1e9
-    return Terms((weights + kv) / bw, pad.flops / peak, max(pf.flops / peak, pf.bytes / bw), running, padded, step.bytes / bw, step.flops / peak)
+    return Terms((weights(padded) + sequences) / bw, pad.flops / peak, max(pf.flops / peak, pf.bytes / bw), running, padded, step.bytes / bw, step.flops / peak, draft_tokens)
 
 
 def _shares(running: int, mode: str) -> tuple[float, float]:
@@ -162,16 +185,16 @@ def _shares(running: int, mode: str) -> tuple[float, float]:
     return 1.0, running - 1.0
 
 
-def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int, mode: str = "stagger") -> Point:
+def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int, mode: str = "stagger", acceptance: float = 0.0) -> Point:
     """A level's prediction from its terms and a calibration; ``mode``: ``stagger`` (steady
-    state) or ``burst`` (module docstring)."""
+    state) or ``burst``; with draft tokens, ``acceptance`` α per draft token (module docstring)."""
     overhead = cal.step_overhead_ms / 1e3
     t_mem, t_cmp = t.decode_bytes_s / cal.bw_efficiency, t.decode_flops_s / cal.compute_efficiency
     t_d = max(t_mem, t_cmp) + overhead
     t_p = t.prefill_s / cal.compute_efficiency
     b, o = t.running, output_tokens
     before, beside = _shares(b, mode)
-    tpot = t_d + beside * t_p / o
+    tpot = t_d / spec_tokens_per_step(acceptance, t.draft_tokens) + beside * t_p / o
     ttft = before * t_p + t_d
     e2e = ttft + (o - 1) * tpot
     queue = (concurrency - b) / b * e2e if concurrency > b else 0.0
