@@ -71,6 +71,8 @@ CASES = [
     ("predict --model qwen3-8b --vary gpus=2", "--vary"),
     ("predict --model qwen3-next-80b-a3b --hardware h200", "does not fit"),
     ("explain {W}/missing", "missing"),
+    ("calibrate {W}/missing", "missing"),
+    ("calibrate {W}/binary.dat", "binary.dat"),
     ("explain {W}/binary.dat", "binary.dat"),
     ("plan --model qwen3-8b --tp 3", "--tp 3"),
     ("plan --model {W}/binary.dat", "binary.dat"),

@@ -12,7 +12,6 @@ Usage: ``python validation/predict_loo.py`` (no GPU needed; reads the run.json f
 
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from servelab.plan.hardware import load_hardware  # noqa: E402
 from servelab.plan.model_spec import load_model  # noqa: E402
-from servelab.plan.predict import fit, limits_for, predict, terms  # noqa: E402
+from servelab.plan.predict import Measured, error_summary, fit, leave_one_out, measured_levels  # noqa: E402
 from servelab.plan.quant import get_format  # noqa: E402
 from servelab.results import RunResult  # noqa: E402
 
@@ -37,19 +36,10 @@ RUNS = [
 ]
 
 
-def levels(path: Path, model: str, quant: str, hw_name: str):
-    """(concurrency, terms, output tokens, mode, measured TPOT s, TTFT s, aggregate tok/s) per level of a run."""
+def levels(path: Path, model: str, quant: str, hw_name: str) -> list[Measured]:
+    """The run's measured levels with the model's terms."""
     run = RunResult.model_validate_json(path.read_text())
-    spec, fmt, hw = load_model(model), get_format(quant), load_hardware(hw_name)
-    boot = run.boot
-    p, o = run.load.input_tokens, run.load.output_tokens
-    limits = limits_for(spec, fmt, hw, tp=1, input_tokens=p, output_tokens=o, max_num_seqs=boot.max_num_seqs if boot else None,
-                        max_num_batched_tokens=boot.max_num_batched_tokens if boot else None, capture_sizes=boot.cudagraph_sizes if boot else None)  # fmt: skip
-    out = []
-    for lv in run.levels:
-        t = terms(spec, fmt, hw, concurrency=lv.concurrency, input_tokens=p, output_tokens=o, limits=limits)
-        out.append((lv.concurrency, t, o, run.load.closed_loop, lv.tpot_ms.p50 / 1e3, lv.ttft_ms.p50 / 1e3, lv.output_throughput_tok_s))
-    return out
+    return measured_levels(run, load_model(model), get_format(quant), load_hardware(hw_name))
 
 
 def err(pred: float, meas: float) -> float:
@@ -62,26 +52,13 @@ def main() -> None:
         groups.setdefault(group, []).append((path.relative_to(ROOT).as_posix(), levels(path, model, quant, hw)))
     for group, runs in groups.items():
         print(f"\n## {group}\n\n| run | c | measured tok/s | predicted | err | TPOT ms meas / pred | err | TTFT ms meas / pred | err |\n|---|---|---|---|---|---|---|---|---|")
-        agg, single, ttft = [], [], []
-        units = [(i, None) for i in range(len(runs))] if len(runs) > 1 else [(0, j) for j in range(len(runs[0][1]))]
-        for i, j in units:
-            train = [lv for k, (_, lvs) in enumerate(runs) for m, lv in enumerate(lvs) if (k != i if j is None else m != j)]
-            cal = fit([(t, o, mode, tpot, tt) for _, t, o, mode, tpot, tt, _ in train], group, "leave-one-out")
-            name, lvs = runs[i]
-            for m, (c, t, o, mode, tpot, tt, tok_s) in enumerate(lvs):
-                if j is not None and m != j:
-                    continue
-                pt = predict(t, cal, concurrency=c, output_tokens=o, mode=mode)
-                agg.append(abs(err(pt.aggregate_tok_s, tok_s)))
-                ttft.append(abs(err(pt.ttft_s, tt)))
-                if c == 1:
-                    single.append(abs(err(1 / pt.tpot_s, 1 / tpot)))
-                print(f"| {name} ({mode}) | {c} | {tok_s:,.0f} | {pt.aggregate_tok_s:,.0f} | {err(pt.aggregate_tok_s, tok_s):+.1f} % | {tpot * 1e3:.2f} / {pt.tpot_s * 1e3:.2f} | "
-                      f"{err(pt.tpot_s, tpot):+.1f} % | {tt * 1e3:.1f} / {pt.ttft_s * 1e3:.1f} | {err(pt.ttft_s, tt):+.1f} % |")
-        print(f"\n{group}: aggregate tok/s |error| median {statistics.median(agg):.1f} %, worst {max(agg):.1f} % ({len(agg)} levels); "
-              + (f"single-stream decode |error| median {statistics.median(single):.1f} %, worst {max(single):.1f} %; " if single else "")
-              + f"TTFT p50 |error| median {statistics.median(ttft):.1f} %, worst {max(ttft):.1f} %")
-        whole = fit([(t, o, mode, tpot, tt) for _, lvs in runs for _, t, o, mode, tpot, tt, _ in lvs], group, "all runs")
+        pairs = leave_one_out([lvs for _, lvs in runs], group)
+        for i, lv, pt in pairs:
+            print(f"| {runs[i][0]} ({lv.mode}) | {lv.concurrency} | {lv.tok_s:,.0f} | {pt.aggregate_tok_s:,.0f} | {err(pt.aggregate_tok_s, lv.tok_s):+.1f} % | "
+                  f"{lv.tpot_s * 1e3:.2f} / {pt.tpot_s * 1e3:.2f} | {err(pt.tpot_s, lv.tpot_s):+.1f} % | {lv.ttft_s * 1e3:.1f} / {pt.ttft_s * 1e3:.1f} | "
+                  f"{err(pt.ttft_s, lv.ttft_s):+.1f} % |")
+        print(f"\n{group}, leave-one-out: {error_summary(pairs)}")
+        whole = fit([lv for _, lvs in runs for lv in lvs], group, "all runs")
         print(f"fit on all: bw_efficiency {whole.bw_efficiency:.3f}, compute_efficiency {whole.compute_efficiency:.3f}, step_overhead_ms {whole.step_overhead_ms:.3f}")
 
 

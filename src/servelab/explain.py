@@ -19,7 +19,7 @@ from servelab.diagnose import diagnose
 from servelab.errors import ServelabError
 from servelab.plan.hardware import Hardware
 from servelab.plan.model_spec import ModelSpec
-from servelab.plan.predict import Calibration, Point, limits_for, predict, terms
+from servelab.plan.predict import Calibration, Point, measured_levels, predict
 from servelab.plan.quant import QuantFormat
 from servelab.results import RunResult
 
@@ -42,8 +42,8 @@ class Row:
     concurrency: int
     measured_tok_s: float
     predicted: Point
-    measured_tpot_s: float | None
-    measured_ttft_s: float | None
+    measured_tpot_s: float
+    measured_ttft_s: float
     cause: str
 
     @property
@@ -57,31 +57,21 @@ def explain(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardware, cal
     Raises:
         ServelabError: the run has no closed-loop level with successful requests.
     """
-    boot = run.boot
-    p, o = run.load.input_tokens, run.load.output_tokens
-    limits = limits_for(spec, fmt, hw, tp=tp, input_tokens=p, output_tokens=o, max_num_seqs=boot.max_num_seqs if boot else None,
-                        max_num_batched_tokens=boot.max_num_batched_tokens if boot else None,
-                        capture_sizes=boot.cudagraph_sizes if boot else None)  # fmt: skip
-    findings = diagnose(run, boot.cudagraph_sizes if boot else None)
+    findings = diagnose(run, run.boot.cudagraph_sizes if run.boot else None)
     rows = []
-    for lv in run.levels:
-        if lv.rate_rps is not None or not lv.ok or not lv.output_throughput_tok_s:
-            continue
-        pt = predict(terms(spec, fmt, hw, concurrency=lv.concurrency, input_tokens=p, output_tokens=o, limits=limits, tp=tp),
-                     cal, concurrency=lv.concurrency, output_tokens=o, mode=run.load.closed_loop)  # fmt: skip
-        tpot = lv.tpot_ms.p50 / 1e3 if lv.tpot_ms.p50 else None
-        ttft = lv.ttft_ms.p50 / 1e3 if lv.ttft_ms.p50 else None
-        mine = [f for f in findings if f.evidence.get("concurrency") == lv.concurrency and f.kind in CAUSES]
-        agree = abs(pt.aggregate_tok_s / lv.output_throughput_tok_s - 1) <= AGREE and (tpot is None or abs(pt.tpot_s / tpot - 1) <= AGREE)
+    for m in measured_levels(run, spec, fmt, hw, tp=tp):
+        pt = predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, mode=m.mode)
+        mine = [f for f in findings if f.evidence.get("concurrency") == m.concurrency and f.kind in CAUSES]
+        agree = abs(pt.aggregate_tok_s / m.tok_s - 1) <= AGREE and abs(pt.tpot_s / m.tpot_s - 1) <= AGREE
         named = [CAUSES[f.kind] + (f" ({f.evidence['cause']})" if f.kind == "server_queueing" else "") for f in mine]
         if agree:
-            ttft_off = ttft is not None and abs(pt.ttft_s / ttft - 1) > 2 * AGREE
+            ttft_off = abs(pt.ttft_s / m.ttft_s - 1) > 2 * AGREE
             cause = "as predicted" + (" but TTFT (the model's is prefill plus one step)" if ttft_off else "") + "".join(f"; {n}" for n in named)
         elif named:
             cause = "; ".join(named)
         else:
             cause = f"the calibration ({cal.name}) does not fit this engine × hardware × model"
-        rows.append(Row(lv.concurrency, lv.output_throughput_tok_s, pt, tpot, ttft, cause))
+        rows.append(Row(m.concurrency, m.tok_s, pt, m.tpot_s, m.ttft_s, cause))
     if not rows:
         raise ServelabError("the run has no closed-loop level with successful requests to explain")
     return rows

@@ -47,7 +47,7 @@ COMMANDS = {
     "bench": bench.bench, "serve-local": server.serve_local, "suite": bench.suite, "grid": bench.grid,
     "lint": recipes.lint, "launch": recipes.launch, "sweep": recipes.sweep, "compare": recipes.compare,
     "import": results.import_, "runs": results.runs, "show": results.show, "export": results.export, "report": results.report,
-    "ui": results.ui, "bootlog": server.bootlog, "predict": predict.predict_cmd, "explain": predict.explain_cmd,
+    "ui": results.ui, "bootlog": server.bootlog, "predict": predict.predict_cmd, "explain": predict.explain_cmd, "calibrate": predict.calibrate_cmd,
 }  # fmt: skip
 for name, command in COMMANDS.items():
     app.command(name)(one_line_errors(command))

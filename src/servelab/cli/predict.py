@@ -1,5 +1,6 @@
 """``servelab predict``: a closed-loop curve before launching anything (``servelab.plan.predict``);
-``servelab explain RUN``: a measured run beside it (``servelab.explain``)."""
+``servelab explain RUN``: a measured run beside it (``servelab.explain``); ``servelab calibrate
+RUN...``: the model's efficiencies fitted on your own runs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
+import yaml
 from pydantic import ValidationError
 from rich.table import Table
 
@@ -18,7 +20,8 @@ from servelab.errors import ServelabError
 from servelab.explain import explain
 from servelab.plan.hardware import load_hardware, profiles
 from servelab.plan.model_spec import load_model
-from servelab.plan.predict import calibration, limits_for, predict, terms
+from servelab.plan.predict import calibration, error_summary, fit, leave_one_out, limits_for, measured_levels, predict, terms
+from servelab.report import plots
 from servelab.results import RunResult
 
 ASSUMPTIONS = "uniform MoE routing, no prefix-cache hits, acceptance not falling with the batch, no drafter time, TP all-reduce not modelled"
@@ -58,8 +61,10 @@ def predict_cmd(
     draft_tokens: Annotated[int, typer.Option(min=0, help="Speculative decoding: draft tokens per step (MTP, EAGLE, n-gram).")] = 0,
     acceptance: Annotated[float, typer.Option(min=0.0, max=1.0, help="Speculative decoding: acceptance rate per draft token.")] = 0.7,
     closed_loop: Annotated[Literal["stagger", "burst"], typer.Option(help="stagger: steady state (servelab bench's default); burst: each wave's requests arrive together (vllm bench serve).")] = "stagger",
+    plot: Annotated[Path | None, typer.Option(help="Also draw the curves to this PNG file.")] = None,
+    overlay: Annotated[list[Path] | None, typer.Option(help="With --plot: a measured run (directory or run.json) drawn over the curves; repeatable.")] = None,
     vary: Annotated[list[str] | None, typer.Option(help="Compare alternatives: KEY=V1,V2 with KEY quant, tp, draft-tokens, acceptance, max-num-seqs or max-num-batched-tokens (repeatable); prints Δ% against the first.")] = None,
-    calibration_name: Annotated[str, typer.Option("--calibration", help="Efficiencies to use (servelab/data/calibration.yaml).")] = "vllm-0.25-h100-bf16",
+    calibration_name: Annotated[str, typer.Option("--calibration", help="A shipped calibration's name (servelab/data/calibration.yaml) or a servelab calibrate --out file.")] = "vllm-0.25-h100-bf16",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")] = False,
 ) -> None:
     """Predicted per-stream and aggregate tok/s, TTFT, TPOT and E2E at each concurrency, with the bottleneck."""
@@ -77,6 +82,11 @@ def predict_cmd(
                                 draft_tokens=v["draft-tokens"]), cal, concurrency=c, output_tokens=output_tokens, mode=closed_loop,
                           acceptance=v["acceptance"]) for c in levels]  # fmt: skip
         results.append(({**v, "quant": fmt.name}, limits, points))
+    if plot is not None:
+        curves = [(_label(v), [(p.concurrency, p.aggregate_tok_s, 1 / p.tpot_s) for p in pts]) for v, _, pts in results]
+        runs = [(str(r), [(lv.concurrency, lv.output_throughput_tok_s, lv.decode_tok_s.p50) for lv in _run(r).levels
+                          if lv.rate_rps is None and lv.ok and lv.decode_tok_s.p50]) for r in overlay or []]  # fmt: skip
+        plot.write_bytes(plots.prediction(curves, runs))
     if json_out:
         print(json.dumps({"model": spec.name, "hardware": hw.name, "closed_loop": closed_loop, "calibration": cal.model_dump(), "assumptions": ASSUMPTIONS,
                           "variants": [{"settings": v, "limits": asdict(lim), "points": [asdict(p) for p in pts]} for v, lim, pts in results]}, indent=2))  # fmt: skip
@@ -100,6 +110,11 @@ def _curve_table(v: dict, limits, points, title: str, caption: str) -> Table:
     return table
 
 
+def _label(v: dict) -> str:
+    """A variant's settings in words (acceptance only with draft tokens)."""
+    return ", ".join(f"{k} {val}" for k, val in v.items() if val is not None and (k != "acceptance" or v["draft-tokens"]))
+
+
 def _compare_table(results: list, levels: list[int], title: str, caption: str) -> Table:
     """Aggregate tok/s (and per-stream decode) of each variant at each level, Δ% against the first."""
     table = Table(title=title)
@@ -108,26 +123,32 @@ def _compare_table(results: list, levels: list[int], title: str, caption: str) -
         table.add_column(f"{c} streams: tok/s (Δ)", justify="right")
     base = results[0][2]
     for v, _, points in results:
-        label = ", ".join(f"{k} {val}" for k, val in v.items() if val is not None and (k != "acceptance" or v["draft-tokens"]))
+        label = _label(v)
         cells = [f"{p.aggregate_tok_s:,.0f} ({p.aggregate_tok_s / b.aggregate_tok_s - 1:+.0%}) · {1 / p.tpot_s:,.0f}/stream · {p.bottleneck}" for p, b in zip(points, base)]
         table.add_row(label, *cells)
     table.caption = caption
     return table
 
 
-def explain_cmd(
-    run_dir: Annotated[Path, typer.Argument(help="A run directory (servelab bench --output) or its run.json.")],
-    hardware: Annotated[str | None, typer.Option(help="Profile name or YAML (default the one the run's ceiling named).")] = None,
-    model: Annotated[str | None, typer.Option(help="Catalog name or config.json (default the run's ceiling model, else the served name).")] = None,
-    quant: Annotated[str | None, typer.Option(help="Weight format (default the run's ceiling format, else bf16).")] = None,
-    tp: Annotated[int, typer.Option(min=1, help="Tensor-parallel size of the server.")] = 1,
-    calibration_name: Annotated[str, typer.Option("--calibration", help="Efficiencies to use (servelab/data/calibration.yaml).")] = "vllm-0.25-h100-bf16",
-) -> None:
-    """A measured run beside servelab predict's curve, with the cause of each gap."""
+def _run(run_dir: Path) -> RunResult:
+    """A run document from a run directory or its run.json.
+
+    Raises:
+        ServelabError: unreadable, or not a servelab run.
+    """
     try:
-        run = RunResult.model_validate_json(read_text(run_dir / "run.json" if run_dir.is_dir() else run_dir, "RUN"))
+        return RunResult.model_validate_json(read_text(run_dir / "run.json" if run_dir.is_dir() else run_dir, "RUN"))
     except ValidationError as exc:
         raise ServelabError(f"{run_dir} is not a servelab run ({exc.errors()[0]['msg']}); give a run directory or its run.json") from None
+
+
+def _setup(run: RunResult, run_dir: Path, model: str | None, quant: str | None, hardware: str | None) -> tuple:
+    """(spec, format, hardware) of a run: the options given, else what its ceiling named (else the
+    served model name, bf16).
+
+    Raises:
+        ServelabError: no hardware given and the run names no known profile.
+    """
     ce = run.ceiling
     model = model or (ce.model if ce else run.endpoint.model)
     spec = load_model(model)
@@ -137,17 +158,63 @@ def explain_cmd(
         if ce is None or ce.hardware not in named:
             raise ServelabError(f"{run_dir}: the run names no hardware profile; pass --hardware (e.g. h100-sxm)")
         hardware = named[ce.hardware]
-    hw, cal = load_hardware(hardware), calibration(calibration_name)
+    return spec, fmt, load_hardware(hardware)
+
+
+RunsArg = Annotated[list[Path], typer.Argument(help="Run directories (servelab bench --output) or their run.json files.")]
+HardwareOpt = Annotated[str | None, typer.Option(help="Profile name or YAML (default the one the run's ceiling named).")]
+ModelOpt = Annotated[str | None, typer.Option(help="Catalog name or config.json (default the run's ceiling model, else the served name).")]
+QuantOpt = Annotated[str | None, typer.Option(help="Weight format (default the run's ceiling format, else bf16).")]
+TpOpt = Annotated[int, typer.Option(min=1, help="Tensor-parallel size of the server.")]
+
+
+def explain_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (servelab bench --output) or its run.json.")],
+    hardware: HardwareOpt = None,
+    model: ModelOpt = None,
+    quant: QuantOpt = None,
+    tp: TpOpt = 1,
+    calibration_name: Annotated[str, typer.Option("--calibration", help="A shipped calibration's name or a servelab calibrate --out file.")] = "vllm-0.25-h100-bf16",
+) -> None:
+    """A measured run beside servelab predict's curve, with the cause of each gap."""
+    run = _run(run_dir)
+    spec, fmt, hw = _setup(run, run_dir, model, quant, hardware)
+    cal = calibration(calibration_name)
     rows = explain(run, spec, fmt, hw, cal, tp=tp)
     table = Table(title=f"measured {run_dir} vs predicted: {spec.name} · {fmt.name} · {hw.name} · {run.load.closed_loop}")
     for col in ("streams", "tok/s measured", "predicted", "err", "TPOT ms meas / pred", "TTFT ms meas / pred", "predicted bottleneck", "the gap"):
         table.add_column(col, justify="left" if col in ("predicted bottleneck", "the gap") else "right")
-
-    def pair(measured: float | None, predicted: float) -> str:
-        return f"{measured * 1e3:,.1f} / {predicted * 1e3:,.1f}" if measured else f"– / {predicted * 1e3:,.1f}"
-
     for r in rows:
         table.add_row(str(r.concurrency), f"{r.measured_tok_s:,.0f}", f"{r.predicted.aggregate_tok_s:,.0f}", f"{r.tok_s_error:+.0%}",
-                      pair(r.measured_tpot_s, r.predicted.tpot_s), pair(r.measured_ttft_s, r.predicted.ttft_s), r.predicted.bottleneck, r.cause)  # fmt: skip
+                      f"{r.measured_tpot_s * 1e3:,.1f} / {r.predicted.tpot_s * 1e3:,.1f}", f"{r.measured_ttft_s * 1e3:,.1f} / {r.predicted.ttft_s * 1e3:,.1f}",
+                      r.predicted.bottleneck, r.cause)  # fmt: skip
     table.caption = f"calibration {cal.name}: {cal.error}"
     console.print(table)
+
+
+def calibrate_cmd(
+    runs: RunsArg,
+    hardware: HardwareOpt = None,
+    model: ModelOpt = None,
+    quant: QuantOpt = None,
+    tp: TpOpt = 1,
+    name: Annotated[str, typer.Option(help="The calibration's name.")] = "mine",
+    out: Annotated[Path | None, typer.Option(help="Write it as YAML here (use with servelab predict/explain --calibration FILE).")] = None,
+) -> None:
+    """Fit servelab predict's efficiencies on your own runs (one engine × hardware × format family), with its leave-one-out error."""
+    measured = []
+    for run_dir in runs:
+        run = _run(run_dir)
+        levels = measured_levels(run, *_setup(run, run_dir, model, quant, hardware), tp=tp)
+        if levels:
+            measured.append(levels)
+    if sum(len(levels) for levels in measured) < 3:
+        raise ServelabError("calibrate needs at least 3 closed-loop levels with successful requests (to fit, and to hold one out)")
+    error = "leave-one-out: " + error_summary(leave_one_out(measured, name))
+    cal = fit([m for levels in measured for m in levels], name, f"servelab calibrate on {', '.join(str(r) for r in runs)}").model_copy(update={"error": error})
+    console.print(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}, step_overhead_ms {cal.step_overhead_ms}\n{error}")
+    if cal.bw_efficiency in (0.2, 1.2) or cal.compute_efficiency in (0.1, 1.2):
+        console.print("[yellow]an efficiency sits at the edge of its range: these runs do not pin it down; add levels at other concurrencies (1 and 2 streams fix the prefill efficiency)[/]")
+    if out is not None:
+        out.write_text(yaml.safe_dump({cal.name: cal.model_dump(exclude={"name"})}, sort_keys=False, allow_unicode=True), encoding="utf-8")
+        console.print(f"written to {out}: servelab predict --calibration {out}")

@@ -45,10 +45,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from importlib.resources import files
+from pathlib import Path
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from servelab.engines import plan_engine
 from servelab.errors import ServelabError
@@ -57,6 +58,8 @@ from servelab.plan.memory import plan_memory
 from servelab.plan.model_spec import ModelSpec
 from servelab.plan.quant import QuantFormat
 from servelab.plan.roofline import compute_dtype, decode_step, prefill, spec_tokens_per_step
+from servelab.results import RunResult
+from servelab.yamlfile import read_yaml
 
 PADDING_NAMED = 1.1  # padding is named the bottleneck when it makes the decode step this much longer
 TTFT_FIT_RUNNING = 2  # TTFT p50 enters the fit only at this many streams or fewer (see fit)
@@ -80,15 +83,23 @@ def calibrations() -> dict[str, Calibration]:
 
 
 def calibration(name: str) -> Calibration:
-    """A shipped calibration by name.
+    """A shipped calibration by name, or the first of a YAML file (``servelab calibrate --out``).
 
     Raises:
-        ServelabError: unknown name (the known ones listed).
+        ServelabError: neither a known name (the known ones listed) nor a valid calibration file.
     """
     known = calibrations()
-    if name not in known:
-        raise ServelabError(f"--calibration {name!r} is not known; use one of {', '.join(known)}")
-    return known[name]
+    if name in known:
+        return known[name]
+    path = Path(name)
+    if path.is_file():
+        data = read_yaml(path, "--calibration")
+        try:
+            (key, value), *_ = data.items()
+            return Calibration(name=key, **value)
+        except (AttributeError, ValueError, TypeError, ValidationError) as exc:
+            raise ServelabError(f"--calibration {name}: not a calibration file ({exc}); write one with servelab calibrate --out") from None
+    raise ServelabError(f"--calibration {name!r} is not known; use one of {', '.join(known)}, or a file from servelab calibrate --out")
 
 
 @dataclass(frozen=True)
@@ -211,7 +222,40 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     return Point(concurrency, b, t.padded, t_d, t_p, ttft, tpot, e2e, queue, o / e2e, concurrency * o / (e2e + queue), bottleneck)
 
 
-def fit(rows: list[tuple[Terms, int, str, float, float]], name: str, source: str) -> Calibration:
+@dataclass(frozen=True)
+class Measured:
+    """One measured closed-loop level with the model's terms for it (times in s, rates in tok/s)."""
+
+    concurrency: int
+    terms: Terms
+    output_tokens: int
+    mode: str
+    tpot_s: float
+    ttft_s: float
+    tok_s: float
+
+
+def measured_levels(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, tp: int = 1) -> list[Measured]:
+    """A run's closed-loop levels with successful requests, each with the terms of the same load and
+    the server's limits as its boot log gave them (the engine's defaults otherwise).
+
+    Raises:
+        ServelabError: the model does not fit (``limits_for``).
+    """
+    boot = run.boot
+    p, o = run.load.input_tokens, run.load.output_tokens
+    limits = limits_for(spec, fmt, hw, tp=tp, input_tokens=p, output_tokens=o, max_num_seqs=boot.max_num_seqs if boot else None,
+                        max_num_batched_tokens=boot.max_num_batched_tokens if boot else None,
+                        capture_sizes=boot.cudagraph_sizes if boot else None)  # fmt: skip
+    return [
+        Measured(lv.concurrency, terms(spec, fmt, hw, concurrency=lv.concurrency, input_tokens=p, output_tokens=o, limits=limits, tp=tp), o,
+                 run.load.closed_loop, lv.tpot_ms.p50 / 1e3, lv.ttft_ms.p50 / 1e3, lv.output_throughput_tok_s)  # fmt: skip
+        for lv in run.levels
+        if lv.rate_rps is None and lv.ok and lv.output_throughput_tok_s and lv.tpot_ms.p50 and lv.ttft_ms.p50
+    ]
+
+
+def fit(rows: list[Measured], name: str, source: str) -> Calibration:
     """Calibration from measured levels: the efficiencies (η_bw in 0.2–1.2, η_c in 0.1–1.2, steps of
     0.01) and the per-step overhead t₀ ≥ 0 that minimise the squared relative error of the
     predicted TPOT p50 of every level and TTFT p50 of the levels with at most ``TTFT_FIT_RUNNING``
@@ -222,7 +266,7 @@ def fit(rows: list[tuple[Terms, int, str, float, float]], name: str, source: str
     instead (validation/RESULTS-predict.md).
 
     Args:
-        rows: (terms, output tokens, mode, measured TPOT p50 s, measured TTFT p50 s) per level.
+        rows: the measured levels.
 
     Raises:
         ServelabError: fewer than two levels.
@@ -232,10 +276,11 @@ def fit(rows: list[tuple[Terms, int, str, float, float]], name: str, source: str
     bw = np.linspace(0.2, 1.2, 101)[:, None, None]
     cmp = np.linspace(0.1, 1.2, 111)[None, :, None]
     mem, flop, pre, before, beside, out, tpot, ttft = (np.array(x, dtype=float) for x in zip(*[
-        (t.decode_bytes_s, t.decode_flops_s, t.prefill_s, *_shares(t.running, mode), o, m_tpot, m_ttft) for t, o, mode, m_tpot, m_ttft in rows]))  # fmt: skip
+        (m.terms.decode_bytes_s, m.terms.decode_flops_s, m.terms.prefill_s, *_shares(m.terms.running, m.mode), m.output_tokens, m.tpot_s, m.ttft_s)
+        for m in rows]))  # fmt: skip
     step = np.maximum(mem / bw, flop / cmp)  # the decode step without t₀, per (η_bw, η_c, level)
     prefill_s = pre / cmp
-    low = np.array([t.running <= TTFT_FIT_RUNNING for t, *_ in rows])
+    low = np.array([m.terms.running <= TTFT_FIT_RUNNING for m in rows])
     a = np.concatenate([(step + beside * prefill_s / out) / tpot, ((before * prefill_s + step) / ttft)[..., low]], axis=-1)  # predicted ÷ measured, t₀ = 0
     b = np.concatenate([1 / tpot, 1 / ttft[low]])  # how much t₀ adds to each ratio
     t0 = np.clip(((1 - a) * b).sum(-1) / (b * b).sum(), 0, None)
@@ -243,3 +288,38 @@ def fit(rows: list[tuple[Terms, int, str, float, float]], name: str, source: str
     i, j = np.unravel_index(np.argmin(sse), sse.shape)
     return Calibration(name=name, bw_efficiency=round(float(bw[i, 0, 0]), 3), compute_efficiency=round(float(cmp[0, j, 0]), 3),
                        step_overhead_ms=round(float(t0[i, j]) * 1e3, 3), source=source)  # fmt: skip
+
+
+def leave_one_out(runs: list[list[Measured]], name: str) -> list[tuple[int, Measured, Point]]:
+    """Every level predicted with the calibration fitted on the *other* runs (one run: on its other
+    levels): (run index, measured, predicted) per level.
+
+    Raises:
+        ServelabError: too few levels to fit without the one held out.
+    """
+    if len(runs) > 1:
+        held = [(i, None) for i in range(len(runs))]
+    else:
+        held = [(0, j) for j in range(len(runs[0]))]
+    out = []
+    for i, j in held:
+        train = [m for k, levels in enumerate(runs) for n, m in enumerate(levels) if (k != i if j is None else n != j)]
+        cal = fit(train, name, "leave-one-out")
+        for n, m in enumerate(runs[i]):
+            if j is None or n == j:
+                out.append((i, m, predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, mode=m.mode)))
+    return out
+
+
+def error_summary(pairs: list[tuple[int, Measured, Point]]) -> str:
+    """The measured error of :func:`leave_one_out`, in words: aggregate tok/s, single-stream decode
+    (levels of one stream) and TTFT p50, median and worst absolute %."""
+
+    def stats(values: list[float]) -> str:
+        return f"median {100 * float(np.median(values)):.1f} %, worst {100 * max(values):.1f} %"
+
+    agg = [abs(p.aggregate_tok_s / m.tok_s - 1) for _, m, p in pairs]
+    single = [abs(m.tpot_s / p.tpot_s - 1) for _, m, p in pairs if m.concurrency == 1]
+    ttft = [abs(p.ttft_s / m.ttft_s - 1) for _, m, p in pairs]
+    return (f"aggregate output tok/s {stats(agg)} ({len(pairs)} levels)" + (f"; single-stream decode {stats(single)}" if single else "")
+            + f"; TTFT p50 {stats(ttft)}")  # fmt: skip

@@ -149,3 +149,19 @@ def pareto(runs: list[Run]) -> bytes:
     ax.grid(alpha=0.3)
     _legend(ax)
     return _png(fig)
+
+
+def prediction(curves: list[tuple[str, list[tuple[int, float, float]]]], measured: list[tuple[str, list[tuple[int, float, float]]]]) -> bytes:
+    """``servelab predict --plot``: aggregate and per-stream decode tok/s against concurrency, each
+    predicted curve a line, each measured run (``--overlay``) markers. Points are (concurrency,
+    aggregate tok/s, per-stream decode tok/s)."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for label, pts in curves:
+        line = axes[0].plot([c for c, _, _ in pts], [a for _, a, _ in pts], marker=".", label=f"predicted: {label}")[0]
+        axes[1].plot([c for c, _, _ in pts], [d for _, _, d in pts], marker=".", color=line.get_color())
+    for label, pts in measured:
+        axes[0].plot([c for c, _, _ in pts], [a for _, a, _ in pts], linestyle="none", marker="o", label=f"measured: {label}")
+        axes[1].plot([c for c, _, _ in pts], [d for _, _, d in pts], linestyle="none", marker="o", color=axes[0].lines[-1].get_color())
+    _concurrency_axes(((axes[0], "output throughput (aggregate), tok/s"), (axes[1], "decode tok/s per stream")))
+    _legend(axes[0])
+    return _png(fig)
