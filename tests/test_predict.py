@@ -159,3 +159,15 @@ def test_plot_draws_the_curves_and_measured_runs_over_them(tmp_path):
                            "--overlay", str(ROOT / "validation/waves-h100/stagger-1-run.json"), "--vary", "quant=bf16,fp8"])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+
+
+def test_tensor_parallel_adds_two_all_reduces_per_layer():
+    """TP 2 over two DGX Sparks (200 Gb/s): each decode step pays 2 all-reduces per layer, each the
+    profile's latency plus 2·(tp−1)/tp of the BF16 activations over 25 GB/s."""
+    spec, fmt, hw = load_model("qwen3.5-122b-a10b"), get_format("nvfp4"), load_hardware("dgx-spark")
+    limits = limits_for(spec, fmt, hw, tp=2, input_tokens=1024, output_tokens=256)
+    t = terms(spec, fmt, hw, concurrency=4, input_tokens=1024, output_tokens=256, limits=limits, tp=2)
+    assert t.allreduce_s == pytest.approx(2 * len(spec.layers) * (30e-6 + 1 * t.padded * spec.hidden_size * 2 / 25e9))
+    assert terms(spec, fmt, hw, concurrency=4, input_tokens=1024, output_tokens=256, limits=limits, tp=1).allreduce_s == 0
+    pt = predict(t, calibration("vllm-0.25-h100-bf16"), concurrency=4, output_tokens=256)
+    assert pt.decode_step_s > t.allreduce_s  # added to the step, not scaled by the efficiencies

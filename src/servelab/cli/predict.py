@@ -24,7 +24,8 @@ from servelab.plan.predict import calibration, error_summary, fit, leave_one_out
 from servelab.report import plots
 from servelab.results import RunResult
 
-ASSUMPTIONS = "uniform MoE routing, no prefix-cache hits, acceptance not falling with the batch, no drafter time, TP all-reduce not modelled"
+ASSUMPTIONS = ("uniform MoE routing, no prefix-cache hits, acceptance not falling with the batch, no drafter time, "
+               "TP all-reduce at the profile's estimated latency (not measured)")
 VARY_KEYS = {"quant": str, "tp": int, "draft-tokens": int, "acceptance": float, "max-num-seqs": int, "max-num-batched-tokens": int}
 
 

@@ -31,6 +31,8 @@ class Hardware(BaseModel):
     bandwidth_gbs: float = Field(gt=0, description="Memory bandwidth, GB/s.")
     tflops: dict[str, float] = Field(default_factory=dict, description="Dense peak TFLOP/s by dtype (bf16, fp8, fp4).")
     interconnect: str | None = None
+    interconnect_gbs: float | None = Field(None, gt=0, description="Per-direction bandwidth between tensor-parallel ranks, GB/s (servelab predict's all-reduce).")
+    allreduce_latency_us: float = Field(20.0, ge=0, description="Fixed time of one small all-reduce between the ranks, µs (an estimate, not measured).")
     source: str | None = None
 
     def safe_utilization(self, os_reserved_gib: float | None = None) -> float:

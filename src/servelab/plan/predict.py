@@ -22,10 +22,15 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
   TPOT = t_d + B ÷ 2 · t_p ÷ O;
 - E2E = TTFT + (O − 1) · TPOT; output tok/s per stream = O ÷ E2E, aggregate = c · O ÷ (E2E + queue wait).
 
+Tensor parallel over ``tp`` GPUs (or nodes): bytes and FLOPs per GPU come from the roofline; each
+step adds its all-reduces (:func:`allreduce_s`: two per layer over the interconnect, with an
+estimated fixed latency each; not measured against a run yet).
+
 Bottleneck named per point: the slot cap or KV capacity (streams waiting), prefill (the prefill
 term of TPOT above the decode step), CUDA-graph padding (the padded step ≥ 1.1 × the unpadded one:
 FLOPs when compute-bound, and on MoE models the experts the padding tokens reach), per-step
-overhead (t₀ above half the step), else bandwidth or compute (the larger term of t_d).
+overhead (t₀ above half the step), the TP all-reduce (above half the step), else bandwidth or
+compute (the larger term of t_d).
 
 Speculative decoding with K draft tokens at acceptance α per token: the step verifies B · (1 + K)
 tokens (padded to the capture size above them) and yields (1 − α^(K+1)) ÷ (1 − α) tokens per
@@ -34,7 +39,7 @@ time is not modelled (nothing for n-gram; an MTP head is one decoder layer).
 
 Assumptions (stated with every prediction): uniform MoE routing; the engine's chunked prefill
 interleaving prefills with decode (vLLM V1); no prefix-cache hits; acceptance that does not fall
-with the batch; TP all-reduce not modelled. Calibration (:class:`Calibration`): η_bw, η_c and t₀ fitted by least
+with the batch; the all-reduce latency of each hardware profile (an estimate). Calibration (:class:`Calibration`): η_bw, η_c and t₀ fitted by least
 squares on measured TPOT and TTFT p50 of real runs (``fit``), relative errors, since every row is
 linear in (1 ÷ η_bw, 1 ÷ η_c, t₀) with the decode step taken as bandwidth-bound (the model's own
 ``max`` is used to predict). Shipped calibrations and their measured errors: data/calibration.yaml.
@@ -164,6 +169,8 @@ class Terms:
     unpadded_bytes_s: float  # the same step without padding, to name padding as a bottleneck
     unpadded_flops_s: float
     draft_tokens: int = 0  # speculative decoding: draft tokens per step (the step verifies B · (1 + K) tokens)
+    allreduce_s: float = 0.0  # tensor parallel: the decode step's all-reduces (not scaled by the efficiencies)
+    prefill_allreduce_s: float = 0.0  # … and one prompt's
 
 
 def terms(
@@ -186,7 +193,21 @@ def terms(
     peak = hw.peak_flops(compute_dtype(fmt)) or float("inf")
     pf = prefill(spec, fmt, hw, tokens=input_tokens, tp=tp)
     bw = hw.bandwidth_gbs * 1e9
-    return Terms((weights(padded) + sequences) / bw, pad.flops / peak, max(pf.flops / peak, pf.bytes / bw), running, padded, step.bytes / bw, step.flops / peak, draft_tokens)
+    return Terms((weights(padded) + sequences) / bw, pad.flops / peak, max(pf.flops / peak, pf.bytes / bw), running, padded, step.bytes / bw,
+                 step.flops / peak, draft_tokens, allreduce_s(spec, hw, padded, tp), allreduce_s(spec, hw, input_tokens, tp))  # fmt: skip
+
+
+def allreduce_s(spec: ModelSpec, hw: Hardware, tokens: int, tp: int) -> float:
+    """Time of one step's tensor-parallel all-reduces over ``tokens`` tokens: two per layer (after
+    attention and after the MLP, vLLM's RowParallelLinear; vidur prices ``2 · TP_allreduce`` per
+    layer the same way), each the ring all-reduce's 2 · (tp − 1) ÷ tp of the BF16 activations
+    (tokens × hidden × 2 B) over the interconnect plus a fixed latency (``Hardware.allreduce_latency_us``,
+    an estimate). 0 at TP 1; not measured against a run yet."""
+    if tp <= 1:
+        return 0.0
+    bw = (hw.interconnect_gbs or hw.bandwidth_gbs) * 1e9
+    per = hw.allreduce_latency_us / 1e6 + 2 * (tp - 1) / tp * tokens * spec.hidden_size * 2 / bw
+    return 2 * len(spec.layers) * per
 
 
 def _shares(running: int, mode: str) -> tuple[float, float]:
@@ -201,8 +222,8 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     state) or ``burst``; with draft tokens, ``acceptance`` α per draft token (module docstring)."""
     overhead = cal.step_overhead_ms / 1e3
     t_mem, t_cmp = t.decode_bytes_s / cal.bw_efficiency, t.decode_flops_s / cal.compute_efficiency
-    t_d = max(t_mem, t_cmp) + overhead
-    t_p = t.prefill_s / cal.compute_efficiency
+    t_d = max(t_mem, t_cmp) + overhead + t.allreduce_s
+    t_p = t.prefill_s / cal.compute_efficiency + t.prefill_allreduce_s
     b, o = t.running, output_tokens
     before, beside = _shares(b, mode)
     tpot = t_d / spec_tokens_per_step(acceptance, t.draft_tokens) + beside * t_p / o
@@ -213,8 +234,10 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
         bottleneck = "slot cap / KV capacity"
     elif beside * t_p / o > t_d:
         bottleneck = "prefill"
-    elif t_d - overhead >= PADDING_NAMED * max(t.unpadded_bytes_s / cal.bw_efficiency, t.unpadded_flops_s / cal.compute_efficiency):
+    elif t_d - overhead - t.allreduce_s >= PADDING_NAMED * max(t.unpadded_bytes_s / cal.bw_efficiency, t.unpadded_flops_s / cal.compute_efficiency):
         bottleneck = "CUDA-graph padding"
+    elif t.allreduce_s > 0.5 * t_d:
+        bottleneck = "TP all-reduce"
     elif overhead > 0.5 * t_d:
         bottleneck = "per-step overhead"
     else:
@@ -275,11 +298,11 @@ def fit(rows: list[Measured], name: str, source: str) -> Calibration:
         raise ServelabError("a calibration needs at least two measured levels")
     bw = np.linspace(0.2, 1.2, 101)[:, None, None]
     cmp = np.linspace(0.1, 1.2, 111)[None, :, None]
-    mem, flop, pre, before, beside, out, tpot, ttft = (np.array(x, dtype=float) for x in zip(*[
-        (m.terms.decode_bytes_s, m.terms.decode_flops_s, m.terms.prefill_s, *_shares(m.terms.running, m.mode), m.output_tokens, m.tpot_s, m.ttft_s)
-        for m in rows]))  # fmt: skip
-    step = np.maximum(mem / bw, flop / cmp)  # the decode step without t₀, per (η_bw, η_c, level)
-    prefill_s = pre / cmp
+    mem, flop, pre, ar, pre_ar, before, beside, out, tpot, ttft = (np.array(x, dtype=float) for x in zip(*[
+        (m.terms.decode_bytes_s, m.terms.decode_flops_s, m.terms.prefill_s, m.terms.allreduce_s, m.terms.prefill_allreduce_s,
+         *_shares(m.terms.running, m.mode), m.output_tokens, m.tpot_s, m.ttft_s) for m in rows]))  # fmt: skip
+    step = np.maximum(mem / bw, flop / cmp) + ar  # the decode step without t₀, per (η_bw, η_c, level)
+    prefill_s = pre / cmp + pre_ar
     low = np.array([m.terms.running <= TTFT_FIT_RUNNING for m in rows])
     a = np.concatenate([(step + beside * prefill_s / out) / tpot, ((before * prefill_s + step) / ttft)[..., low]], axis=-1)  # predicted ÷ measured, t₀ = 0
     b = np.concatenate([1 / tpot, 1 / ttft[low]])  # how much t₀ adds to each ratio
