@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from servelab.cli import app
+from servelab.errors import ServelabError
 from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
 from servelab.plan.predict import Calibration, Measured, calibration, fit, leave_one_out, limits_for, predict, terms
@@ -171,3 +172,22 @@ def test_tensor_parallel_adds_two_all_reduces_per_layer():
     assert terms(spec, fmt, hw, concurrency=4, input_tokens=1024, output_tokens=256, limits=limits, tp=1).allreduce_s == 0
     pt = predict(t, calibration("vllm-0.25-h100-bf16"), concurrency=4, output_tokens=256)
     assert pt.decode_step_s > t.allreduce_s  # added to the step, not scaled by the efficiencies
+
+
+def test_repeated_runs_that_disagree_are_an_unstable_measurement():
+    """Three server starts on vLLM 0.25 (validation/waves-h100*): burst waves put TTFT p50 at
+    1,034–2,812 ms (unstable), the steady state at 71–78 ms (stable); runs of different loads are refused."""
+    from servelab.explain import repeatability
+    from servelab.results import RunResult
+
+    def runs(pattern):
+        return [RunResult.model_validate_json(p.read_text()) for p in sorted(ROOT.glob(pattern))]
+
+    (burst,) = repeatability(runs("validation/waves-h100/burst-*-run.json"))
+    assert burst.unstable and burst.ttft_spread > 1 and burst.tok_s_spread < 0.05
+    (steady,) = repeatability(runs("validation/waves-h100-512/stagger64-*-run.json"))
+    assert not steady.unstable and steady.runs == 3
+    with pytest.raises(ServelabError, match="not of the same load"):
+        repeatability(runs("validation/waves-h100-512/stagger*-1-run.json"))
+    res = cli.invoke(app, ["explain", *map(str, sorted(ROOT.glob("validation/waves-h100/burst-*-run.json"))), "--hardware", "h100-sxm", "--model", "qwen3-8b"])
+    assert res.exit_code == 0 and "unstable measurement" in res.output, res.output

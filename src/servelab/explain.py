@@ -9,10 +9,15 @@ hits, synchronized waves, CUDA-graph padding, server queueing with its cause, a 
 ceiling exceeded — MoE routing not uniform or speculative decoding — preemptions); a gap beyond
 ``AGREE`` is put on those findings, else on the calibration (this engine × hardware × model family
 is not the one it was fitted on).
+
+Given repeated runs of one load, :func:`repeatability` says how far they disagree per level and
+calls a level unstable beyond ``TOK_S_SPREAD`` / ``TTFT_SPREAD``: a curve drawn through such a
+level is noise, whatever the model says.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from servelab.diagnose import diagnose
@@ -75,3 +80,48 @@ def explain(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardware, cal
     if not rows:
         raise ServelabError("the run has no closed-loop level with successful requests to explain")
     return rows
+
+
+TOK_S_SPREAD = 0.05  # repeated runs' aggregate tok/s apart by more than this share of their median: unstable
+TTFT_SPREAD = 0.15  # … TTFT p50 (steady state on vLLM 0.25, three server starts: 2.1 % and 8.5 % at most; validation/RESULTS-waves-h100.md)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """One level over repeated runs of the same load: min and max of aggregate tok/s and TTFT p50 (ms)."""
+
+    concurrency: int
+    runs: int
+    tok_s: tuple[float, float]
+    ttft_ms: tuple[float, float]
+    tok_s_spread: float  # (max − min) ÷ median
+    ttft_spread: float
+
+    @property
+    def unstable(self) -> bool:
+        """Apart by more than ``TOK_S_SPREAD`` in tok/s or ``TTFT_SPREAD`` in TTFT p50."""
+        return self.tok_s_spread > TOK_S_SPREAD or self.ttft_spread > TTFT_SPREAD
+
+
+def repeatability(runs: list[RunResult]) -> list[Spread]:
+    """How far repeated runs of one load disagree, per closed-loop level they share.
+
+    Raises:
+        ServelabError: the runs are not of the same load (compare them with servelab compare instead).
+    """
+    if any(r.load != runs[0].load for r in runs[1:]):
+        raise ServelabError("the runs are not of the same load (concurrency, tokens, closed loop …): repeatability compares repeats of one load")
+    by_level: dict[int, list] = {}
+    for run in runs:
+        for lv in run.levels:
+            if lv.rate_rps is None and lv.ok and lv.ttft_ms.p50:
+                by_level.setdefault(lv.concurrency, []).append(lv)
+    out = []
+    for c, levels in sorted(by_level.items()):
+        if len(levels) < 2:
+            continue
+        tok = sorted(lv.output_throughput_tok_s for lv in levels)
+        ttft = sorted(lv.ttft_ms.p50 for lv in levels)
+        out.append(Spread(c, len(levels), (tok[0], tok[-1]), (ttft[0], ttft[-1]), (tok[-1] - tok[0]) / statistics.median(tok),
+                          (ttft[-1] - ttft[0]) / statistics.median(ttft)))  # fmt: skip
+    return out

@@ -17,7 +17,7 @@ from rich.table import Table
 from servelab.cli.common import console, parse_int_list, read_text
 from servelab.cli.plan import _weight_format
 from servelab.errors import ServelabError
-from servelab.explain import explain
+from servelab.explain import TOK_S_SPREAD, TTFT_SPREAD, Spread, explain, repeatability
 from servelab.plan.hardware import load_hardware, profiles
 from servelab.plan.model_spec import load_model
 from servelab.plan.predict import calibration, error_summary, fit, leave_one_out, limits_for, measured_levels, predict, terms
@@ -170,14 +170,15 @@ TpOpt = Annotated[int, typer.Option(min=1, help="Tensor-parallel size of the ser
 
 
 def explain_cmd(
-    run_dir: Annotated[Path, typer.Argument(help="A run directory (servelab bench --output) or its run.json.")],
+    run_dirs: Annotated[list[Path], typer.Argument(help="A run directory (servelab bench --output) or its run.json; more runs of the same load add a repeatability table.")],
     hardware: HardwareOpt = None,
     model: ModelOpt = None,
     quant: QuantOpt = None,
     tp: TpOpt = 1,
     calibration_name: Annotated[str, typer.Option("--calibration", help="A shipped calibration's name or a servelab calibrate --out file.")] = "vllm-0.25-h100-bf16",
 ) -> None:
-    """A measured run beside servelab predict's curve, with the cause of each gap."""
+    """A measured run beside servelab predict's curve, with the cause of each gap (and, given repeats, how far they disagree)."""
+    run_dir = run_dirs[0]
     run = _run(run_dir)
     spec, fmt, hw = _setup(run, run_dir, model, quant, hardware)
     cal = calibration(calibration_name)
@@ -191,6 +192,19 @@ def explain_cmd(
                       r.predicted.bottleneck, r.cause)  # fmt: skip
     table.caption = f"calibration {cal.name}: {cal.error}"
     console.print(table)
+    if len(run_dirs) > 1:
+        console.print(_repeat_table(repeatability([run, *(_run(r) for r in run_dirs[1:])])))
+
+
+def _repeat_table(spreads: list[Spread]) -> Table:
+    table = Table(title="repeatability: the same load, repeated")
+    for col in ("streams", "runs", "tok/s min – max", "spread", "TTFT p50 ms min – max", "spread", ""):
+        table.add_column(col, justify="right")
+    for sp in spreads:
+        table.add_row(str(sp.concurrency), str(sp.runs), f"{sp.tok_s[0]:,.0f} – {sp.tok_s[1]:,.0f}", f"{sp.tok_s_spread:.1%}",
+                      f"{sp.ttft_ms[0]:,.1f} – {sp.ttft_ms[1]:,.1f}", f"{sp.ttft_spread:.1%}", "[red]unstable measurement[/]" if sp.unstable else "")  # fmt: skip
+    table.caption = f"unstable: tok/s apart by more than {TOK_S_SPREAD:.0%} or TTFT p50 by more than {TTFT_SPREAD:.0%} of their median (servelab/explain.py)"
+    return table
 
 
 def calibrate_cmd(
