@@ -339,3 +339,25 @@ def test_hybrid_layout_reproduces_vllms_blocks_groups_and_capacity(log):
     checks = {c["what"]: c for c in doc["from_log"]}
     assert abs(checks["KV-cache tokens from the reported KV memory (layout only)"]["error_pct"]) <= 0.1
     assert abs(checks["weights per GPU"]["error_pct"]) <= 3
+
+
+def test_prefix_caching_keeps_more_recurrent_state():
+    """vLLM 0.25 with --enable-prefix-caching (off by default for hybrids): Gated DeltaNet layers
+    keep two state pages per request (mamba_cache_mode align); Mamba-2 hybrids cache a state per
+    block (all), the block a multiple of the 256-token scan chunk (MambaModelConfig,
+    Platform._align_hybrid_block_size)."""
+    gdn = load_model("qwen3-next-80b-a3b")
+    off = plan_memory(gdn, get_format("bf16"), load_hardware("h200"), tp=2, max_model_len=32768, overhead_gib=2.0)
+    on = plan_memory(gdn, get_format("bf16"), load_hardware("h200"), tp=2, max_model_len=32768, overhead_gib=2.0, prefix_caching=True)
+    assert (off.layout.mamba_cache_mode, on.layout.mamba_cache_mode) == ("none", "align") and on.layout.block_size == off.layout.block_size == 544
+    blocks = off.layout.blocks(off.budget_gib * GIB)
+    assert (off.max_concurrency, on.max_concurrency) == (pytest.approx(blocks / (61 + 3)), pytest.approx(blocks / (61 + 3 * 2)))
+    mamba = load_model("nemotron-3-nano-30b-a3b")
+    lay = plan_memory(mamba, get_format("bf16"), load_hardware("h200"), max_model_len=32768, overhead_gib=2.0, prefix_caching=True).layout
+    state_tokens = -(-lay.state_bytes // (lay.page_bytes // lay.block_size))
+    assert lay.mamba_cache_mode == "all" and lay.block_size == 256 * -(-state_tokens // 256) == 2304
+    assert lay.blocks_per_request(32768) == -(-32768 // 2304) * (lay.attention_groups + lay.recurrent_groups)
+    from servelab.metrics.bootlog import parse_bootlog
+
+    assert parse_bootlog((FIXTURES / "vllm-0.25-h200-nemotron-3-nano-30b-a3b-8192.log").read_text()).prefix_caching is False
+    assert parse_bootlog((FIXTURES / "vllm-0.25-h200-gemma-3-27b-8192.log").read_text()).prefix_caching is True

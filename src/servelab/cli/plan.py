@@ -54,6 +54,7 @@ def plan(
     overhead_gib: Annotated[float | None, typer.Option(min=0, help="Runtime overhead per GPU, GiB (default estimated).")] = None,
     os_reserved_gib: Annotated[float | None, typer.Option(min=0, help="Unified memory the OS keeps, GiB (default per profile).")] = None,
     speculative: Annotated[str | None, typer.Option(help="A speculative drafter loaded beside the model: mtp:K (the model's MTP layers), eagle3:PATH (a draft config.json) or ngram:K; adds its weights and KV.")] = None,
+    prefix_caching: Annotated[bool, typer.Option("--prefix-caching", help="The server runs with --enable-prefix-caching (off by default for hybrids in vLLM 0.25): a hybrid keeps more recurrent state per request.")] = False,
     draft_tokens: Annotated[int, typer.Option(min=0, help="Speculative decoding: draft tokens per step (default K of --speculative).")] = 0,
     acceptance: Annotated[float, typer.Option(help="Speculative decoding: acceptance rate per draft token.")] = 0.7,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
@@ -73,6 +74,7 @@ def plan(
         gpu_memory_utilization = gpu_memory_utilization or logged.gpu_memory_utilization
         max_num_seqs, max_num_batched_tokens = max_num_seqs or logged.max_num_seqs, max_num_batched_tokens or logged.max_num_batched_tokens
         speculative = speculative or logged.speculative
+        prefix_caching = prefix_caching or logged.prefix_caching
     if model is None:
         raise ServelabError("--model is required: a catalog name such as qwen3-8b, or a config.json" + (" (the log names none)" if facts else ""))
     spec = load_model(model)
@@ -82,7 +84,7 @@ def plan(
         spec, _weight_format(quant, model, spec), load_hardware(hardware), kv_dtype=kv_dtype, kv_dtype_bytes=kv_dtype_bytes(kv_dtype),
         max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization, nodes=nodes, tp=tp,
         concurrency=parse_int_list(concurrency, "--concurrency"), overhead_gib=overhead_gib, os_reserved_gib=os_reserved_gib,
-        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, drafter=drafter, draft_tokens=draft_tokens, acceptance=acceptance,
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, drafter=drafter, prefix_caching=prefix_caching, draft_tokens=draft_tokens, acceptance=acceptance,
     )  # fmt: skip
     checks = compare(result, facts) if facts is not None else None
     if json_out:

@@ -88,6 +88,7 @@ RULES: list[Rule] = [
     Rule(re.compile(r"with config: .*?tensor_parallel_size=(\d+),.*?quantization=([\w\-]+),.*?kv_cache_dtype=(\w+)"),
          set_facts(tensor_parallel_size=lambda m: int(m.group(1)), quantization=lambda m: None if m.group(2) == "None" else m.group(2),
                    kv_cache_dtype=lambda m: m.group(3)), "0.8–0.25"),  # fmt: skip
+    Rule(re.compile(r"with config: .*?enable_prefix_caching=(True|False)"), set_fact("prefix_caching", lambda m: m.group(1) == "True"), "0.8–0.25"),
     Rule(re.compile(r"speculative_config=SpeculativeConfig\(method='(\w+)', model=.*?, num_spec_tokens=(\d+)\)"),
          set_facts(speculative_method=lambda m: m.group(1), speculative_tokens=lambda m: int(m.group(2))), "0.25 (engine config line)"),
     Rule(re.compile(r"'cudagraph_capture_sizes': \[([\d, ]*)\]"), set_fact("cudagraph_sizes", lambda m: int_list(m.group(1))), "0.10–0.25"),

@@ -58,6 +58,7 @@ class BootFacts(BaseModel):
     tensor_parallel_size: int | None = None
     quantization: str | None = Field(None, description="The engine's own name of the weight quantization (vLLM: fp8, modelopt_fp4, …); None when unquantized or not printed.")
     kv_cache_dtype: str | None = None
+    prefix_caching: bool | None = Field(None, description="Whether the engine caches prefixes (vLLM: enable_prefix_caching of the engine config).")
     speculative_method: str | None = Field(None, description="Speculative decoding method as the engine names it (vLLM: mtp, ngram, eagle3, …).")
     speculative_tokens: int | None = Field(None, description="Speculative (draft) tokens per step.")
     weights_gib: float | None = None

@@ -2,7 +2,8 @@
 
 The log gives the model, the weight quantization, ``max_model_len``, ``gpu_memory_utilization``,
 the tensor-parallel size, the KV-cache dtype, ``max_num_seqs`` / ``max_num_batched_tokens`` where
-set, and its speculative decoding as ``--speculative mtp:K`` / ``ngram:K`` (``servelab.metrics.bootlog``); the plan is made with those, and compared line by line
+set, its speculative decoding as ``--speculative mtp:K`` / ``ngram:K``, and whether it caches prefixes
+(``servelab.metrics.bootlog``); the plan is made with those, and compared line by line
 with what the engine printed (each error in %):
 
 - weights per GPU ("Model loading took X GiB");
@@ -38,6 +39,7 @@ class LogInputs(BaseModel):
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     speculative: str | None = None  # plan's --speculative (mtp:K, ngram:K) for the log's speculative_config
+    prefix_caching: bool = False
 
 
 class LogCheck(BaseModel):
@@ -73,7 +75,7 @@ def log_inputs(facts: BootFacts) -> LogInputs:
         quant = "bf16"
     return LogInputs(model=model, quant=quant, max_model_len=facts.max_model_len, gpu_memory_utilization=facts.gpu_memory_utilization,
                      tp=facts.tensor_parallel_size, kv_dtype=facts.kv_cache_dtype, max_num_seqs=facts.max_num_seqs,
-                     max_num_batched_tokens=facts.max_num_batched_tokens, speculative=_speculative(facts))  # fmt: skip
+                     max_num_batched_tokens=facts.max_num_batched_tokens, speculative=_speculative(facts), prefix_caching=bool(facts.prefix_caching))  # fmt: skip
 
 
 def _speculative(facts: BootFacts) -> str | None:

@@ -62,6 +62,7 @@ class HybridLayout:
     sliding_window: int = 0
     max_num_batched_tokens: int = 0
     speculative_blocks: int = 0  # extra state pages per recurrent group and request with speculative decoding
+    mamba_cache_mode: str = "none"  # vLLM's: none (prefix caching off), align (on; GDN), all (on; Mamba-2 hybrids)
 
     def blocks(self, budget_bytes: float) -> int:
         """Blocks the budget holds: every group shares one pool of ``group_size`` pages per block."""
@@ -77,12 +78,14 @@ class HybridLayout:
 
     def blocks_per_request(self, context: int) -> int:
         """Blocks one request of ``context`` tokens takes: its attention blocks in each full-attention
-        group, :meth:`sliding_blocks` in each sliding-window group, 1 + ``speculative_blocks`` state
-        pages in each recurrent group (prefix caching off: ``mamba_cache_mode`` none; vLLM 0.25
-        ``MambaSpec.max_memory_usage_bytes``, ``num_speculative_blocks`` = the speculative tokens)."""
+        group, :meth:`sliding_blocks` in each sliding-window group, and in each recurrent group
+        ``speculative_blocks`` state pages plus 1 (prefix caching off: ``mamba_cache_mode`` none), 2
+        (``align``) or one per block of context (``all``) (vLLM 0.25 ``MambaSpec.max_memory_usage_bytes``,
+        ``num_speculative_blocks`` = the speculative tokens)."""
         full = -(-context // self.block_size) * self.attention_groups
         sliding = self.sliding_blocks(context) * self.sliding_groups if self.sliding_groups else 0
-        return full + sliding + self.recurrent_groups * (1 + self.speculative_blocks)
+        state = {"none": 1, "align": 2, "all": -(-context // self.block_size)}[self.mamba_cache_mode]
+        return full + sliding + self.recurrent_groups * (state + self.speculative_blocks)
 
     def request_bytes(self, context: int) -> int:
         """Bytes of KV memory one request of ``context`` tokens takes (its blocks × a block's pages)."""
@@ -103,7 +106,8 @@ def kv_tokens(budget_bytes: float, per_token: float, layout: HybridLayout | None
 
 
 def hybrid_layout(
-    spec: ModelSpec, kv_bytes_per_token: float, state_bytes_per_seq: float, max_num_batched_tokens: int, speculative_tokens: int = 0
+    spec: ModelSpec, kv_bytes_per_token: float, state_bytes_per_seq: float, max_num_batched_tokens: int, speculative_tokens: int = 0,
+    prefix_caching: bool = False,
 ) -> HybridLayout | None:
     """The layout vLLM 0.25 gives a model whose full-attention layers sit beside sliding-window
     layers (Gemma 3, gpt-oss) and/or recurrent ones (Gated DeltaNet, Mamba-2).
@@ -125,6 +129,12 @@ def hybrid_layout(
         state_bytes_per_seq: recurrent state of all recurrent layers per sequence on this GPU.
         max_num_batched_tokens: the prefill chunk a sliding-window layer holds beside its window.
         speculative_tokens: draft tokens per step; a recurrent layer keeps a state page for each.
+        prefix_caching: vLLM's ``--enable-prefix-caching`` (off by default for these models): the
+            recurrent state is cached per block, ``mamba_cache_mode`` ``all`` for models whose
+            Mamba layers support it (Mamba-2 hybrids: NemotronH, Jamba, Zamba2, GraniteMoeHybrid,
+            FalconH1; ``SupportsMambaPrefixCaching``), with the block size a multiple of the scan chunk
+            (``lcm(chunk, 16) · ⌈state tokens ÷ that⌉``), else ``align`` (two state pages per request;
+            ``vllm/model_executor/models/config.py`` ``MambaModelConfig``, ``vllm/platforms/interface.py``).
 
     Returns:
         None for a model with one kind of cache layer, without full-attention layers, or with MLA
@@ -137,7 +147,12 @@ def hybrid_layout(
         return None
     attn_bytes_per_token = kv_bytes_per_token / n_attn  # one layer
     state_bytes = state_bytes_per_seq / n_rec if n_rec else 0.0
-    block = BLOCK_TOKENS * max(1, math.ceil(state_bytes / (BLOCK_TOKENS * attn_bytes_per_token)))
+    mode = ("all" if spec.count("mamba") and not spec.count("linear") else "align") if prefix_caching and n_rec else "none"
+    if mode == "all":
+        chunk = math.lcm(spec.mamba_chunk_size or 2048, BLOCK_TOKENS)  # 2048: vLLM's default for a model without a chunk size
+        block = chunk * max(1, math.ceil(math.ceil(state_bytes / attn_bytes_per_token) / chunk))
+    else:
+        block = BLOCK_TOKENS * max(1, math.ceil(state_bytes / (BLOCK_TOKENS * attn_bytes_per_token)))
     small, large = min(counts), max(counts)
     group = large if large < 1.5 * small else small
     groups = [-(-n // group) for n in (n_attn, n_sliding, n_rec)]
@@ -146,7 +161,7 @@ def hybrid_layout(
         attention_groups=groups[0], sliding_groups=groups[1], recurrent_groups=groups[2],
         padding_layers=sum(g * group for g in groups) - sum(counts),
         sliding_window=(spec.sliding_window or 0) if n_sliding else 0, max_num_batched_tokens=max_num_batched_tokens if n_sliding else 0,
-        speculative_blocks=speculative_tokens if n_rec else 0,
+        speculative_blocks=speculative_tokens if n_rec else 0, mamba_cache_mode=mode,
     )  # fmt: skip
 
 
@@ -187,6 +202,7 @@ def plan_memory(
     max_num_seqs: int | None = None,
     os_reserved_gib: float | None = None,
     drafter: Drafter | None = None,
+    prefix_caching: bool = False,
 ) -> MemoryPlan:
     """Plan one model on one hardware profile (every GPU of a ``tp`` group alike).
 
@@ -197,6 +213,8 @@ def plan_memory(
         concurrency: request counts for which the longest possible context is computed.
         overhead_gib: replaces the runtime-overhead estimate (GiB per GPU).
         drafter: a speculative drafter loaded beside the model: its weights and KV are added.
+        prefix_caching: the server caches prefixes (``--enable-prefix-caching``): a hybrid keeps
+            more recurrent state per request (:func:`hybrid_layout`).
 
     Returns:
         A :class:`MemoryPlan`; ``fits`` is False when the weights leave no KV budget or not one
@@ -241,7 +259,7 @@ def plan_memory(
         return context * per_token + sliding / kv_shard + state
 
     budget_bytes = max(budget, 0.0) * GIB
-    layout = hybrid_layout(spec, per_token, state, mbt, drafter.num_tokens if drafter else 0)
+    layout = hybrid_layout(spec, per_token, state, mbt, drafter.num_tokens if drafter else 0, prefix_caching)
     capacity = kv_tokens(budget_bytes, per_token, layout, L)
     if layout is not None:
         max_conc = layout.concurrency(budget_bytes, L)

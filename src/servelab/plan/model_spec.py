@@ -68,6 +68,7 @@ class ModelSpec:
     mla_latent: int = 0  # kv_lora_rank + qk_rope_head_dim
     linear_state_bytes: int = 0  # per linear-attention layer per sequence (state + bf16 conv)
     mamba_state_bytes: int = 0  # per Mamba layer per sequence
+    mamba_chunk_size: int = 0  # Mamba-2 scan chunk (vLLM aligns the block size to it under prefix caching)
     mtp_layers: int = 0
     params: dict[str, int] = field(default_factory=dict)
     reference: dict = field(default_factory=dict)
@@ -256,6 +257,7 @@ def parse_config(cfg: dict, name: str = "model") -> ModelSpec:
         Im = nmh * mhd
         mamba = H * (2 * Im + 2 * g * S + nmh) + (Im + 2 * g * S) * (k + 1) + 3 * nmh + Im + Im * H
         spec.mamba_state_bytes = nmh * mhd * S * _ssm_bytes(cfg) + (Im + 2 * g * S) * (k - 1) * 2
+        spec.mamba_chunk_size = cfg.get("mamba_chunk_size") or cfg.get("chunk_size") or 256  # vllm/transformers_utils/configs/nemotron_h.py default
         for ch in pattern:  # one block per character: M Mamba-2, * attention, E MoE FFN, - dense FFN
             p["norms"] += H
             if ch == "M":

@@ -89,6 +89,7 @@ def make_plan(
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
     drafter: Drafter | None = None,
+    prefix_caching: bool = False,
     draft_tokens: int = 0,
     acceptance: float = 0.0,
 ) -> Plan:
@@ -112,7 +113,7 @@ def make_plan(
     mem = plan_memory(
         spec, fmt, hw, kv_dtype_bytes=kv_dtype_bytes, max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
         tp=tp, concurrency=conc, overhead_gib=overhead_gib, os_reserved_gib=os_reserved_gib,
-        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, drafter=drafter,
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, drafter=drafter, prefix_caching=prefix_caching,
     )  # fmt: skip
     rows = []
     for b in conc:

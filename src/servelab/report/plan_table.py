@@ -41,7 +41,9 @@ def plan_table(plan: Plan) -> Table:
         if lay.sliding_groups:
             kinds.append(f"{lay.sliding_groups} sliding-window ({lay.sliding_blocks(plan.max_model_len):,} blocks per request)")
         if lay.recurrent_groups:
-            kinds.append(f"{lay.recurrent_groups} recurrent" + (f" ({1 + lay.speculative_blocks} state pages per request)" if lay.speculative_blocks else ""))
+            pages = {"none": "1", "align": "2", "all": "1 per block of context"}[lay.mamba_cache_mode]
+            extra = f" + {lay.speculative_blocks}" if lay.speculative_blocks else ""
+            kinds.append(f"{lay.recurrent_groups} recurrent ({pages}{extra} state pages per request" + (f", mamba_cache_mode {lay.mamba_cache_mode}" if lay.mamba_cache_mode != "none" else "") + ")")
         rows.append(("hybrid KV layout (vLLM)", f"block {lay.block_size:,} tokens, page {lay.page_bytes / 2**20:,.2f} MiB{state}, "
                      f"{' + '.join(kinds)} groups of {lay.group_size} layers, {lay.padding_layers} padding"))  # fmt: skip
     rows += [
