@@ -191,3 +191,19 @@ def test_repeated_runs_that_disagree_are_an_unstable_measurement():
         repeatability(runs("validation/waves-h100-512/stagger*-1-run.json"))
     res = cli.invoke(app, ["explain", *map(str, sorted(ROOT.glob("validation/waves-h100/burst-*-run.json"))), "--hardware", "h100-sxm", "--model", "qwen3-8b"])
     assert res.exit_code == 0 and "unstable measurement" in res.output, res.output
+
+
+def test_bench_with_a_hardware_profile_puts_the_prediction_beside_the_run(tmp_path, monkeypatch):
+    """On the plan's engine (the fault server answers as vLLM) with --hardware, the bench's output
+    ends with the explain table; the fault server streams far faster than any H100, which the table
+    puts on the level's findings (a ceiling exceeded)."""
+    from servelab.cli import common
+    from test_fault_suite import fault_server
+
+    monkeypatch.setattr(common.console, "width", 300)  # one line per row, whatever the terminal
+    with fault_server() as url:
+        res = cli.invoke(app, ["bench", "--url", url, "--concurrency", "2", "--requests", "6", "--warmup", "0", "--input-tokens", "64",
+                               "--output-tokens", "8", "--hardware", "h100-sxm", "--model-config", "qwen3-8b", "--output", str(tmp_path / "run")],
+                         )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "measured vs servelab predict (NVIDIA H100 SXM5 80GB)" in res.output and "faster than the roofline" in res.output

@@ -154,7 +154,7 @@ def test_a_duration_ends_on_time_and_keeps_every_request(monkeypatch):
         assert elapsed < 10  # not CANCEL_WAIT_S
         assert len(seen) == len(records) and len({r.index for r in records}) == len(records)
         cut = [r for r in records if r.status == "incomplete"]
-        assert 1 <= len(cut) <= 32 and all(r.error_kind == "cancelled" and r.end is not None for r in cut)
+        assert len(cut) <= 32 and all(r.error_kind == "cancelled" and r.end is not None for r in cut)  # (a level may end with all its requests just done)
         assert all(r.status == "ok" for r in records if r not in cut)
 
 

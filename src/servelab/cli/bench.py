@@ -18,6 +18,7 @@ from servelab.cli.common import (
     remember, sigterm_as_sigint,
 )  # fmt: skip
 from servelab.endpoint import Endpoint, discover
+from servelab.explain import explain
 from servelab.errors import ServelabError
 from servelab.liveness import Liveness
 from servelab.grid import CellStats, cell_stats, cells, read_llama_benchy, write_csv, write_llama_benchy_csv
@@ -26,8 +27,10 @@ from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LLAMA_SERVER_ENV,
 from servelab.metrics.summary import LevelSummary
 from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
+from servelab.plan.predict import DEFAULT_CALIBRATION, calibration
 from servelab.plan.quant import get_format
 from servelab.records import RequestRecord
+from servelab.report.explain_table import explain_table
 from servelab.report.table import bench_table, grid_table, server_table, suite_table
 from servelab.results import RunResult, load_run
 from servelab.workloads.datasets import load_dataset
@@ -245,6 +248,12 @@ def bench(
     colors = {"info": "cyan", "warning": "yellow", "error": "red"}
     for f in run.findings:
         console.print(f"[{colors[f.severity]}]{f.severity}[/] {f.kind}: {escape(f.message)}", soft_wrap=True)
+    if (c := options.ceiling) is not None and run.endpoint.engine == engines.plan_engine().name:  # the prediction models this engine's scheduler
+        try:
+            cal = calibration(DEFAULT_CALIBRATION)
+            console.print(explain_table(explain(run, c.spec, c.fmt, c.hardware, cal, tp=c.tp), f"measured vs servelab predict ({c.hardware.name})", cal))
+        except ServelabError as exc:
+            err_console.print(f"[yellow]no prediction beside the run:[/] {escape(str(exc))}")
     check = run.prompt_check
     if check and check.checked_requests:
         console.print(

@@ -17,11 +17,12 @@ from rich.table import Table
 from servelab.cli.common import console, parse_int_list, read_text
 from servelab.cli.plan import _weight_format
 from servelab.errors import ServelabError
-from servelab.explain import TOK_S_SPREAD, TTFT_SPREAD, Spread, explain, repeatability
+from servelab.explain import explain, repeatability
 from servelab.plan.hardware import load_hardware, profiles
 from servelab.plan.model_spec import load_model
-from servelab.plan.predict import calibration, error_summary, fit, leave_one_out, limits_for, measured_levels, predict, terms
+from servelab.plan.predict import DEFAULT_CALIBRATION, calibration, error_summary, fit, leave_one_out, limits_for, measured_levels, predict, terms
 from servelab.report import plots
+from servelab.report.explain_table import explain_table, repeat_table
 from servelab.results import RunResult
 
 ASSUMPTIONS = ("uniform MoE routing, no prefix-cache hits, acceptance not falling with the batch, no drafter time, "
@@ -65,7 +66,7 @@ def predict_cmd(
     plot: Annotated[Path | None, typer.Option(help="Also draw the curves to this PNG file.")] = None,
     overlay: Annotated[list[Path] | None, typer.Option(help="With --plot: a measured run (directory or run.json) drawn over the curves; repeatable.")] = None,
     vary: Annotated[list[str] | None, typer.Option(help="Compare alternatives: KEY=V1,V2 with KEY quant, tp, draft-tokens, acceptance, max-num-seqs or max-num-batched-tokens (repeatable); prints Δ% against the first.")] = None,
-    calibration_name: Annotated[str, typer.Option("--calibration", help="A shipped calibration's name (servelab/data/calibration.yaml) or a servelab calibrate --out file.")] = "vllm-0.25-h100-bf16",
+    calibration_name: Annotated[str, typer.Option("--calibration", help="A shipped calibration's name (servelab/data/calibration.yaml) or a servelab calibrate --out file.")] = DEFAULT_CALIBRATION,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")] = False,
 ) -> None:
     """Predicted per-stream and aggregate tok/s, TTFT, TPOT and E2E at each concurrency, with the bottleneck."""
@@ -175,7 +176,7 @@ def explain_cmd(
     model: ModelOpt = None,
     quant: QuantOpt = None,
     tp: TpOpt = 1,
-    calibration_name: Annotated[str, typer.Option("--calibration", help="A shipped calibration's name or a servelab calibrate --out file.")] = "vllm-0.25-h100-bf16",
+    calibration_name: Annotated[str, typer.Option("--calibration", help="A shipped calibration's name or a servelab calibrate --out file.")] = DEFAULT_CALIBRATION,
 ) -> None:
     """A measured run beside servelab predict's curve, with the cause of each gap (and, given repeats, how far they disagree)."""
     run_dir = run_dirs[0]
@@ -183,28 +184,9 @@ def explain_cmd(
     spec, fmt, hw = _setup(run, run_dir, model, quant, hardware)
     cal = calibration(calibration_name)
     rows = explain(run, spec, fmt, hw, cal, tp=tp)
-    table = Table(title=f"measured {run_dir} vs predicted: {spec.name} · {fmt.name} · {hw.name} · {run.load.closed_loop}")
-    for col in ("streams", "tok/s measured", "predicted", "err", "TPOT ms meas / pred", "TTFT ms meas / pred", "predicted bottleneck", "the gap"):
-        table.add_column(col, justify="left" if col in ("predicted bottleneck", "the gap") else "right")
-    for r in rows:
-        table.add_row(str(r.concurrency), f"{r.measured_tok_s:,.0f}", f"{r.predicted.aggregate_tok_s:,.0f}", f"{r.tok_s_error:+.0%}",
-                      f"{r.measured_tpot_s * 1e3:,.1f} / {r.predicted.tpot_s * 1e3:,.1f}", f"{r.measured_ttft_s * 1e3:,.1f} / {r.predicted.ttft_s * 1e3:,.1f}",
-                      r.predicted.bottleneck, r.cause)  # fmt: skip
-    table.caption = f"calibration {cal.name}: {cal.error}"
-    console.print(table)
+    console.print(explain_table(rows, f"measured {run_dir} vs predicted: {spec.name} · {fmt.name} · {hw.name} · {run.load.closed_loop}", cal))
     if len(run_dirs) > 1:
-        console.print(_repeat_table(repeatability([run, *(_run(r) for r in run_dirs[1:])])))
-
-
-def _repeat_table(spreads: list[Spread]) -> Table:
-    table = Table(title="repeatability: the same load, repeated")
-    for col in ("streams", "runs", "tok/s min – max", "spread", "TTFT p50 ms min – max", "spread", ""):
-        table.add_column(col, justify="right")
-    for sp in spreads:
-        table.add_row(str(sp.concurrency), str(sp.runs), f"{sp.tok_s[0]:,.0f} – {sp.tok_s[1]:,.0f}", f"{sp.tok_s_spread:.1%}",
-                      f"{sp.ttft_ms[0]:,.1f} – {sp.ttft_ms[1]:,.1f}", f"{sp.ttft_spread:.1%}", "[red]unstable measurement[/]" if sp.unstable else "")  # fmt: skip
-    table.caption = f"unstable: tok/s apart by more than {TOK_S_SPREAD:.0%} or TTFT p50 by more than {TTFT_SPREAD:.0%} of their median (servelab/explain.py)"
-    return table
+        console.print(repeat_table(repeatability([run, *(_run(r) for r in run_dirs[1:])])))
 
 
 def calibrate_cmd(

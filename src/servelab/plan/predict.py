@@ -66,6 +66,7 @@ from servelab.plan.roofline import compute_dtype, decode_step, prefill, spec_tok
 from servelab.results import RunResult
 from servelab.yamlfile import read_yaml
 
+DEFAULT_CALIBRATION = "vllm-0.25-h100-bf16"  # the only shipped one (data/calibration.yaml)
 PADDING_NAMED = 1.1  # padding is named the bottleneck when it makes the decode step this much longer
 TTFT_FIT_RUNNING = 2  # TTFT p50 enters the fit only at this many streams or fewer (see fit)
 
