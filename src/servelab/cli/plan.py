@@ -15,24 +15,14 @@ from servelab.metrics.bootlog import parse_bootlog
 from servelab.plan.cudagraph import padding, recommend
 from servelab.plan.from_log import compare, log_inputs
 from servelab.plan.hardware import load_hardware
-from servelab.plan.checkpoint import checkpoint_format, read_quant_config
+from servelab.plan.checkpoint import weight_format
 from servelab.plan.drafter import parse_drafter
-from servelab.plan.model_spec import ModelSpec, load_model
+from servelab.plan.model_spec import load_model
 from servelab.plan.planner import make_plan
-from servelab.plan.quant import QuantFormat, get_format, kv_dtype_bytes
+from servelab.plan.quant import kv_dtype_bytes
 from servelab.report.plan_table import from_log_table, padding_table, plan_table
 
 plan_app = typer.Typer(help="Memory fit, KV capacity, concurrency and speed ceilings before launching a server.")
-
-
-def _weight_format(quant: str | None, model: str, spec: ModelSpec) -> QuantFormat:
-    """``--quant``; else, for a config.json the user gave, the checkpoint's own quantization config
-    (``servelab.plan.checkpoint``); else BF16."""
-    if quant:
-        return get_format(quant, spec)
-    path = Path(model) / "config.json" if Path(model).is_dir() else Path(model)
-    qc = read_quant_config(path) if path.is_file() else None
-    return checkpoint_format(spec, qc) if qc else get_format("bf16", spec)
 
 
 @plan_app.callback(invoke_without_command=True)
@@ -81,7 +71,7 @@ def plan(
     kv_dtype = kv_dtype or "auto"
     drafter = parse_drafter(speculative, spec, kv_dtype_bytes(kv_dtype), draft_tokens) if speculative else None
     result = make_plan(
-        spec, _weight_format(quant, model, spec), load_hardware(hardware), kv_dtype=kv_dtype, kv_dtype_bytes=kv_dtype_bytes(kv_dtype),
+        spec, weight_format(quant, model, spec), load_hardware(hardware), kv_dtype=kv_dtype, kv_dtype_bytes=kv_dtype_bytes(kv_dtype),
         max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization, nodes=nodes, tp=tp,
         concurrency=parse_int_list(concurrency, "--concurrency"), overhead_gib=overhead_gib, os_reserved_gib=os_reserved_gib,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, drafter=drafter, prefix_caching=prefix_caching, draft_tokens=draft_tokens, acceptance=acceptance,

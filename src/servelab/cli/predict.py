@@ -15,9 +15,9 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from servelab.cli.common import console, parse_int_list, read_text
-from servelab.cli.plan import _weight_format
 from servelab.errors import ServelabError
 from servelab.explain import explain, repeatability
+from servelab.plan.checkpoint import weight_format
 from servelab.plan.hardware import load_hardware, profiles
 from servelab.plan.model_spec import load_model
 from servelab.plan.predict import DEFAULT_CALIBRATION, calibration, error_summary, fit, leave_one_out, limits_for, measured_levels, predict, terms
@@ -77,7 +77,7 @@ def predict_cmd(
     base = {"quant": quant, "tp": tp, "draft-tokens": draft_tokens, "acceptance": acceptance, "max-num-seqs": max_num_seqs, "max-num-batched-tokens": max_num_batched_tokens}
     results = []
     for v in _variants(vary or [], base):
-        fmt = _weight_format(v["quant"], model, spec)
+        fmt = weight_format(v["quant"], model, spec)
         limits = limits_for(spec, fmt, hw, tp=v["tp"], input_tokens=input_tokens, output_tokens=output_tokens, max_num_seqs=v["max-num-seqs"],
                             max_num_batched_tokens=v["max-num-batched-tokens"], capture_sizes=sizes, draft_tokens=v["draft-tokens"])  # fmt: skip
         points = [predict(terms(spec, fmt, hw, concurrency=c, input_tokens=input_tokens, output_tokens=output_tokens, limits=limits, tp=v["tp"],
@@ -154,7 +154,7 @@ def _setup(run: RunResult, run_dir: Path, model: str | None, quant: str | None, 
     ce = run.ceiling
     model = model or (ce.model if ce else run.endpoint.model)
     spec = load_model(model)
-    fmt = _weight_format(quant or (ce.quant if ce else None), model, spec)
+    fmt = weight_format(quant or (ce.quant if ce else None), model, spec)
     if hardware is None:
         named = {hw.name: key for key, hw in profiles().items()}
         if ce is None or ce.hardware not in named:

@@ -170,3 +170,18 @@ def _excluded(module: str, patterns: list[str]) -> bool:
         elif p in module:
             return True
     return False
+
+
+def weight_format(quant: str | None, model: str, spec: ModelSpec) -> QuantFormat:
+    """The weight format to plan: ``quant`` (``--quant``) if given; else, for a config.json (or its
+    folder) the user gave, the checkpoint's own quantization config (:func:`read_quant_config`,
+    :func:`checkpoint_format`); else BF16.
+
+    Raises:
+        ServelabError: an unknown ``quant``, or an unreadable quantization config.
+    """
+    if quant:
+        return get_format(quant, spec)
+    path = Path(model) / "config.json" if Path(model).is_dir() else Path(model)
+    qc = read_quant_config(path) if path.is_file() else None
+    return checkpoint_format(spec, qc) if qc else get_format("bf16", spec)
