@@ -62,7 +62,7 @@ from servelab.plan.hardware import Hardware
 from servelab.plan.memory import plan_memory
 from servelab.plan.model_spec import ModelSpec
 from servelab.plan.quant import QuantFormat
-from servelab.plan.roofline import compute_dtype, decode_step, prefill, spec_tokens_per_step
+from servelab.plan.roofline import compute_dtype, decode_step, prefill, spec_tokens_per_step, weights_touched
 from servelab.results import RunResult
 from servelab.yamlfile import read_yaml
 
@@ -186,15 +186,11 @@ def terms(
     context = input_tokens + output_tokens // 2
     step = decode_step(spec, fmt, hw, batch=running, context=context, tp=tp, tokens_per_seq=per_seq)
     pad = decode_step(spec, fmt, hw, batch=padded, context=context, tp=tp)
-
-    def weights(tokens: int) -> float:  # dense weights and the experts ``tokens`` tokens reach (no per-sequence cache)
-        return decode_step(spec, fmt, hw, batch=tokens, context=0, tp=tp).bytes - tokens * spec.seq_bytes(0, 2.0) / tp
-
-    sequences = step.bytes - weights(running * per_seq)  # the running sequences' KV and recurrent state
+    padded_bytes = (weights_touched(spec, fmt, padded) + running * spec.seq_bytes(context, 2.0)) / tp  # padding tokens reach experts too
     peak = hw.peak_flops(compute_dtype(fmt)) or float("inf")
     pf = prefill(spec, fmt, hw, tokens=input_tokens, tp=tp)
     bw = hw.bandwidth_gbs * 1e9
-    return Terms((weights(padded) + sequences) / bw, pad.flops / peak, max(pf.flops / peak, pf.bytes / bw), running, padded, step.bytes / bw,
+    return Terms(padded_bytes / bw, pad.flops / peak, max(pf.flops / peak, pf.bytes / bw), running, padded, step.bytes / bw,
                  step.flops / peak, draft_tokens, allreduce_s(spec, hw, padded, tp), allreduce_s(spec, hw, input_tokens, tp))  # fmt: skip
 
 

@@ -76,6 +76,15 @@ def _cost(bytes_: float, flops: float, hw: Hardware, dtype: str, tp: int) -> Ste
     return StepCost(max(t_mem, t_compute), bytes_ / tp, flops / tp, bound)
 
 
+def weights_touched(spec: ModelSpec, fmt: QuantFormat, tokens: int) -> float:
+    """Bytes of weights (whole model, all ranks) one decode step over ``tokens`` tokens reads: every
+    non-expert weight (the tied embedding as the LM head) and, per MoE layer, the expected distinct
+    experts those tokens reach (module docstring)."""
+    dense = weight_bytes(spec, fmt, NON_EXPERT) + (weight_bytes(spec, fmt, ("embed",)) if spec.tied_embeddings else 0)
+    per_expert = spec.expert_params * fmt.bits_for("experts") / 8
+    return dense + spec.moe_layers * expected_experts(spec.num_experts, spec.experts_per_token, tokens) * per_expert
+
+
 def decode_step(
     spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, batch: int, context: int, kv_dtype_bytes: float = 2.0,
     tp: int = 1, tokens_per_seq: int = 1,
@@ -83,12 +92,9 @@ def decode_step(
     """Cost of one decode step of ``batch`` sequences at ``context`` tokens (``tokens_per_seq`` > 1
     for a speculative verify step)."""
     tokens = batch * tokens_per_seq
-    dense = weight_bytes(spec, fmt, NON_EXPERT) + (weight_bytes(spec, fmt, ("embed",)) if spec.tied_embeddings else 0)
-    per_expert = spec.expert_params * fmt.bits_for("experts") / 8
-    experts = spec.moe_layers * expected_experts(spec.num_experts, spec.experts_per_token, tokens) * per_expert
     kv = batch * spec.seq_bytes(context, kv_dtype_bytes)
     flops = tokens * (2 * spec.active_params + _attention_flops_per_token(spec, context))
-    return _cost(dense + experts + kv, flops, hw, compute_dtype(fmt), tp)
+    return _cost(weights_touched(spec, fmt, tokens) + kv, flops, hw, compute_dtype(fmt), tp)
 
 
 def prefill(spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, tokens: int, tp: int = 1) -> StepCost:
