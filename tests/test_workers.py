@@ -207,3 +207,15 @@ def test_ten_thousand_streams_over_two_processes_are_all_accounted_for(tmp_path)
     assert (level.ok, level.failed_requests, level.incomplete, level.error_kinds) == (9980, 20, 0, {"disconnected": 20})
     assert len(records) == 10_001 and len({r.index for r in records}) == 10_001
     assert time.monotonic() - t0 < 180
+
+
+def test_an_echoed_api_key_never_leaves_a_worker_process(tmp_path, monkeypatch):
+    """The key reaches the workers in their first message; a server that echoes the Authorization
+    header into its error body must still find it masked in what the workers send back."""
+    key = "sk-workers-" + os.urandom(6).hex()
+    monkeypatch.setenv("FAULT_KEY", key)
+    with fault_server("--echo", "5") as url:
+        res = bench(url, tmp_path / "run", "--api-key-env", "FAULT_KEY", "--client-procs", "2")
+    assert res.exit_code == 1 and key not in res.output
+    written = "".join(p.read_text(errors="replace") for p in (tmp_path / "run").rglob("*") if p.is_file())
+    assert "bad header Bearer ***" in written and key not in written
