@@ -97,3 +97,30 @@ def test_duration_window_counts_incomplete_chunks():
     assert s.output_throughput_tok_s == pytest.approx(2.5)
     assert s.incomplete == 1 and not s.failed  # cut off by the deadline: counted, not a failure
     assert s.request_throughput_rps == pytest.approx(0.5)
+
+
+def test_window_counts_ramp_tokens_delivered_inside_it():
+    """Stagger with a duration: the window opens after the ramp, while the ramp's requests still
+    stream. Their tokens inside the window are output throughput too (docs/metrics.md)."""
+    ramp = rec(0, 0.0, [0.5, 1.0, 1.5, 2.0], 2.1, phase="warmup")  # 2 of its 4 chunks arrive inside [1.2, 3.2]
+    measured = rec(1, 1.2, [0.2, 0.4, 0.6], 2.0)
+    cut = rec(2, 2.1, [0.5, 1.0], 3.2, status="incomplete", kind="cancelled", out=2)
+    s = summarize(2, [ramp, measured, cut], window=(1.2, 3.2))
+    assert s.output_tokens == 3 + 2  # the measured requests
+    assert s.window_output_tokens == 2 + 3 + 2
+    assert s.output_throughput_tok_s == pytest.approx(7 / 2.0)
+    assert s.request_throughput_rps == pytest.approx(2 / 2.0)  # the ramp request and the measured one ended inside
+    assert s.ramp_output_tokens == 4  # all of the ramp, for the server-counter check
+
+
+def test_short_duration_window_is_a_finding():
+    """A 12 s window at 256 streams of ~8.8 s requests (vLLM, H100, validation/predict-h100/dense-eager-run.json)."""
+    from pathlib import Path
+
+    from servelab.diagnose import diagnose
+    from servelab.results import RunResult
+
+    run = RunResult.model_validate_json((Path(__file__).resolve().parent.parent / "validation/predict-h100/dense-eager-run.json").read_text())
+    short = {f.evidence["concurrency"]: f for f in diagnose(run) if f.kind == "short_window"}
+    assert set(short) == {256}  # c=64: 12 s is 4 × its 3 s requests
+    assert "measure at least 3 ×" in short[256].message and short[256].evidence["window_s"] == 12.0

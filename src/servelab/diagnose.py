@@ -17,6 +17,7 @@ PREFIX_HIT_TOLERANCE = 0.01  # cold runs: more than 1% of prompt tokens from cac
 ACCEPTANCE_DROP = 0.8  # acceptance at the highest level below 80% of the lowest level's
 KV_FULL = 0.95  # peak KV-cache usage at which the cache counts as full
 CLIENT_BUSY = 0.9  # servelab's process busy this share of the measured phase: its timestamps wait for its event loop
+SHORT_WINDOW = 3.0  # a --duration window under this many request durations (E2E p50) is not yet a steady state
 
 
 def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Finding]:
@@ -32,6 +33,13 @@ def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Fin
             out.append(Finding(kind="incomplete_requests", severity="info",
                                message=f"c={c}: {lv.incomplete} requests were still in flight at the end ({lv.window_s and round(lv.window_s, 2)} s window): counted as incomplete, their tokens in the window count toward throughput",
                                evidence={"concurrency": c, "incomplete": lv.incomplete}))  # fmt: skip
+        if run.load.duration_s and lv.window_s and lv.e2e_ms.p50 and lv.window_s < SHORT_WINDOW * lv.e2e_ms.p50 / 1e3:
+            e2e_s = lv.e2e_ms.p50 / 1e3
+            out.append(Finding(kind="short_window", severity="warning",
+                               message=f"c={c}: the {lv.window_s:.0f} s window is {lv.window_s / e2e_s:.1f} × a request's duration (E2E p50 {e2e_s:.1f} s): its latencies "
+                                       f"are those of the {lv.ok} requests that finished, the ones sent early, and its throughput is not yet a steady state; "
+                                       f"measure at least {SHORT_WINDOW:.0f} × ({SHORT_WINDOW * e2e_s:.0f} s) with --duration, or use --requests",
+                               evidence={"concurrency": c, "window_s": lv.window_s, "e2e_p50_s": e2e_s, "ok": lv.ok}))  # fmt: skip
         if lv.short_outputs:
             out.append(Finding(kind="short_outputs", severity="warning",
                                message=f"c={c}: {lv.short_outputs} of {lv.ok} successful requests returned fewer tokens than max_tokens although ignore_eos was set: the server did not honour it, so outputs were shorter than asked (throughput and TPOT cover what came)",

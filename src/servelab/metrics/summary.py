@@ -72,7 +72,10 @@ class LevelSummary(BaseModel):
     error_kinds: dict[str, int] = Field(default_factory=dict)
     window_s: float | None = Field(None, description="Measured window: first start to last end (s).")
     prompt_tokens: int = 0
-    output_tokens: int = Field(0, description="Output tokens delivered in the window, all requests.")
+    output_tokens: int = Field(0, description="Output tokens of the measured requests (an incomplete one: the token chunks it received).")
+    window_output_tokens: int = Field(
+        0, description="Output tokens delivered inside the window by any request, ramp requests included: the numerator of output throughput."
+    )
     output_throughput_tok_s: float | None = None
     request_throughput_rps: float | None = None
     client_wait_ms: Distribution = Field(default_factory=Distribution)
@@ -155,6 +158,7 @@ def summarize(
     window_s = (window[1] - window[0]) if window else None
     out_tokens = _delivered(ok + incomplete)
     ramp = [r for r in records if r.phase == "warmup"]
+    in_window = round(sum(_delivered_in(r, window) for r in ok + incomplete + ramp)) if window else out_tokens
     spans = {id(r): decode_span(r) for r in ok}
     with_ttft = [r for r in ok if r.first_token is not None and r.start is not None]
     summary = LevelSummary(
@@ -166,11 +170,14 @@ def summarize(
         window_s=window_s,
         prompt_tokens=sum(r.prompt_tokens or 0 for r in ok),
         output_tokens=out_tokens,
+        window_output_tokens=in_window,
         ramp_requests=len(ramp),
         ramp_prompt_tokens=sum(r.prompt_tokens or 0 for r in ramp if r.status == "ok"),
         ramp_output_tokens=_delivered([r for r in ramp if r.status != "failed"]),
-        output_throughput_tok_s=out_tokens / window_s if window_s else None,
-        request_throughput_rps=len(ok) / window_s if window_s else None,
+        output_throughput_tok_s=in_window / window_s if window_s else None,
+        request_throughput_rps=sum(1 for r in ok + ramp if r.status == "ok" and r.end is not None and window[0] <= r.end <= window[1]) / window_s
+        if window_s
+        else None,
         client_wait_ms=Distribution.of((r.start - r.queued) * 1e3 for r in measured if r.start is not None),
         ttft_ms=Distribution.of((r.first_token - r.start) * 1e3 for r in with_ttft),
         ttfc_ms=Distribution.of(
@@ -195,3 +202,16 @@ def _delivered(records: Sequence[RequestRecord]) -> int:
     """Output tokens of successful and incomplete requests: an incomplete one never got a usage
     chunk, so what it delivered is its chunk count."""
     return sum((r.output_tokens or 0) if r.status == "ok" else len(r.chunk_times) for r in records)
+
+
+def _delivered_in(r: RequestRecord, window: tuple[float, float]) -> float:
+    """Output tokens one request delivered inside ``window`` (run seconds): its tokens
+    (``_delivered``) times the share of its token chunks that arrived inside; a failed request
+    delivers none (docs/metrics.md, output throughput)."""
+    if r.status == "failed" or r.start is None:
+        return 0.0
+    tokens = _delivered([r])
+    if not r.chunk_times:
+        return float(tokens) if window[0] <= r.start <= window[1] else 0.0
+    inside = sum(window[0] <= r.start + t <= window[1] for t in r.chunk_times)
+    return tokens * inside / len(r.chunk_times)
