@@ -13,14 +13,16 @@ Usage: ``python validation/predict_loo.py`` (no GPU needed; reads the run.json f
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
+from servelab.diagnose import diagnose  # noqa: E402
 from servelab.plan.hardware import load_hardware  # noqa: E402
 from servelab.plan.model_spec import load_model  # noqa: E402
-from servelab.plan.predict import Measured, error_summary, fit, leave_one_out, measured_levels  # noqa: E402
+from servelab.plan.predict import Measured, error_summary, fit, leave_one_out, measured_levels, predict  # noqa: E402
 from servelab.plan.quant import get_format  # noqa: E402
 from servelab.results import RunResult  # noqa: E402
 
@@ -32,14 +34,37 @@ RUNS = [
     *[("vllm-0.25-h100-dense-bf16", V / f"waves-h100/stagger-{i}-run.json", "qwen3-8b", "bf16", "h100-sxm") for i in (1, 2, 3)],
     *[("vllm-0.25-h100-dense-bf16", V / f"waves-h100-512/stagger{c}-{i}-run.json", "qwen3-8b", "bf16", "h100-sxm") for c in (64, 256) for i in (1, 2, 3)],
     *[("vllm-0.25-h100-dense-bf16", V / f"waves-h100/burst-{i}-run.json", "qwen3-8b", "bf16", "h100-sxm") for i in (1, 2, 3)],
-    ("vllm-0.25-h200-moe-fp8", V / "hybrid-h200-bench/qwen3-next-80b-a3b-fp8-run.json", "qwen3-next-80b-a3b", "fp8", "h200"),
+    ("vllm-0.25-h100-dense-bf16", V / "predict-h100/dense-run.json", "qwen3-8b", "bf16", "h100-sxm"),
+    *[("vllm-0.25-h100-moe-fp8", V / f"predict-h100/{name}-run.json", "qwen3-30b-a3b", "fp8", "h100-sxm") for name in ("moe", "moe-caps")],
+    ("vllm-0.25-h200-hybrid-fp8", V / "hybrid-h200-bench/qwen3-next-80b-a3b-fp8-run.json", "qwen3-next-80b-a3b", "fp8", "h200"),
+]
+# Held out of every fit: predicted with the calibration fitted on all of the named group's runs.
+HELD_OUT = [
+    ("vllm-0.25-h100-dense-bf16", V / "predict-h100/ngram-run.json", "qwen3-8b", "bf16", "h100-sxm"),  # n-gram, 3 draft tokens
 ]
 
 
 def levels(path: Path, model: str, quant: str, hw_name: str) -> list[Measured]:
-    """The run's measured levels with the model's terms."""
+    """The run's measured levels with the model's terms, less those with a ``short_window`` finding
+    (a --duration window under 3 request durations: latencies of the early requests only), which
+    ``SHORT`` collects. A stagger level summarised before output throughput counted the ramp's
+    tokens in the window and left the drain out (no ``window_output_tokens``; servelab ≤ 2026-11-23
+    morning) takes Little's law instead, c · O ÷ mean E2E of its finished requests: the steady
+    state the fixed window measures (validation/predict-h100/dense-eager-run.json at 64 streams:
+    2,808 in the window vs 2,824 tok/s by Little's law)."""
     run = RunResult.model_validate_json(path.read_text())
-    return measured_levels(run, load_model(model), get_format(quant), load_hardware(hw_name))
+    short = {f.evidence["concurrency"] for f in diagnose(run) if f.kind == "short_window"}
+    by_c = {lv.concurrency: lv for lv in run.levels}
+    out = []
+    for m in measured_levels(run, load_model(model), get_format(quant), load_hardware(hw_name)):
+        lv = by_c[m.concurrency]
+        if lv.ramp_requests and not lv.window_output_tokens:
+            m = replace(m, tok_s=m.concurrency * m.output_tokens / (lv.e2e_ms.mean / 1e3))
+        (SHORT.setdefault(path.relative_to(ROOT).as_posix(), []) if m.concurrency in short else out).append(m)
+    return out
+
+
+SHORT: dict[str, list[Measured]] = {}  # run → its levels with a short_window finding (levels)
 
 
 def err(pred: float, meas: float) -> float:
@@ -60,6 +85,34 @@ def main() -> None:
         print(f"\n{group}, leave-one-out: {error_summary(pairs)}")
         whole = fit([lv for _, lvs in runs for lv in lvs], group, "all runs")
         print(f"fit on all: bw_efficiency {whole.bw_efficiency:.3f}, compute_efficiency {whole.compute_efficiency:.3f}, step_overhead_ms {whole.step_overhead_ms:.3f}")
+        for g, path, model, quant, hw in HELD_OUT:
+            if g != group:
+                continue
+            spec = levels(path, model, quant, hw)
+            base = [lv for _, lvs in runs for lv in lvs]
+            held, bare = [], []
+            for n, lv in enumerate(spec):
+                cal = fit(base + spec[:n] + spec[n + 1 :], group, "all runs and the run's other levels")
+                held.append((0, lv, predict(lv.terms, cal, concurrency=lv.concurrency, output_tokens=lv.output_tokens, mode=lv.mode, acceptance=lv.acceptance)))
+                bare.append((0, lv, predict(lv.terms, whole, concurrency=lv.concurrency, output_tokens=lv.output_tokens, mode=lv.mode, acceptance=lv.acceptance)))
+            print(f"\nheld out, {path.relative_to(ROOT).as_posix()}: each level with the drafting time per step fitted on its other levels "
+                  f"(and without it: the fit on all, 0 ms):\n\n| c | draft tokens, acceptance | measured tok/s | predicted | err | without drafting time | "
+                  "TPOT ms meas / pred | TTFT ms meas / pred | predicted bottleneck |\n|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+            for (_, lv, pt), (_, _, pb) in zip(held, bare):
+                print(f"| {lv.concurrency} | {lv.terms.draft_tokens}, {lv.acceptance:.2f} | {lv.tok_s:,.0f} | {pt.aggregate_tok_s:,.0f} | {err(pt.aggregate_tok_s, lv.tok_s):+.1f} % | "
+                      f"{pb.aggregate_tok_s:,.0f} ({err(pb.aggregate_tok_s, lv.tok_s):+.1f} %) | {lv.tpot_s * 1e3:.2f} / {pt.tpot_s * 1e3:.2f} | "
+                      f"{lv.ttft_s * 1e3:.1f} / {pt.ttft_s * 1e3:.1f} | {pt.bottleneck} |")  # fmt: skip
+            print(f"drafting time per step fitted on all its levels: {fit(base + spec, group, 'all').draft_overhead_ms:.2f} ms")
+            print(f"\nheld out: {error_summary(held)}")
+        names = [name for name, _ in runs] + [path.relative_to(ROOT).as_posix() for g, path, *_ in HELD_OUT if g == group]
+        short = [(name, m) for name in names for m in SHORT.get(name, [])]
+        if short:
+            print("\nnot in the errors above (short_window: a 12 s window under 3 request durations), predicted with the fit on all:\n\n"
+                  "| run | c | measured tok/s | predicted | err | TPOT ms meas / pred | TTFT ms meas / pred |\n|---|---|---|---|---|---|---|")  # fmt: skip
+            for name, m in short:
+                pt = predict(m.terms, whole, concurrency=m.concurrency, output_tokens=m.output_tokens, mode=m.mode, acceptance=m.acceptance)
+                print(f"| {name} | {m.concurrency} | {m.tok_s:,.0f} | {pt.aggregate_tok_s:,.0f} | {err(pt.aggregate_tok_s, m.tok_s):+.1f} % | "
+                      f"{m.tpot_s * 1e3:.2f} / {pt.tpot_s * 1e3:.2f} | {m.ttft_s * 1e3:.1f} / {pt.ttft_s * 1e3:.1f} |")  # fmt: skip
 
 
 if __name__ == "__main__":

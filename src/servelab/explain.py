@@ -8,7 +8,8 @@ have, validation/RESULTS-predict.md), with the level's findings (``servelab.diag
 hits, synchronized waves, CUDA-graph padding, server queueing with its cause, a busy client, a
 ceiling exceeded — MoE routing not uniform or speculative decoding — preemptions); a gap beyond
 ``AGREE`` is put on those findings, else on the calibration (this engine × hardware × model family
-is not the one it was fitted on).
+is not the one it was fitted on) — or, on a run with speculative decoding, on the drafting time per
+step the calibration holds.
 
 Given repeated runs of one load, :func:`repeatability` says how far they disagree per level and
 calls a level unstable beyond ``TOK_S_SPREAD`` / ``TTFT_SPREAD``: a curve drawn through such a
@@ -37,6 +38,7 @@ CAUSES = {  # finding kind → the gap it explains (diagnose.py has the numbers)
     "unstable_measurement": "the client was saturated: its timestamps are late",
     "ceiling_exceeded": "faster than the roofline: MoE routing not uniform, or speculative decoding",
     "preemptions": "preemptions: work was recomputed",
+    "short_window": "a --duration window of under 3 request durations: latencies of the early requests only",
 }
 
 
@@ -65,7 +67,7 @@ def explain(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardware, cal
     findings = diagnose(run, run.boot.cudagraph_sizes if run.boot else None)
     rows = []
     for m in measured_levels(run, spec, fmt, hw, tp=tp):
-        pt = predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, mode=m.mode)
+        pt = predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, mode=m.mode, acceptance=m.acceptance)
         mine = [f for f in findings if f.evidence.get("concurrency") == m.concurrency and f.kind in CAUSES]
         agree = abs(pt.aggregate_tok_s / m.tok_s - 1) <= AGREE and abs(pt.tpot_s / m.tpot_s - 1) <= AGREE
         named = [CAUSES[f.kind] + (f" ({f.evidence['cause']})" if f.kind == "server_queueing" else "") for f in mine]
@@ -74,6 +76,9 @@ def explain(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardware, cal
             cause = "as predicted" + (" but TTFT (the model's is prefill plus one step)" if ttft_off else "") + "".join(f"; {n}" for n in named)
         elif named:
             cause = "; ".join(named)
+        elif m.terms.draft_tokens:
+            cause = (f"speculative decoding ({m.terms.draft_tokens} draft tokens, acceptance {m.acceptance:.0%} from the server's counters): "
+                     f"the drafting time per step is not {cal.draft_overhead_ms:g} ms as in {cal.name}")  # fmt: skip
         else:
             cause = f"the calibration ({cal.name}) does not fit this engine × hardware × model"
         rows.append(Row(m.concurrency, m.tok_s, pt, m.tpot_s, m.ttft_s, cause))

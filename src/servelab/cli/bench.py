@@ -27,7 +27,7 @@ from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LLAMA_SERVER_ENV,
 from servelab.metrics.summary import LevelSummary
 from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
-from servelab.plan.predict import DEFAULT_CALIBRATION, calibration
+from servelab.plan.predict import calibration
 from servelab.plan.quant import get_format
 from servelab.records import RequestRecord
 from servelab.report.explain_table import explain_table
@@ -250,7 +250,7 @@ def bench(
         console.print(f"[{colors[f.severity]}]{f.severity}[/] {f.kind}: {escape(f.message)}", soft_wrap=True)
     if (c := options.ceiling) is not None and run.endpoint.engine == engines.plan_engine().name:  # the prediction models this engine's scheduler
         try:
-            cal = calibration(DEFAULT_CALIBRATION)
+            cal = calibration(None, c.spec)
             console.print(explain_table(explain(run, c.spec, c.fmt, c.hardware, cal, tp=c.tp), f"measured vs servelab predict ({c.hardware.name})", cal))
         except ServelabError as exc:
             err_console.print(f"[yellow]no prediction beside the run:[/] {escape(str(exc))}")

@@ -20,12 +20,12 @@ from servelab.explain import explain, repeatability
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.hardware import load_hardware, profiles
 from servelab.plan.model_spec import load_model
-from servelab.plan.predict import DEFAULT_CALIBRATION, calibration, error_summary, fit, leave_one_out, limits_for, measured_levels, predict, terms
+from servelab.plan.predict import calibration, error_summary, fit, leave_one_out, limits_for, measured_levels, predict, terms
 from servelab.report import plots
 from servelab.report.explain_table import explain_table, repeat_table
 from servelab.results import RunResult
 
-ASSUMPTIONS = ("uniform MoE routing, no prefix-cache hits, acceptance not falling with the batch, no drafter time, "
+ASSUMPTIONS = ("uniform MoE routing, no prefix-cache hits, acceptance not falling with the batch, the drafter's time per step of the calibration, "
                "TP all-reduce at the profile's estimated latency (not measured)")
 VARY_KEYS = {"quant": str, "tp": int, "draft-tokens": int, "acceptance": float, "max-num-seqs": int, "max-num-batched-tokens": int}
 
@@ -66,12 +66,12 @@ def predict_cmd(
     plot: Annotated[Path | None, typer.Option(help="Also draw the curves to this PNG file.")] = None,
     overlay: Annotated[list[Path] | None, typer.Option(help="With --plot: a measured run (directory or run.json) drawn over the curves; repeatable.")] = None,
     vary: Annotated[list[str] | None, typer.Option(help="Compare alternatives: KEY=V1,V2 with KEY quant, tp, draft-tokens, acceptance, max-num-seqs or max-num-batched-tokens (repeatable); prints Δ% against the first.")] = None,
-    calibration_name: Annotated[str, typer.Option("--calibration", help="A shipped calibration's name (servelab/data/calibration.yaml) or a servelab calibrate --out file.")] = DEFAULT_CALIBRATION,
+    calibration_name: Annotated[str | None, typer.Option("--calibration", help="A shipped calibration's name (servelab/data/calibration.yaml) or a servelab calibrate --out file; default the shipped one of the model's family (MoE or dense).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")] = False,
 ) -> None:
     """Predicted per-stream and aggregate tok/s, TTFT, TPOT and E2E at each concurrency, with the bottleneck."""
     spec = load_model(model)
-    hw, cal = load_hardware(hardware), calibration(calibration_name)
+    hw, cal = load_hardware(hardware), calibration(calibration_name, spec)
     levels = parse_int_list(concurrency, "--concurrency")
     sizes = parse_int_list(capture_sizes, "--capture-sizes") if capture_sizes else None
     base = {"quant": quant, "tp": tp, "draft-tokens": draft_tokens, "acceptance": acceptance, "max-num-seqs": max_num_seqs, "max-num-batched-tokens": max_num_batched_tokens}
@@ -176,13 +176,13 @@ def explain_cmd(
     model: ModelOpt = None,
     quant: QuantOpt = None,
     tp: TpOpt = 1,
-    calibration_name: Annotated[str, typer.Option("--calibration", help="A shipped calibration's name or a servelab calibrate --out file.")] = DEFAULT_CALIBRATION,
+    calibration_name: Annotated[str | None, typer.Option("--calibration", help="A shipped calibration's name or a servelab calibrate --out file; default the shipped one of the model's family (MoE or dense).")] = None,
 ) -> None:
     """A measured run beside servelab predict's curve, with the cause of each gap (and, given repeats, how far they disagree)."""
     run_dir = run_dirs[0]
     run = _run(run_dir)
     spec, fmt, hw = _setup(run, run_dir, model, quant, hardware)
-    cal = calibration(calibration_name)
+    cal = calibration(calibration_name, spec)
     rows = explain(run, spec, fmt, hw, cal, tp=tp)
     console.print(explain_table(rows, f"measured {run_dir} vs predicted: {spec.name} · {fmt.name} · {hw.name} · {run.load.closed_loop}", cal))
     if len(run_dirs) > 1:

@@ -34,13 +34,15 @@ compute (the larger term of t_d).
 
 Speculative decoding with K draft tokens at acceptance α per token: the step verifies B · (1 + K)
 tokens (padded to the capture size above them) and yields (1 − α^(K+1)) ÷ (1 − α) tokens per
-sequence (Leviathan et al. 2023), so TPOT = t_d ÷ that + the prefill share; the drafter's own
-time is not modelled (nothing for n-gram; an MTP head is one decoder layer).
+sequence (Leviathan et al. 2023), so TPOT = (t_d + t_draft) ÷ that + the prefill share, with the
+drafting time per step t_draft a calibrated constant (``draft_overhead_ms``: vLLM 0.25's n-gram
+drafter on H100 adds 2–4 ms a step, validation/RESULTS-predict.md; an MTP or EAGLE head's own
+forward pass is not modelled beyond that).
 
 Assumptions (stated with every prediction): uniform MoE routing; the engine's chunked prefill
 interleaving prefills with decode (vLLM V1); no prefix-cache hits; acceptance that does not fall
 with the batch; the all-reduce latency of each hardware profile (an estimate). Calibration (:class:`Calibration`): η_bw, η_c and t₀ fitted by least
-squares on measured TPOT and TTFT p50 of real runs (``fit``), relative errors, since every row is
+squares on measured TPOT, aggregate tok/s and TTFT p50 of real runs (``fit``), relative errors, since every row is
 linear in (1 ÷ η_bw, 1 ÷ η_c, t₀) with the decode step taken as bandwidth-bound (the model's own
 ``max`` is used to predict). Shipped calibrations and their measured errors: data/calibration.yaml.
 """
@@ -66,9 +68,10 @@ from servelab.plan.roofline import compute_dtype, decode_step, prefill, spec_tok
 from servelab.results import RunResult
 from servelab.yamlfile import read_yaml
 
-DEFAULT_CALIBRATION = "vllm-0.25-h100-bf16"  # the only shipped one (data/calibration.yaml)
+DEFAULT_CALIBRATION = "vllm-0.25-h100-bf16"  # dense models (data/calibration.yaml)
+MOE_CALIBRATION = "vllm-0.25-h100-moe-fp8"  # models with MoE layers
 PADDING_NAMED = 1.1  # padding is named the bottleneck when it makes the decode step this much longer
-TTFT_FIT_RUNNING = 2  # TTFT p50 enters the fit only at this many streams or fewer (see fit)
+TTFT_FIT_RUNNING = 1  # TTFT p50 enters the fit only at this many streams or fewer (see fit; MoE on vLLM 0.25: 30 ms at 1 stream, 118 ms at 2)
 
 
 class Calibration(BaseModel):
@@ -78,6 +81,9 @@ class Calibration(BaseModel):
     bw_efficiency: float = Field(gt=0, le=1.5, description="Achieved share of the datasheet memory bandwidth in decode.")
     compute_efficiency: float = Field(gt=0, le=1.5, description="Achieved share of the datasheet dense peak in prefill.")
     step_overhead_ms: float = Field(ge=0, description="Fixed time per decode step (scheduling, launches, sampling), ms.")
+    draft_overhead_ms: float = Field(
+        0.0, ge=0, description="Time a speculative step adds for drafting (n-gram: CPU matching and the host sync it needs), ms; 0 when no speculative run was fitted."
+    )
     source: str = Field(description="The runs it was fitted on.")
     error: str = Field("", description="Measured error (leave-one-run-out), in words.")
 
@@ -88,12 +94,15 @@ def calibrations() -> dict[str, Calibration]:
     return {name: Calibration(name=name, **value) for name, value in data.items()}
 
 
-def calibration(name: str) -> Calibration:
-    """A shipped calibration by name, or the first of a YAML file (``servelab calibrate --out``).
+def calibration(name: str | None, spec: ModelSpec | None = None) -> Calibration:
+    """A shipped calibration by name, or the first of a YAML file (``servelab calibrate --out``);
+    without a name, the shipped one of the model's family (MoE or dense).
 
     Raises:
         ServelabError: neither a known name (the known ones listed) nor a valid calibration file.
     """
+    if name is None:
+        name = MOE_CALIBRATION if spec is not None and spec.moe_layers else DEFAULT_CALIBRATION
     known = calibrations()
     if name in known:
         return known[name]
@@ -217,7 +226,7 @@ def _shares(running: int, mode: str) -> tuple[float, float]:
 def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int, mode: str = "stagger", acceptance: float = 0.0) -> Point:
     """A level's prediction from its terms and a calibration; ``mode``: ``stagger`` (steady
     state) or ``burst``; with draft tokens, ``acceptance`` α per draft token (module docstring)."""
-    overhead = cal.step_overhead_ms / 1e3
+    overhead = (cal.step_overhead_ms + (cal.draft_overhead_ms if t.draft_tokens else 0.0)) / 1e3
     t_mem, t_cmp = t.decode_bytes_s / cal.bw_efficiency, t.decode_flops_s / cal.compute_efficiency
     t_d = max(t_mem, t_cmp) + overhead + t.allreduce_s
     t_p = t.prefill_s / cal.compute_efficiency + t.prefill_allreduce_s
@@ -253,37 +262,48 @@ class Measured:
     tpot_s: float
     ttft_s: float
     tok_s: float
+    acceptance: float = 0.0  # speculative decoding: the level's acceptance rate from the server's counters
 
 
 def measured_levels(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, tp: int = 1) -> list[Measured]:
     """A run's closed-loop levels with successful requests, each with the terms of the same load and
-    the server's limits as its boot log gave them (the engine's defaults otherwise).
+    the server's limits as its boot log gave them (the engine's defaults otherwise); with speculative
+    decoding in the boot log, its draft tokens and each level's acceptance rate from the server's
+    counters (0 where the server gave none).
 
     Raises:
         ServelabError: the model does not fit (``limits_for``).
     """
     boot = run.boot
     p, o = run.load.input_tokens, run.load.output_tokens
+    draft = (boot.speculative_tokens or 0) if boot else 0
     limits = limits_for(spec, fmt, hw, tp=tp, input_tokens=p, output_tokens=o, max_num_seqs=boot.max_num_seqs if boot else None,
                         max_num_batched_tokens=boot.max_num_batched_tokens if boot else None,
-                        capture_sizes=boot.cudagraph_sizes if boot else None)  # fmt: skip
+                        capture_sizes=boot.cudagraph_sizes if boot else None, draft_tokens=draft)  # fmt: skip
     return [
-        Measured(lv.concurrency, terms(spec, fmt, hw, concurrency=lv.concurrency, input_tokens=p, output_tokens=o, limits=limits, tp=tp), o,
-                 run.load.closed_loop, lv.tpot_ms.p50 / 1e3, lv.ttft_ms.p50 / 1e3, lv.output_throughput_tok_s)  # fmt: skip
+        Measured(lv.concurrency, terms(spec, fmt, hw, concurrency=lv.concurrency, input_tokens=p, output_tokens=o, limits=limits, tp=tp,
+                                       draft_tokens=draft), o, run.load.closed_loop, lv.tpot_ms.p50 / 1e3, lv.ttft_ms.p50 / 1e3,
+                 lv.output_throughput_tok_s, (lv.server.acceptance_rate or 0.0) if draft and lv.server else 0.0)  # fmt: skip
         for lv in run.levels
         if lv.rate_rps is None and lv.ok and lv.output_throughput_tok_s and lv.tpot_ms.p50 and lv.ttft_ms.p50
     ]
 
 
 def fit(rows: list[Measured], name: str, source: str) -> Calibration:
-    """Calibration from measured levels: the efficiencies (η_bw in 0.2–1.2, η_c in 0.1–1.2, steps of
-    0.01) and the per-step overhead t₀ ≥ 0 that minimise the squared relative error of the
-    predicted TPOT p50 of every level and TTFT p50 of the levels with at most ``TTFT_FIT_RUNNING``
-    streams (t₀ in closed form for each pair of efficiencies: every prediction is linear in it).
+    """Calibration from measured levels: the efficiencies (η_bw in 0.2–1.0 — the datasheet bandwidth
+    is the ceiling —, η_c in 0.1–1.2, steps of 0.01) and the per-step overhead t₀ ≥ 0 that minimise the squared relative error of the
+    predicted TPOT p50 and aggregate output tok/s of every level (the latter as its inverse, one
+    stream's request cycle c · O ÷ tok/s) and TTFT p50 of the levels with at most
+    ``TTFT_FIT_RUNNING`` streams (t₀ in closed form for each pair of efficiencies: every one of
+    those is linear in it). The aggregate rows carry what TPOT p50 misses where prefill limits the
+    server: a level measured for a ``--duration`` close to one request's time keeps the TPOT and
+    TTFT of the requests that finished, the fast ones, while its tokens per second count all.
     Higher up, measured TTFT grows beyond the model's prefill-plus-one-step (vLLM 0.25, H100,
     stagger: about 4.5 decode steps at 64 and 256 streams — front-end and scheduling delays the
     model does not have), so those levels would bend the efficiencies; their TTFT error is reported
-    instead (validation/RESULTS-predict.md).
+    instead (validation/RESULTS-predict.md). With speculative levels among at least two without,
+    those two fit the above and the speculative ones then the drafting time per step
+    (``draft_overhead_ms``, closed form on their TPOT).
 
     Args:
         rows: the measured levels.
@@ -293,16 +313,35 @@ def fit(rows: list[Measured], name: str, source: str) -> Calibration:
     """
     if len(rows) < 2:
         raise ServelabError("a calibration needs at least two measured levels")
-    bw = np.linspace(0.2, 1.2, 101)[:, None, None]
+    plain = [m for m in rows if not m.terms.draft_tokens]
+    drafted = [m for m in rows if m.terms.draft_tokens]
+    if len(plain) < 2 or not drafted:
+        return _fit_base(rows, name, source)
+    cal = _fit_base(plain, name, source)
+    # the drafting time per step, in closed form on the speculative levels' TPOT (relative errors), the rest fixed
+    per = [(predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, mode=m.mode, acceptance=m.acceptance),
+            spec_tokens_per_step(m.acceptance, m.terms.draft_tokens), m.tpot_s) for m in drafted]  # fmt: skip
+    a = np.array([p.tpot_s / tpot for p, _, tpot in per])
+    b = np.array([1 / (k * tpot) for _, k, tpot in per])
+    extra = max(0.0, float(((1 - a) * b).sum() / (b * b).sum()))
+    return cal.model_copy(update={"draft_overhead_ms": round(extra * 1e3, 3)})
+
+
+def _fit_base(rows: list[Measured], name: str, source: str) -> Calibration:
+    """η_bw, η_c and t₀ of :func:`fit` (a speculative level's drafting time folded into t₀)."""
+    bw = np.linspace(0.2, 1.0, 81)[:, None, None]
     cmp = np.linspace(0.1, 1.2, 111)[None, :, None]
-    mem, flop, pre, ar, pre_ar, before, beside, out, tpot, ttft = (np.array(x, dtype=float) for x in zip(*[
+    mem, flop, pre, ar, pre_ar, before, beside, out, per_step, tpot, ttft, waiting, cycle = (np.array(x, dtype=float) for x in zip(*[
         (m.terms.decode_bytes_s, m.terms.decode_flops_s, m.terms.prefill_s, m.terms.allreduce_s, m.terms.prefill_allreduce_s,
-         *_shares(m.terms.running, m.mode), m.output_tokens, m.tpot_s, m.ttft_s) for m in rows]))  # fmt: skip
+         *_shares(m.terms.running, m.mode), m.output_tokens, spec_tokens_per_step(m.acceptance, m.terms.draft_tokens), m.tpot_s, m.ttft_s,
+         m.concurrency / m.terms.running, m.concurrency * m.output_tokens / m.tok_s)
+        for m in rows]))  # fmt: skip
     step = np.maximum(mem / bw, flop / cmp) + ar  # the decode step without t₀, per (η_bw, η_c, level)
     prefill_s = pre / cmp + pre_ar
     low = np.array([m.terms.running <= TTFT_FIT_RUNNING for m in rows])
-    a = np.concatenate([(step + beside * prefill_s / out) / tpot, ((before * prefill_s + step) / ttft)[..., low]], axis=-1)  # predicted ÷ measured, t₀ = 0
-    b = np.concatenate([1 / tpot, 1 / ttft[low]])  # how much t₀ adds to each ratio
+    ttft0, tpot0 = before * prefill_s + step, step / per_step + beside * prefill_s / out
+    a = np.concatenate([tpot0 / tpot, (ttft0 / ttft)[..., low], waiting * (ttft0 + (out - 1) * tpot0) / cycle], axis=-1)  # predicted ÷ measured, t₀ = 0
+    b = np.concatenate([1 / (per_step * tpot), 1 / ttft[low], waiting * (1 + (out - 1) / per_step) / cycle])  # how much t₀ adds to each ratio
     t0 = np.clip(((1 - a) * b).sum(-1) / (b * b).sum(), 0, None)
     sse = ((a + t0[..., None] * b - 1) ** 2).sum(-1)
     i, j = np.unravel_index(np.argmin(sse), sse.shape)
@@ -327,7 +366,7 @@ def leave_one_out(runs: list[list[Measured]], name: str) -> list[tuple[int, Meas
         cal = fit(train, name, "leave-one-out")
         for n, m in enumerate(runs[i]):
             if j is None or n == j:
-                out.append((i, m, predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, mode=m.mode)))
+                out.append((i, m, predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, mode=m.mode, acceptance=m.acceptance)))
     return out
 
 
