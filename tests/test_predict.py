@@ -50,6 +50,21 @@ def test_cuda_graph_padding_costs_a_moe_model_its_experts():
     assert captured[0].bottleneck != "CUDA-graph padding" and captured[0].tpot_s < pts[1].tpot_s
 
 
+def test_padding_dip_on_a_spark_matches_the_published_one():
+    """gpt-oss-120b MXFP4 on a DGX Spark with vLLM's default capture sizes: "a 17–25 % throughput dip"
+    at 5 and 10 streams, closed by capturing them (https://dendro-logic.com/?p=19817; validation/RESULTS-predict.md)."""
+    spec, fmt, hw = load_model("gpt-oss-120b"), get_format("mxfp4"), load_hardware("dgx-spark")
+    cal = calibration("vllm-0.25-h100-bf16")
+
+    def agg(c, sizes):
+        limits = limits_for(spec, fmt, hw, tp=1, input_tokens=1024, output_tokens=128, capture_sizes=sizes)
+        return predict(terms(spec, fmt, hw, concurrency=c, input_tokens=1024, output_tokens=128, limits=limits), cal, concurrency=c, output_tokens=128)
+
+    for c in (5, 10):
+        padded, captured = agg(c, [1, 2, 4, 8, 16, 24, 32]), agg(c, [1, 2, 4, 5, 8, 10, 16, 24, 32])
+        assert padded.bottleneck == "CUDA-graph padding" and 0.17 <= 1 - padded.aggregate_tok_s / captured.aggregate_tok_s <= 0.25
+
+
 def test_burst_waves_wait_for_each_others_prefill():
     _, steady = _curve("qwen3-8b", "bf16", [64])
     _, burst = _curve("qwen3-8b", "bf16", [64], mode="burst")
@@ -182,7 +197,7 @@ def test_calibrate_on_your_own_runs_then_predict_with_it(tmp_path):
     cal = calibration(str(out))
     assert cal.name == "mine" and "stagger64-1-run.json" in cal.source and cal.error.startswith("leave-one-out")
     # without the burst runs these levels do not separate bandwidth from per-step overhead: said so
-    assert (cal.bw_efficiency == 1.2) == ("sits at the edge of its range" in " ".join(res.output.split()))
+    assert (cal.bw_efficiency == 1.0) == ("sits at the edge of its range" in " ".join(res.output.split()))
     res = cli.invoke(app, ["predict", "--model", "qwen3-8b", "--concurrency", "1", "--calibration", str(out), "--json"])
     assert res.exit_code == 0 and json.loads(res.output)["calibration"]["name"] == "mine"
     one = cli.invoke(app, ["calibrate", str(ROOT / "validation/waves-h100-512/stagger64-1-run.json"), "--hardware", "h100-sxm", "--model", "qwen3-8b"])
@@ -190,6 +205,25 @@ def test_calibrate_on_your_own_runs_then_predict_with_it(tmp_path):
     (tmp_path / "bad.yaml").write_text("mine: [1, 2]\n")
     bad = cli.invoke(app, ["predict", "--model", "qwen3-8b", "--calibration", str(tmp_path / "bad.yaml")])
     assert bad.exit_code == 2 and "not a calibration file" in bad.output
+
+
+def test_calibrate_from_the_runs_database(tmp_path):
+    """Runs imported into the runs database (servelab import) calibrate by filter, without their files."""
+    import shutil
+
+    db = str(tmp_path / "runs.db")
+    for i, path in enumerate([ROOT / "tests/fixtures/runs/vllm-0.25-h100-qwen3-8b-run.json", ROOT / "validation/predict-h100/dense-run.json",
+                              ROOT / "validation/predict-h100/moe-run.json"]):  # fmt: skip
+        (tmp_path / f"r{i}").mkdir()
+        shutil.copy(path, tmp_path / f"r{i}" / "run.json")
+        assert cli.invoke(app, ["import", str(tmp_path / f"r{i}"), "--db", db]).exit_code == 0
+    res = cli.invoke(app, ["calibrate", "--stored", "model=qwen3-8b", "--stored", "engine=vllm", "--db", db, "--hardware", "h100-sxm", "--out", str(tmp_path / "c.yaml")])
+    assert res.exit_code == 0, res.output
+    cal = calibration(str(tmp_path / "c.yaml"))
+    assert cal.source.count("stored run") == 2 and "leave-one-out" in cal.error  # the MoE run did not match the filter
+    for bad, needle in ((["--stored", "gpu=h100"], "--stored 'gpu=h100': give KEY=TEXT"), ([], "calibrate needs runs")):
+        res = cli.invoke(app, ["calibrate", *bad, "--db", db, "--hardware", "h100-sxm"])
+        assert res.exit_code == 2 and needle in res.output and "Traceback" not in res.output
 
 
 def test_plot_draws_the_curves_and_measured_runs_over_them(tmp_path):

@@ -14,7 +14,7 @@ import yaml
 from pydantic import ValidationError
 from rich.table import Table
 
-from servelab.cli.common import console, parse_int_list, read_text
+from servelab.cli.common import DbOpt, console, parse_int_list, read_text, store_at
 from servelab.errors import ServelabError
 from servelab.explain import explain, repeatability
 from servelab.plan.checkpoint import weight_format
@@ -144,7 +144,7 @@ def _run(run_dir: Path) -> RunResult:
         raise ServelabError(f"{run_dir} is not a servelab run ({exc.errors()[0]['msg']}); give a run directory or its run.json") from None
 
 
-def _setup(run: RunResult, run_dir: Path, model: str | None, quant: str | None, hardware: str | None) -> tuple:
+def _setup(run: RunResult, where: str, model: str | None, quant: str | None, hardware: str | None) -> tuple:
     """(spec, format, hardware) of a run: the options given, else what its ceiling named (else the
     served model name, bf16).
 
@@ -158,12 +158,11 @@ def _setup(run: RunResult, run_dir: Path, model: str | None, quant: str | None, 
     if hardware is None:
         named = {hw.name: key for key, hw in profiles().items()}
         if ce is None or ce.hardware not in named:
-            raise ServelabError(f"{run_dir}: the run names no hardware profile; pass --hardware (e.g. h100-sxm)")
+            raise ServelabError(f"{where}: the run names no hardware profile; pass --hardware (e.g. h100-sxm)")
         hardware = named[ce.hardware]
     return spec, fmt, load_hardware(hardware)
 
 
-RunsArg = Annotated[list[Path], typer.Argument(help="Run directories (servelab bench --output) or their run.json files.")]
 HardwareOpt = Annotated[str | None, typer.Option(help="Profile name or YAML (default the one the run's ceiling named).")]
 ModelOpt = Annotated[str | None, typer.Option(help="Catalog name or config.json (default the run's ceiling model, else the served name).")]
 QuantOpt = Annotated[str | None, typer.Option(help="Weight format (default the run's ceiling format, else bf16).")]
@@ -181,7 +180,7 @@ def explain_cmd(
     """A measured run beside servelab predict's curve, with the cause of each gap (and, given repeats, how far they disagree)."""
     run_dir = run_dirs[0]
     run = _run(run_dir)
-    spec, fmt, hw = _setup(run, run_dir, model, quant, hardware)
+    spec, fmt, hw = _setup(run, str(run_dir), model, quant, hardware)
     cal = calibration(calibration_name, spec)
     rows = explain(run, spec, fmt, hw, cal, tp=tp)
     console.print(explain_table(rows, f"measured {run_dir} vs predicted: {spec.name} · {fmt.name} · {hw.name} · {run.load.closed_loop}", cal))
@@ -189,8 +188,28 @@ def explain_cmd(
         console.print(repeat_table(repeatability([run, *(_run(r) for r in run_dirs[1:])])))
 
 
+STORED_KEYS = ("model", "engine", "hardware")
+
+
+def _stored(db: str | None, filters: list[str]) -> list[tuple[str, RunResult]]:
+    """(label, run) of the servelab runs in the runs database matching every ``KEY=TEXT`` filter.
+
+    Raises:
+        ServelabError: a filter that is not KEY=TEXT with a known key; the database cannot be read.
+    """
+    wanted = {}
+    for item in filters:
+        key, sep, value = item.partition("=")
+        if not sep or key not in STORED_KEYS or not value:
+            raise ServelabError(f"--stored {item!r}: give KEY=TEXT with KEY one of {', '.join(STORED_KEYS)} (e.g. --stored model=qwen3-8b)")
+        wanted[key] = value
+    return [(f"stored run {r.id}", r.result()) for r in store_at(db).runs(source="servelab", **wanted)]
+
+
 def calibrate_cmd(
-    runs: RunsArg,
+    runs: Annotated[list[Path] | None, typer.Argument(help="Run directories (servelab bench --output) or their run.json files.")] = None,
+    stored: Annotated[list[str] | None, typer.Option(help="Also fit on the servelab runs in the runs database whose KEY contains TEXT: KEY=TEXT with KEY model, engine or hardware (repeatable, all must hold).")] = None,
+    db: DbOpt = None,
     hardware: HardwareOpt = None,
     model: ModelOpt = None,
     quant: QuantOpt = None,
@@ -199,19 +218,22 @@ def calibrate_cmd(
     out: Annotated[Path | None, typer.Option(help="Write it as YAML here (use with servelab predict/explain --calibration FILE).")] = None,
 ) -> None:
     """Fit servelab predict's efficiencies on your own runs (one engine × hardware × format family), with its leave-one-out error."""
+    found = [(str(r), _run(r)) for r in runs or []] + (_stored(db, stored) if stored else [])
+    if not found:
+        raise ServelabError("calibrate needs runs: give run directories, or --stored KEY=TEXT for runs in the runs database (servelab runs lists them)")
     measured = []
-    for run_dir in runs:
-        run = _run(run_dir)
-        levels = measured_levels(run, *_setup(run, run_dir, model, quant, hardware), tp=tp)
+    for label, run in found:
+        levels = measured_levels(run, *_setup(run, label, model, quant, hardware), tp=tp)
         if levels:
             measured.append(levels)
     if sum(len(levels) for levels in measured) < 3:
         raise ServelabError("calibrate needs at least 3 closed-loop levels with successful requests (to fit, and to hold one out)")
     error = "leave-one-out: " + error_summary(leave_one_out(measured, name))
-    cal = fit([m for levels in measured for m in levels], name, f"servelab calibrate on {', '.join(str(r) for r in runs)}").model_copy(update={"error": error})
-    console.print(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}, step_overhead_ms {cal.step_overhead_ms}\n{error}")
-    if cal.bw_efficiency in (0.2, 1.2) or cal.compute_efficiency in (0.1, 1.2):
-        console.print("[yellow]an efficiency sits at the edge of its range: these runs do not pin it down; add levels at other concurrencies (1 and 2 streams fix the prefill efficiency)[/]")
+    cal = fit([m for levels in measured for m in levels], name, f"servelab calibrate on {', '.join(label for label, _ in found)}").model_copy(update={"error": error})
+    drafting = f", draft_overhead_ms {cal.draft_overhead_ms}" if cal.draft_overhead_ms else ""
+    console.print(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}, step_overhead_ms {cal.step_overhead_ms}{drafting}\n{error}")
+    if cal.bw_efficiency in (0.2, 1.0) or cal.compute_efficiency in (0.1, 1.2):
+        console.print("[yellow]an efficiency sits at the edge of its range: these runs do not pin it down; add levels at other concurrencies (1 stream fixes the prefill efficiency)[/]")
     if out is not None:
         out.write_text(yaml.safe_dump({cal.name: cal.model_dump(exclude={"name"})}, sort_keys=False, allow_unicode=True), encoding="utf-8")
         console.print(f"written to {out}: servelab predict --calibration {out}")
