@@ -115,6 +115,9 @@ def test_cli_predicts_with_its_calibration_and_refuses_bad_input():
     doc = json.loads(res.output)
     assert [p["concurrency"] for p in doc["variants"][0]["points"]] == [1, 64] and doc["calibration"]["name"] == "vllm-0.25-h100-bf16"
     assert "uniform MoE routing" in doc["assumptions"]
+    picked = {(m, q): json.loads(cli.invoke(app, ["predict", "--model", m, "--quant", q, "--concurrency", "1", "--json"]).output)["calibration"]["name"]
+              for m, q in (("qwen3-30b-a3b", "fp8"), ("gpt-oss-20b", "mxfp4"), ("qwen3-8b", "fp8"))}  # fmt: skip
+    assert picked == {("qwen3-30b-a3b", "fp8"): "vllm-0.25-h100-moe-fp8", ("gpt-oss-20b", "mxfp4"): "vllm-0.25-h100-bf16", ("qwen3-8b", "fp8"): "vllm-0.25-h100-bf16"}
     res = cli.invoke(app, ["predict", "--model", "qwen3-8b", "--calibration", "nope"])
     assert res.exit_code == 2 and "--calibration 'nope' is not known" in res.output and "Traceback" not in res.output
 
@@ -136,7 +139,7 @@ def test_explain_puts_a_real_run_beside_the_prediction():
     assert all("calibration (vllm-0.25-h100-bf16) does not fit" in r.cause for r in rows)
     # the MoE at 128 streams on 64 slots (vLLM 0.25, H100): the queue is the slot cap, and 12 s were too short a window
     caps = RunResult.model_validate_json((ROOT / "validation/predict-h100/moe-caps-run.json").read_text())
-    rows = explain(caps, load_model("qwen3-30b-a3b"), get_format("fp8"), load_hardware("h100-sxm"), calibration(None, load_model("qwen3-30b-a3b")))
+    rows = explain(caps, load_model("qwen3-30b-a3b"), get_format("fp8"), load_hardware("h100-sxm"), calibration(None, load_model("qwen3-30b-a3b"), get_format("fp8")))
     assert "server queueing (slot_cap)" in rows[-1].cause and rows[-1].predicted.bottleneck == "slot cap / KV capacity"
     assert "window of under 3 request durations" in rows[-1].cause and rows[0].cause.startswith("as predicted")  # c=5, captured: no padding
     # n-gram speculation: without the drafting time the gap is put on it

@@ -250,7 +250,7 @@ def bench(
         console.print(f"[{colors[f.severity]}]{f.severity}[/] {f.kind}: {escape(f.message)}", soft_wrap=True)
     if (c := options.ceiling) is not None and run.endpoint.engine == engines.plan_engine().name:  # the prediction models this engine's scheduler
         try:
-            cal = calibration(None, c.spec)
+            cal = calibration(None, c.spec, c.fmt)
             console.print(explain_table(explain(run, c.spec, c.fmt, c.hardware, cal, tp=c.tp), f"measured vs servelab predict ({c.hardware.name})", cal))
         except ServelabError as exc:
             err_console.print(f"[yellow]no prediction beside the run:[/] {escape(str(exc))}")

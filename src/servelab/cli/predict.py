@@ -66,17 +66,19 @@ def predict_cmd(
     plot: Annotated[Path | None, typer.Option(help="Also draw the curves to this PNG file.")] = None,
     overlay: Annotated[list[Path] | None, typer.Option(help="With --plot: a measured run (directory or run.json) drawn over the curves; repeatable.")] = None,
     vary: Annotated[list[str] | None, typer.Option(help="Compare alternatives: KEY=V1,V2 with KEY quant, tp, draft-tokens, acceptance, max-num-seqs or max-num-batched-tokens (repeatable); prints Δ% against the first.")] = None,
-    calibration_name: Annotated[str | None, typer.Option("--calibration", help="A shipped calibration's name (servelab/data/calibration.yaml) or a servelab calibrate --out file; default the shipped one of the model's family (MoE or dense).")] = None,
+    calibration_name: Annotated[str | None, typer.Option("--calibration", help="A shipped calibration's name (servelab/data/calibration.yaml) or a servelab calibrate --out file; default the MoE one for MoE models in FP8, else the dense one.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")] = False,
 ) -> None:
     """Predicted per-stream and aggregate tok/s, TTFT, TPOT and E2E at each concurrency, with the bottleneck."""
     spec = load_model(model)
-    hw, cal = load_hardware(hardware), calibration(calibration_name, spec)
+    hw = load_hardware(hardware)
     levels = parse_int_list(concurrency, "--concurrency")
     sizes = parse_int_list(capture_sizes, "--capture-sizes") if capture_sizes else None
     base = {"quant": quant, "tp": tp, "draft-tokens": draft_tokens, "acceptance": acceptance, "max-num-seqs": max_num_seqs, "max-num-batched-tokens": max_num_batched_tokens}
     results = []
-    for v in _variants(vary or [], base):
+    variants = _variants(vary or [], base)
+    cal = calibration(calibration_name, spec, weight_format(variants[0]["quant"], model, spec))  # one for all variants: their Δ% is the model's
+    for v in variants:
         fmt = weight_format(v["quant"], model, spec)
         limits = limits_for(spec, fmt, hw, tp=v["tp"], input_tokens=input_tokens, output_tokens=output_tokens, max_num_seqs=v["max-num-seqs"],
                             max_num_batched_tokens=v["max-num-batched-tokens"], capture_sizes=sizes, draft_tokens=v["draft-tokens"])  # fmt: skip
@@ -175,13 +177,13 @@ def explain_cmd(
     model: ModelOpt = None,
     quant: QuantOpt = None,
     tp: TpOpt = 1,
-    calibration_name: Annotated[str | None, typer.Option("--calibration", help="A shipped calibration's name or a servelab calibrate --out file; default the shipped one of the model's family (MoE or dense).")] = None,
+    calibration_name: Annotated[str | None, typer.Option("--calibration", help="A shipped calibration's name or a servelab calibrate --out file; default the MoE one for MoE models in FP8, else the dense one.")] = None,
 ) -> None:
     """A measured run beside servelab predict's curve, with the cause of each gap (and, given repeats, how far they disagree)."""
     run_dir = run_dirs[0]
     run = _run(run_dir)
     spec, fmt, hw = _setup(run, str(run_dir), model, quant, hardware)
-    cal = calibration(calibration_name, spec)
+    cal = calibration(calibration_name, spec, fmt)
     rows = explain(run, spec, fmt, hw, cal, tp=tp)
     console.print(explain_table(rows, f"measured {run_dir} vs predicted: {spec.name} · {fmt.name} · {hw.name} · {run.load.closed_loop}", cal))
     if len(run_dirs) > 1:

@@ -69,7 +69,7 @@ from servelab.results import RunResult
 from servelab.yamlfile import read_yaml
 
 DEFAULT_CALIBRATION = "vllm-0.25-h100-bf16"  # dense models (data/calibration.yaml)
-MOE_CALIBRATION = "vllm-0.25-h100-moe-fp8"  # models with MoE layers
+MOE_CALIBRATION = "vllm-0.25-h100-moe-fp8"  # MoE models in FP8
 PADDING_NAMED = 1.1  # padding is named the bottleneck when it makes the decode step this much longer
 TTFT_FIT_RUNNING = 1  # TTFT p50 enters the fit only at this many streams or fewer (see fit; MoE on vLLM 0.25: 30 ms at 1 stream, 118 ms at 2)
 
@@ -94,15 +94,18 @@ def calibrations() -> dict[str, Calibration]:
     return {name: Calibration(name=name, **value) for name, value in data.items()}
 
 
-def calibration(name: str | None, spec: ModelSpec | None = None) -> Calibration:
+def calibration(name: str | None, spec: ModelSpec | None = None, fmt: QuantFormat | None = None) -> Calibration:
     """A shipped calibration by name, or the first of a YAML file (``servelab calibrate --out``);
-    without a name, the shipped one of the model's family (MoE or dense).
+    without a name, the shipped one that was fitted on such models: the MoE one for a MoE model in
+    FP8, the dense one otherwise (on gpt-oss-120b MXFP4 on a DGX Spark the MoE one was 45–77 % slow,
+    the dense one 1–55 %: validation/RESULTS-predict.md).
 
     Raises:
         ServelabError: neither a known name (the known ones listed) nor a valid calibration file.
     """
     if name is None:
-        name = MOE_CALIBRATION if spec is not None and spec.moe_layers else DEFAULT_CALIBRATION
+        moe_fp8 = spec is not None and spec.moe_layers and fmt is not None and fmt.name == "fp8"
+        name = MOE_CALIBRATION if moe_fp8 else DEFAULT_CALIBRATION
     known = calibrations()
     if name in known:
         return known[name]
