@@ -83,7 +83,7 @@ def explain(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardware, cal
             cause = f"the calibration ({cal.name}) does not fit this engine × hardware × model"
         rows.append(Row(m.concurrency, m.tok_s, pt, m.tpot_s, m.ttft_s, cause))
     if not rows:
-        raise ServelabError("the run has no closed-loop level with successful requests to explain")
+        raise ServelabError("the run has no closed-loop level with successful requests, TTFT and TPOT (token chunks that arrived apart) to explain")
     return rows
 
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 if TYPE_CHECKING:
+    from servelab.engines.vllm_kv import HybridLayout
     from servelab.lint import LintFinding
     from servelab.metrics.bootlog import Rule
     from servelab.metrics.server import Scrapes, ServerStats
@@ -236,6 +237,23 @@ class Engine:
         """The CUDA-graph capture sizes it picks by default (decode batch sizes, ascending), or None
         when servelab does not know them. The defaults stand for a run whose settings are unknown."""
         return None
+
+    def kv_layout(
+        self, spec: ModelSpec, kv_bytes_per_token: float, state_bytes_per_seq: float, max_num_batched_tokens: int, speculative_tokens: int = 0,
+        prefix_caching: bool = False,
+    ) -> HybridLayout | None:  # fmt: skip
+        """How the engine lays out the KV cache of a model with more than one kind of cache layer
+        (per GPU; bytes), or None where the dense formula of ``servelab.plan.memory`` holds."""
+        return None
+
+    def kv_tokens(self, budget_bytes: float, per_token: float, layout: HybridLayout | None, context: int) -> int | None:
+        """KV-cache tokens the engine reports for ``budget_bytes`` of KV memory (``per_token`` bytes
+        each; None when nothing grows with context).
+
+        Raises:
+            NotImplementedError: servelab does not know this engine's accounting.
+        """
+        raise NotImplementedError(f"{self.name}: no KV-cache accounting known")
 
 
 def positive_int(value: object) -> int | None:

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from servelab.engines.base import Engine, Flags, Gauges, JsonGet, JsonPost, RuntimeMemory
+from servelab.engines.vllm_kv import BLOCK_TOKENS, HybridLayout, hybrid_layout, kv_tokens
 from servelab.metrics.bootlog import BootFacts, MaxConcurrency, Rule, int_list, num, set_fact, set_facts
 from servelab.plan.hardware import GIB
 
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from servelab.recipes import Recipe, Resolved
 
 NAME = "vllm"
-BLOCK_TOKENS = 16  # vLLM's default --block-size, for logs that print "# GPU blocks" (≤ 0.7)
 
 PREFIX = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+(?:\[[^\]]+\]|\S+\])\s*(.*)$")
 LOGFMT = re.compile(r'^level=(\w+) name=vllm\S* msg="(.*)"$')
@@ -353,6 +353,17 @@ class VLLM(Engine):
     ) -> list[int]:
         """:func:`default_capture_sizes`."""
         return default_capture_sizes(max_num_seqs, max_num_batched_tokens, num_spec_tokens, sm100)
+
+    def kv_layout(
+        self, spec: ModelSpec, kv_bytes_per_token: float, state_bytes_per_seq: float, max_num_batched_tokens: int, speculative_tokens: int = 0,
+        prefix_caching: bool = False,
+    ) -> HybridLayout | None:  # fmt: skip
+        """``servelab.engines.vllm_kv.hybrid_layout``."""
+        return hybrid_layout(spec, kv_bytes_per_token, state_bytes_per_seq, max_num_batched_tokens, speculative_tokens, prefix_caching)
+
+    def kv_tokens(self, budget_bytes: float, per_token: float, layout: HybridLayout | None, context: int) -> int | None:
+        """``servelab.engines.vllm_kv.kv_tokens``."""
+        return kv_tokens(budget_bytes, per_token, layout, context)
 
 
 ENGINE = VLLM()

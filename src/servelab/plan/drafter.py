@@ -11,7 +11,7 @@ its weights and the KV cache it adds. ``servelab plan --speculative METHOD:ARG``
 - ``ngram:K``: prompt lookup, no weights and no KV.
 
 K is the number of speculative tokens per step (for ``eagle3``, ``--draft-tokens``, default 3).
-A hybrid model also keeps K extra recurrent-state pages per request (``servelab.plan.memory.HybridLayout``).
+A hybrid model also keeps K extra recurrent-state pages per request (``servelab.engines.vllm_kv.HybridLayout``).
 """
 
 from __future__ import annotations

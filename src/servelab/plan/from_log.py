@@ -11,7 +11,7 @@ with what the engine printed (each error in %):
 - KV-cache tokens ("GPU KV cache size: N tokens");
 - maximum concurrency at ``max_model_len`` ("Maximum concurrency for L tokens per request: F×");
 - KV-cache tokens recomputed from the *reported* KV memory with the plan's layout
-  (``servelab.plan.memory.kv_tokens``: bytes per token, blocks, hybrid groups): this isolates the
+  (the plan engine's ``kv_tokens``, vLLM's ``servelab.engines.vllm_kv.kv_tokens``: bytes per token, blocks, hybrid groups): this isolates the
   layout from the memory model (weights, overheads).
 """
 
@@ -23,7 +23,6 @@ from servelab import engines
 from servelab.errors import ServelabError
 from servelab.metrics.bootlog import BootFacts
 from servelab.plan.hardware import GIB
-from servelab.plan.memory import kv_tokens
 from servelab.plan.planner import Plan
 
 
@@ -96,7 +95,7 @@ def compare(plan: Plan, facts: BootFacts) -> list[LogCheck]:
     """The plan beside the log (see the module docstring)."""
     layout = None
     if facts.kv_cache_gib is not None:
-        layout = kv_tokens(facts.kv_cache_gib * GIB, plan.kv_bytes_per_token, plan.kv_layout, plan.max_model_len)
+        layout = engines.plan_engine().kv_tokens(facts.kv_cache_gib * GIB, plan.kv_bytes_per_token, plan.kv_layout, plan.max_model_len)
     conc = facts.max_concurrency
     return [
         LogCheck(what="weights per GPU", unit="GiB", planned=plan.weights_gib, reported=facts.weights_gib),

@@ -12,7 +12,8 @@ from servelab.engines.base import RuntimeMemory
 from servelab.errors import ServelabError
 from servelab.plan.drafter import Drafter
 from servelab.plan.hardware import GIB, Hardware
-from servelab.plan.memory import HybridLayout, plan_memory
+from servelab.engines.vllm_kv import HybridLayout
+from servelab.plan.memory import plan_memory
 from servelab.plan.model_spec import ModelSpec
 from servelab.plan.quant import QuantFormat
 from servelab.plan.roofline import decode_ceiling, prefill

@@ -1,0 +1,138 @@
+"""vLLM 0.25's KV-cache layout and capacity (the part of ``servelab.engines.vllm`` that ``servelab
+plan`` uses for memory): whole 16-token blocks, and for models with more than one kind of cache layer
+(full attention beside sliding-window, Gated DeltaNet or Mamba-2 layers) one page size for every
+layer, blocks shared by groups of layers, a sliding-window layer holding its window plus one prefill
+chunk, and the capacity reported as (maximum concurrency × ``max_model_len``) tokens. Sources in
+:func:`hybrid_layout`; checked on the 19 vLLM 0.25 boot logs of tests/fixtures/bootlogs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from servelab.plan.model_spec import ModelSpec
+
+BLOCK_TOKENS = 16  # vLLM's default --block-size: KV capacity in whole blocks, and logs that print "# GPU blocks" (≤ 0.7)
+
+
+@dataclass
+class HybridLayout:
+    """vLLM's KV-cache layout of a model with more than one kind of cache layer (full attention
+    with sliding-window attention and/or recurrent layers), per GPU (sizes in bytes, block size
+    and window in tokens)."""
+
+    block_size: int
+    page_bytes: int
+    state_bytes: int  # one recurrent layer's state, padded up to page_bytes (0: no recurrent layers)
+    group_size: int
+    attention_groups: int  # full-attention groups
+    recurrent_groups: int
+    padding_layers: int
+    sliding_groups: int = 0
+    sliding_window: int = 0
+    max_num_batched_tokens: int = 0
+    speculative_blocks: int = 0  # extra state pages per recurrent group and request with speculative decoding
+    mamba_cache_mode: str = "none"  # vLLM's: none (prefix caching off), align (on; GDN), all (on; Mamba-2 hybrids)
+
+    def blocks(self, budget_bytes: float) -> int:
+        """Blocks the budget holds: every group shares one pool of ``group_size`` pages per block."""
+        return int(budget_bytes // self.page_bytes // self.group_size)
+
+    def sliding_blocks(self, context: int) -> int:
+        """Blocks one request holds at most in a sliding-window group: its window plus one chunk of
+        prefill, ⌈min(window − 1 + max_num_batched_tokens, context) ÷ block⌉ + 1 (vLLM 0.25
+        ``SlidingWindowSpec.max_admission_blocks_per_request``: the +1 for a window that does not
+        start on a block boundary)."""
+        window = self.sliding_window or context
+        return -(-min(window - 1 + self.max_num_batched_tokens, context) // self.block_size) + 1
+
+    def blocks_per_request(self, context: int) -> int:
+        """Blocks one request of ``context`` tokens takes: its attention blocks in each full-attention
+        group, :meth:`sliding_blocks` in each sliding-window group, and in each recurrent group
+        ``speculative_blocks`` state pages plus 1 (prefix caching off: ``mamba_cache_mode`` none), 2
+        (``align``) or one per block of context (``all``) (vLLM 0.25 ``MambaSpec.max_memory_usage_bytes``,
+        ``num_speculative_blocks`` = the speculative tokens)."""
+        full = -(-context // self.block_size) * self.attention_groups
+        sliding = self.sliding_blocks(context) * self.sliding_groups if self.sliding_groups else 0
+        state = {"none": 1, "align": 2, "all": -(-context // self.block_size)}[self.mamba_cache_mode]
+        return full + sliding + self.recurrent_groups * (state + self.speculative_blocks)
+
+    def request_bytes(self, context: int) -> int:
+        """Bytes of KV memory one request of ``context`` tokens takes (its blocks × a block's pages)."""
+        return self.blocks_per_request(context) * self.page_bytes * self.group_size
+
+    def concurrency(self, budget_bytes: float, context: int) -> float:
+        """Requests of ``context`` tokens the budget holds at once (vLLM's "Maximum concurrency")."""
+        return self.blocks(budget_bytes) / self.blocks_per_request(context)
+
+
+def kv_tokens(budget_bytes: float, per_token: float, layout: HybridLayout | None, context: int) -> int | None:
+    """KV-cache tokens as vLLM 0.25 reports them for ``budget_bytes`` of KV memory: whole 16-token
+    blocks of ``per_token`` bytes; for a hybrid, maximum concurrency × ``context`` (``get_kv_cache_capacity``).
+    None when nothing grows with context."""
+    if layout is not None:
+        return int(layout.concurrency(budget_bytes, context) * context)
+    return int(budget_bytes // (per_token * BLOCK_TOKENS)) * BLOCK_TOKENS if per_token else None
+
+
+def hybrid_layout(
+    spec: ModelSpec, kv_bytes_per_token: float, state_bytes_per_seq: float, max_num_batched_tokens: int, speculative_tokens: int = 0,
+    prefix_caching: bool = False,
+) -> HybridLayout | None:
+    """The layout vLLM 0.25 gives a model whose full-attention layers sit beside sliding-window
+    layers (Gemma 3, gpt-oss) and/or recurrent ones (Gated DeltaNet, Mamba-2).
+
+    Sources (vLLM 0.25.0): ``vllm/platforms/interface.py`` ``Platform._align_hybrid_block_size``
+    (with recurrent layers: attention block size = 16 · ⌈state page ÷ (16 · attention bytes per
+    token)⌉, 16 the FlashAttention kernel alignment; the state page is padded up to the attention
+    page; otherwise 16) and ``vllm/v1/core/kv_cache_utils.py`` ``_get_kv_cache_groups_uniform_page_size``
+    (layers of each kind split into groups of ``group_size`` = the smallest kind's layer count, or
+    the largest one's when it is below 1.5 × the smallest; the last group of a kind padded),
+    ``get_kv_cache_config_from_groups`` (blocks = memory ÷ page ÷ group_size),
+    ``get_max_concurrency_for_kv_cache_config`` (blocks ÷ the blocks a request takes in every group,
+    ``vllm/v1/kv_cache_interface.py`` ``max_memory_usage_bytes`` of each spec) and
+    ``get_kv_cache_capacity`` (tokens = concurrency × ``max_model_len``).
+
+    Args:
+        kv_bytes_per_token: KV bytes per token of all full-attention layers on this GPU (a
+            sliding-window layer's page is taken to be a full-attention layer's: same KV shape).
+        state_bytes_per_seq: recurrent state of all recurrent layers per sequence on this GPU.
+        max_num_batched_tokens: the prefill chunk a sliding-window layer holds beside its window.
+        speculative_tokens: draft tokens per step; a recurrent layer keeps a state page for each.
+        prefix_caching: vLLM's ``--enable-prefix-caching`` (off by default for these models): the
+            recurrent state is cached per block, ``mamba_cache_mode`` ``all`` for models whose
+            Mamba layers support it (Mamba-2 hybrids: NemotronH, Jamba, Zamba2, GraniteMoeHybrid,
+            FalconH1; ``SupportsMambaPrefixCaching``), with the block size a multiple of the scan chunk
+            (``lcm(chunk, 16) · ⌈state tokens ÷ that⌉``), else ``align`` (two state pages per request;
+            ``vllm/model_executor/models/config.py`` ``MambaModelConfig``, ``vllm/platforms/interface.py``).
+
+    Returns:
+        None for a model with one kind of cache layer, without full-attention layers, or with MLA
+        (not modelled: the dense formula applies).
+    """
+    n_attn, n_sliding = spec.count("full"), spec.count("sliding")
+    n_rec = spec.count("linear") + spec.count("mamba")
+    counts = [n for n in (n_attn, n_sliding, n_rec) if n]
+    if not n_attn or len(counts) < 2 or spec.count("mla") or not kv_bytes_per_token:
+        return None
+    attn_bytes_per_token = kv_bytes_per_token / n_attn  # one layer
+    state_bytes = state_bytes_per_seq / n_rec if n_rec else 0.0
+    mode = ("all" if spec.count("mamba") and not spec.count("linear") else "align") if prefix_caching and n_rec else "none"
+    if mode == "all":
+        chunk = math.lcm(spec.mamba_chunk_size or 2048, BLOCK_TOKENS)  # 2048: vLLM's default for a model without a chunk size
+        block = chunk * max(1, math.ceil(math.ceil(state_bytes / attn_bytes_per_token) / chunk))
+    else:
+        block = BLOCK_TOKENS * max(1, math.ceil(state_bytes / (BLOCK_TOKENS * attn_bytes_per_token)))
+    small, large = min(counts), max(counts)
+    group = large if large < 1.5 * small else small
+    groups = [-(-n // group) for n in (n_attn, n_sliding, n_rec)]
+    return HybridLayout(
+        block_size=block, page_bytes=int(block * attn_bytes_per_token), state_bytes=int(state_bytes), group_size=group,
+        attention_groups=groups[0], sliding_groups=groups[1], recurrent_groups=groups[2],
+        padding_layers=sum(g * group for g in groups) - sum(counts),
+        sliding_window=(spec.sliding_window or 0) if n_sliding else 0, max_num_batched_tokens=max_num_batched_tokens if n_sliding else 0,
+        speculative_blocks=speculative_tokens if n_rec else 0, mamba_cache_mode=mode,
+    )  # fmt: skip
