@@ -25,9 +25,15 @@ from servelab.report import plots
 from servelab.report.explain_table import explain_table, repeat_table
 from servelab.results import RunResult
 
-ASSUMPTIONS = ("uniform MoE routing, no prefix-cache hits, acceptance not falling with the batch, the drafter's time per step of the calibration, "
+ASSUMPTIONS = ("no prefix-cache hits, acceptance not falling with the batch, the drafter's time per step of the calibration, "
                "TP all-reduce at the profile's estimated latency (not measured)")
-VARY_KEYS = {"quant": str, "tp": int, "draft-tokens": int, "acceptance": float, "max-num-seqs": int, "max-num-batched-tokens": int}
+VARY_KEYS = {"quant": str, "tp": int, "draft-tokens": int, "acceptance": float, "max-num-seqs": int, "max-num-batched-tokens": int, "routing": float}
+
+
+def _assumptions(routing: float) -> str:
+    """The assumptions of a prediction, its MoE routing first."""
+    moe = "uniform MoE routing" if routing == 1 else f"MoE tokens sharing experts as B^{routing:g} independent ones would (--routing {routing:g})"
+    return f"{moe}, {ASSUMPTIONS}"
 
 
 def _variants(vary: list[str], base: dict) -> list[dict]:
@@ -62,10 +68,11 @@ def predict_cmd(
     capture_sizes: Annotated[str | None, typer.Option(help="The server's CUDA-graph capture sizes (default vLLM's).")] = None,
     draft_tokens: Annotated[int, typer.Option(min=0, help="Speculative decoding: draft tokens per step (MTP, EAGLE, n-gram).")] = 0,
     acceptance: Annotated[float, typer.Option(min=0.0, max=1.0, help="Speculative decoding: acceptance rate per draft token.")] = 0.7,
+    routing: Annotated[float, typer.Option(help="MoE routing γ: a decode step's B tokens reach the experts B^γ independent tokens would; 1 = uniform (default), 0.5 fitted on published gpt-oss-120b DGX Spark runs.")] = 1.0,
     closed_loop: Annotated[Literal["stagger", "burst"], typer.Option(help="stagger: steady state (servelab bench's default); burst: each wave's requests arrive together (vllm bench serve).")] = "stagger",
     plot: Annotated[Path | None, typer.Option(help="Also draw the curves to this PNG file.")] = None,
     overlay: Annotated[list[Path] | None, typer.Option(help="With --plot: a measured run (directory or run.json) drawn over the curves; repeatable.")] = None,
-    vary: Annotated[list[str] | None, typer.Option(help="Compare alternatives: KEY=V1,V2 with KEY quant, tp, draft-tokens, acceptance, max-num-seqs or max-num-batched-tokens (repeatable); prints Δ% against the first.")] = None,
+    vary: Annotated[list[str] | None, typer.Option(help="Compare alternatives: KEY=V1,V2 with KEY quant, tp, draft-tokens, acceptance, max-num-seqs, max-num-batched-tokens or routing (repeatable); prints Δ% against the first.")] = None,
     calibration_name: Annotated[str | None, typer.Option("--calibration", help="A shipped calibration's name (servelab/data/calibration.yaml) or a servelab calibrate --out file; default the MoE one for MoE models in FP8, else the dense one.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")] = False,
 ) -> None:
@@ -74,7 +81,10 @@ def predict_cmd(
     hw = load_hardware(hardware)
     levels = parse_int_list(concurrency, "--concurrency")
     sizes = parse_int_list(capture_sizes, "--capture-sizes") if capture_sizes else None
-    base = {"quant": quant, "tp": tp, "draft-tokens": draft_tokens, "acceptance": acceptance, "max-num-seqs": max_num_seqs, "max-num-batched-tokens": max_num_batched_tokens}
+    if not 0.1 <= routing <= 1:
+        raise ServelabError(f"--routing {routing:g}: give γ between 0.1 and 1 (1 = uniform routing; 0.5 fitted on gpt-oss-120b)")
+    base = {"quant": quant, "tp": tp, "draft-tokens": draft_tokens, "acceptance": acceptance, "max-num-seqs": max_num_seqs,
+            "max-num-batched-tokens": max_num_batched_tokens, "routing": routing}  # fmt: skip
     results = []
     variants = _variants(vary or [], base)
     cal = calibration(calibration_name, spec, weight_format(variants[0]["quant"], model, spec))  # one for all variants: their Δ% is the model's
@@ -83,7 +93,7 @@ def predict_cmd(
         limits = limits_for(spec, fmt, hw, tp=v["tp"], input_tokens=input_tokens, output_tokens=output_tokens, max_num_seqs=v["max-num-seqs"],
                             max_num_batched_tokens=v["max-num-batched-tokens"], capture_sizes=sizes, draft_tokens=v["draft-tokens"])  # fmt: skip
         points = [predict(terms(spec, fmt, hw, concurrency=c, input_tokens=input_tokens, output_tokens=output_tokens, limits=limits, tp=v["tp"],
-                                draft_tokens=v["draft-tokens"]), cal, concurrency=c, output_tokens=output_tokens, mode=closed_loop,
+                                draft_tokens=v["draft-tokens"], routing=v["routing"]), cal, concurrency=c, output_tokens=output_tokens, mode=closed_loop,
                           acceptance=v["acceptance"]) for c in levels]  # fmt: skip
         results.append(({**v, "quant": fmt.name}, limits, points))
     if plot is not None:
@@ -92,11 +102,11 @@ def predict_cmd(
                           if lv.rate_rps is None and lv.ok and lv.decode_tok_s.p50]) for r in overlay or []]  # fmt: skip
         plot.write_bytes(plots.prediction(curves, runs))
     if json_out:
-        print(json.dumps({"model": spec.name, "hardware": hw.name, "closed_loop": closed_loop, "calibration": cal.model_dump(), "assumptions": ASSUMPTIONS,
+        print(json.dumps({"model": spec.name, "hardware": hw.name, "closed_loop": closed_loop, "calibration": cal.model_dump(), "assumptions": _assumptions(routing),
                           "variants": [{"settings": v, "limits": asdict(lim), "points": [asdict(p) for p in pts]} for v, lim, pts in results]}, indent=2))  # fmt: skip
         return
     caption = (f"calibration {cal.name} (η_bw {cal.bw_efficiency}, η_c {cal.compute_efficiency}, {cal.step_overhead_ms} ms per step; {cal.source}). "
-               f"Measured error: {cal.error} Assumes {ASSUMPTIONS}.")  # fmt: skip
+               f"Measured error: {cal.error} Assumes {_assumptions(routing)}.")  # fmt: skip
     title = f"predicted: {spec.name} · {hw.name} · {input_tokens:,} in / {output_tokens:,} out · {closed_loop}"
     console.print(_compare_table(results, levels, title, caption) if len(results) > 1 else _curve_table(*results[0], title, caption))
 

@@ -188,17 +188,18 @@ class Terms:
 
 def terms(
     spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, concurrency: int, input_tokens: int, output_tokens: int, limits: Limits,
-    tp: int = 1, draft_tokens: int = 0,
+    tp: int = 1, draft_tokens: int = 0, routing: float = 1.0,
 ) -> Terms:  # fmt: skip
     """The roofline terms of one level (module docstring); with ``draft_tokens`` K the step verifies
-    B · (1 + K) tokens, padded to the capture size above that many tokens."""
+    B · (1 + K) tokens, padded to the capture size above that many tokens; ``routing`` γ: the MoE
+    experts B tokens reach (``servelab.plan.roofline``; 1 = uniform)."""
     running = max(1, min(concurrency, limits.max_num_seqs, math.floor(limits.kv_requests) or 1))
     per_seq = 1 + draft_tokens
     padded = next((s for s in sorted(limits.capture_sizes) if s >= running * per_seq), running * per_seq)  # tokens
     context = input_tokens + output_tokens // 2
-    step = decode_step(spec, fmt, hw, batch=running, context=context, tp=tp, tokens_per_seq=per_seq)
-    pad = decode_step(spec, fmt, hw, batch=padded, context=context, tp=tp)
-    padded_bytes = (weights_touched(spec, fmt, padded) + running * spec.seq_bytes(context, 2.0)) / tp  # padding tokens reach experts too
+    step = decode_step(spec, fmt, hw, batch=running, context=context, tp=tp, tokens_per_seq=per_seq, routing=routing)
+    pad = decode_step(spec, fmt, hw, batch=padded, context=context, tp=tp, routing=routing)
+    padded_bytes = (weights_touched(spec, fmt, padded, routing) + running * spec.seq_bytes(context, 2.0)) / tp  # padding tokens reach experts too
     peak = hw.peak_flops(compute_dtype(fmt)) or float("inf")
     pf = prefill(spec, fmt, hw, tokens=input_tokens, tp=tp)
     bw = hw.bandwidth_gbs * 1e9

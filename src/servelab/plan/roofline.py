@@ -7,7 +7,10 @@ Decode step at batch B (sequences) and context L, per GPU of a ``tp`` group:
     weights touched = every non-expert weight (the tied embedding counts as the LM head; the
                       input-embedding lookup reads B rows, ignored)
                       + MoE layers × E[distinct experts] × one expert's bytes
-    E[distinct experts] = E · (1 − (1 − k/E)^B)   (B tokens, each routed to k of E experts, uniformly)
+    E[distinct experts] = E · (1 − (1 − k/E)^(B^γ))   (B tokens, each routed to k of E experts; γ = 1:
+                      uniformly, the default; γ < 1: tokens share experts as B^γ independent ones would,
+                      ``servelab predict --routing γ``, 0.5 fitted on published gpt-oss-120b DGX Spark
+                      runs, validation/RESULTS-predict.md)
     FLOPs = 2 · B · active parameters + attention: 4 · L_eff · heads · head_dim per attention
             layer per token (QKᵀ and AV; L_eff = min(L, window) on sliding layers; MLA attends in
             its latent space, 2 · L · heads · (2·kv_lora + rope))
@@ -44,11 +47,13 @@ def compute_dtype(fmt: QuantFormat) -> str:
     return "bf16"
 
 
-def expected_experts(num_experts: int, top_k: int, tokens: int) -> float:
-    """Expected number of distinct experts ``tokens`` tokens activate in one MoE layer (uniform routing)."""
+def expected_experts(num_experts: int, top_k: int, tokens: int, routing: float = 1.0) -> float:
+    """Expected number of distinct experts ``tokens`` tokens activate in one MoE layer: uniform
+    routing at ``routing`` 1, tokens that share experts as ``tokens ** routing`` independent ones
+    below 1 (module docstring)."""
     if not num_experts:
         return 0.0
-    return num_experts * (1 - (1 - top_k / num_experts) ** tokens)
+    return num_experts * (1 - (1 - top_k / num_experts) ** (max(tokens, 1) ** routing))
 
 
 @dataclass(frozen=True)
@@ -76,25 +81,25 @@ def _cost(bytes_: float, flops: float, hw: Hardware, dtype: str, tp: int) -> Ste
     return StepCost(max(t_mem, t_compute), bytes_ / tp, flops / tp, bound)
 
 
-def weights_touched(spec: ModelSpec, fmt: QuantFormat, tokens: int) -> float:
+def weights_touched(spec: ModelSpec, fmt: QuantFormat, tokens: int, routing: float = 1.0) -> float:
     """Bytes of weights (whole model, all ranks) one decode step over ``tokens`` tokens reads: every
     non-expert weight (the tied embedding as the LM head) and, per MoE layer, the expected distinct
-    experts those tokens reach (module docstring)."""
+    experts those tokens reach (module docstring; ``routing`` γ)."""
     dense = weight_bytes(spec, fmt, NON_EXPERT) + (weight_bytes(spec, fmt, ("embed",)) if spec.tied_embeddings else 0)
     per_expert = spec.expert_params * fmt.bits_for("experts") / 8
-    return dense + spec.moe_layers * expected_experts(spec.num_experts, spec.experts_per_token, tokens) * per_expert
+    return dense + spec.moe_layers * expected_experts(spec.num_experts, spec.experts_per_token, tokens, routing) * per_expert
 
 
 def decode_step(
     spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, batch: int, context: int, kv_dtype_bytes: float = 2.0,
-    tp: int = 1, tokens_per_seq: int = 1,
+    tp: int = 1, tokens_per_seq: int = 1, routing: float = 1.0,
 ) -> StepCost:  # fmt: skip
     """Cost of one decode step of ``batch`` sequences at ``context`` tokens (``tokens_per_seq`` > 1
-    for a speculative verify step)."""
+    for a speculative verify step; ``routing`` γ of the MoE experts reached)."""
     tokens = batch * tokens_per_seq
     kv = batch * spec.seq_bytes(context, kv_dtype_bytes)
     flops = tokens * (2 * spec.active_params + _attention_flops_per_token(spec, context))
-    return _cost(weights_touched(spec, fmt, tokens) + kv, flops, hw, compute_dtype(fmt), tp)
+    return _cost(weights_touched(spec, fmt, tokens, routing) + kv, flops, hw, compute_dtype(fmt), tp)
 
 
 def prefill(spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, tokens: int, tp: int = 1) -> StepCost:
