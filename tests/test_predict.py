@@ -84,6 +84,33 @@ def test_routing_gamma_fits_the_published_spark_curve_and_holds_on_tp2():
     assert res.exit_code == 2 and "--routing 2: give γ between 0.1 and 1" in res.output
 
 
+def test_open_loop_rate_settles_where_littles_law_says_and_saturates_above_the_ceiling():
+    """--rate λ: the requests in flight N solve N = λ · E2E(N); λ = c ÷ E2E(c) of a closed-loop level
+    comes back to about c streams; above what the server completes at its cap the queue grows."""
+    from servelab.plan.rate import at_rate
+
+    spec, fmt, hw = load_model("qwen3-8b"), get_format("bf16"), load_hardware("h100-sxm")
+    limits = limits_for(spec, fmt, hw, tp=1, input_tokens=1024, output_tokens=256, max_num_seqs=256)
+    cal = calibration("vllm-0.25-h100-bf16")
+
+    def point_at(c):
+        return predict(terms(spec, fmt, hw, concurrency=c, input_tokens=1024, output_tokens=256, limits=limits), cal, concurrency=c, output_tokens=256)
+
+    for c in (8, 64):
+        closed = point_at(c)
+        got = at_rate(point_at, c / closed.e2e_s, 256, 256)
+        assert not got.saturated and abs(got.point.concurrency - c) <= 1
+        assert got.point.aggregate_tok_s == pytest.approx(c / closed.e2e_s * 256)
+    ceiling = 256 / point_at(256).e2e_s
+    over = at_rate(point_at, 1.5 * ceiling, 256, 256)
+    assert over.saturated and over.point.running == 256 and f"saturated above {ceiling:,.2f} req/s" in over.point.bottleneck
+    res = cli.invoke(app, ["predict", "--model", "qwen3-8b", "--rate", f"1,{2 * ceiling:.0f}", "--max-num-seqs", "256"])
+    assert res.exit_code == 0 and "1 req/s" in res.output and "grows" in res.output, res.output
+    for bad, needle in ((["--rate", "0"], "--rate '0': give positive finite numbers"), (["--rate", "1", "--plot", "x.png"], "--plot draws closed-loop curves")):
+        res = cli.invoke(app, ["predict", "--model", "qwen3-8b", *bad])
+        assert res.exit_code == 2 and needle in res.output and "Traceback" not in res.output
+
+
 def test_burst_waves_wait_for_each_others_prefill():
     _, steady = _curve("qwen3-8b", "bf16", [64])
     _, burst = _curve("qwen3-8b", "bf16", [64], mode="burst")

@@ -5,6 +5,7 @@ RUN...``: the model's efficiencies fitted on your own runs."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Literal
@@ -14,13 +15,14 @@ import yaml
 from pydantic import ValidationError
 from rich.table import Table
 
-from servelab.cli.common import DbOpt, console, parse_int_list, read_text, store_at
+from servelab.cli.common import DbOpt, console, parse_float_list, parse_int_list, read_text, store_at
 from servelab.errors import ServelabError
 from servelab.explain import explain, repeatability
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.hardware import load_hardware, profiles
 from servelab.plan.model_spec import load_model
-from servelab.plan.predict import calibration, error_summary, fit, leave_one_out, limits_for, measured_levels, predict, terms
+from servelab.plan.predict import Point, calibration, error_summary, fit, leave_one_out, limits_for, measured_levels, predict, terms
+from servelab.plan.rate import RatePoint, at_rate
 from servelab.report import plots
 from servelab.report.explain_table import explain_table, repeat_table
 from servelab.results import RunResult
@@ -61,6 +63,7 @@ def predict_cmd(
     quant: Annotated[str | None, typer.Option(help="Weight format (default bf16, or the checkpoint's own).")] = None,
     tp: Annotated[int, typer.Option(min=1, help="Tensor-parallel size.")] = 1,
     concurrency: Annotated[str, typer.Option(help="Closed-loop streams, e.g. 1,8,64,256.")] = "1,4,16,64,256",
+    rate: Annotated[str | None, typer.Option(help="Open loop instead: arrival rates in requests/s, e.g. 0.5,2,8 (requests in flight by Little's law; a rate above what the server completes is 'saturated').")] = None,
     input_tokens: Annotated[int, typer.Option(min=1, help="Prompt tokens per request.")] = 1024,
     output_tokens: Annotated[int, typer.Option(min=2, help="Output tokens per request.")] = 256,
     max_num_seqs: Annotated[int | None, typer.Option(min=1, help="The server's max_num_seqs (default vLLM's for the hardware).")] = None,
@@ -80,6 +83,7 @@ def predict_cmd(
     spec = load_model(model)
     hw = load_hardware(hardware)
     levels = parse_int_list(concurrency, "--concurrency")
+    rates = parse_float_list(rate, "--rate") if rate else None
     sizes = parse_int_list(capture_sizes, "--capture-sizes") if capture_sizes else None
     if not 0.1 <= routing <= 1:
         raise ServelabError(f"--routing {routing:g}: give γ between 0.1 and 1 (1 = uniform routing; 0.5 fitted on gpt-oss-120b)")
@@ -92,33 +96,52 @@ def predict_cmd(
         fmt = weight_format(v["quant"], model, spec)
         limits = limits_for(spec, fmt, hw, tp=v["tp"], input_tokens=input_tokens, output_tokens=output_tokens, max_num_seqs=v["max-num-seqs"],
                             max_num_batched_tokens=v["max-num-batched-tokens"], capture_sizes=sizes, draft_tokens=v["draft-tokens"])  # fmt: skip
-        points = [predict(terms(spec, fmt, hw, concurrency=c, input_tokens=input_tokens, output_tokens=output_tokens, limits=limits, tp=v["tp"],
-                                draft_tokens=v["draft-tokens"], routing=v["routing"]), cal, concurrency=c, output_tokens=output_tokens, mode=closed_loop,
-                          acceptance=v["acceptance"]) for c in levels]  # fmt: skip
+
+        def point_at(c: int, v=v, fmt=fmt, limits=limits):
+            return predict(terms(spec, fmt, hw, concurrency=c, input_tokens=input_tokens, output_tokens=output_tokens, limits=limits, tp=v["tp"],
+                                 draft_tokens=v["draft-tokens"], routing=v["routing"]), cal, concurrency=c, output_tokens=output_tokens,
+                           mode="stagger" if rates else closed_loop, acceptance=v["acceptance"])  # fmt: skip
+
+        if rates:
+            cap = max(1, min(limits.max_num_seqs, math.floor(limits.kv_requests)))
+            points = [at_rate(point_at, r, output_tokens, cap) for r in rates]
+        else:
+            points = [point_at(c) for c in levels]
         results.append(({**v, "quant": fmt.name}, limits, points))
+    labels = [f"{r:g} req/s" for r in rates] if rates else [f"{c} streams" for c in levels]
     if plot is not None:
+        if rates:
+            raise ServelabError("--plot draws closed-loop curves; leave out --rate, or --plot")
         curves = [(_label(v), [(p.concurrency, p.aggregate_tok_s, 1 / p.tpot_s) for p in pts]) for v, _, pts in results]
         runs = [(str(r), [(lv.concurrency, lv.output_throughput_tok_s, lv.decode_tok_s.p50) for lv in _run(r).levels
                           if lv.rate_rps is None and lv.ok and lv.decode_tok_s.p50]) for r in overlay or []]  # fmt: skip
         plot.write_bytes(plots.prediction(curves, runs))
     if json_out:
         print(json.dumps({"model": spec.name, "hardware": hw.name, "closed_loop": closed_loop, "calibration": cal.model_dump(), "assumptions": _assumptions(routing),
-                          "variants": [{"settings": v, "limits": asdict(lim), "points": [asdict(p) for p in pts]} for v, lim, pts in results]}, indent=2))  # fmt: skip
+                          "variants": [{"settings": v, "limits": asdict(lim), "points": [asdict(p) for p in pts]} for v, lim, pts in results]},
+                         indent=2, default=str))  # fmt: skip
         return
     caption = (f"calibration {cal.name} (η_bw {cal.bw_efficiency}, η_c {cal.compute_efficiency}, {cal.step_overhead_ms} ms per step; {cal.source}). "
                f"Measured error: {cal.error} Assumes {_assumptions(routing)}.")  # fmt: skip
-    title = f"predicted: {spec.name} · {hw.name} · {input_tokens:,} in / {output_tokens:,} out · {closed_loop}"
-    console.print(_compare_table(results, levels, title, caption) if len(results) > 1 else _curve_table(*results[0], title, caption))
+    title = f"predicted: {spec.name} · {hw.name} · {input_tokens:,} in / {output_tokens:,} out · " + ("open loop" if rates else closed_loop)
+    console.print(_compare_table(results, labels, title, caption) if len(results) > 1 else _curve_table(*results[0], labels, title, caption))
 
 
-def _curve_table(v: dict, limits, points, title: str, caption: str) -> Table:
+def _points(points: list) -> list[Point]:
+    """The closed-loop points of a variant (an open-loop level's: the point at its requests in flight)."""
+    return [p.point if isinstance(p, RatePoint) else p for p in points]
+
+
+def _curve_table(v: dict, limits, points, labels: list[str], title: str, caption: str) -> Table:
     spec_note = f" · {v['draft-tokens']} draft tokens at α {v['acceptance']}" if v["draft-tokens"] else ""
     table = Table(title=f"{title} · {v['quant']}" + (f" × TP {v['tp']}" if v["tp"] > 1 else "") + spec_note)
-    for col in ("streams", "running", "decode tok/s per stream", "output tok/s per stream", "aggregate tok/s", "TTFT ms", "TPOT ms", "E2E s", "bottleneck"):
+    for col in ("level", "in flight", "running", "decode tok/s per stream", "output tok/s per stream", "aggregate tok/s", "TTFT ms", "TPOT ms", "E2E s", "bottleneck"):
         table.add_column(col, justify="left" if col == "bottleneck" else "right")
-    for p in points:
-        table.add_row(str(p.concurrency), str(p.running), f"{1 / p.tpot_s:,.1f}", f"{p.per_stream_tok_s:,.1f}", f"{p.aggregate_tok_s:,.0f}",
-                      f"{p.ttft_s * 1e3:,.0f}", f"{p.tpot_s * 1e3:,.2f}", f"{(p.e2e_s + p.queue_s):,.2f}", p.bottleneck)  # fmt: skip
+    for label, raw, p in zip(labels, points, _points(points)):
+        grows = isinstance(raw, RatePoint) and raw.saturated  # the queue grows while arrivals last
+        table.add_row(label, str(p.concurrency), str(p.running), f"{1 / p.tpot_s:,.1f}", f"{p.per_stream_tok_s:,.1f}", f"{p.aggregate_tok_s:,.0f}",
+                      "grows" if grows else f"{p.ttft_s * 1e3:,.0f}", f"{p.tpot_s * 1e3:,.2f}", "grows" if grows else f"{(p.e2e_s + p.queue_s):,.2f}",
+                      p.bottleneck)  # fmt: skip
     table.caption = caption + (f" max_num_seqs {limits.max_num_seqs}, max_num_batched_tokens {limits.max_num_batched_tokens}, "
                                f"KV cache for {limits.kv_requests:,.0f} such requests.")  # fmt: skip
     return table
@@ -129,16 +152,17 @@ def _label(v: dict) -> str:
     return ", ".join(f"{k} {val}" for k, val in v.items() if val is not None and (k != "acceptance" or v["draft-tokens"]))
 
 
-def _compare_table(results: list, levels: list[int], title: str, caption: str) -> Table:
+def _compare_table(results: list, labels: list[str], title: str, caption: str) -> Table:
     """Aggregate tok/s (and per-stream decode) of each variant at each level, Δ% against the first."""
     table = Table(title=title)
     table.add_column("variant")
-    for c in levels:
-        table.add_column(f"{c} streams: tok/s (Δ)", justify="right")
-    base = results[0][2]
+    for label in labels:
+        table.add_column(f"{label}: tok/s (Δ)", justify="right")
+    base = _points(results[0][2])
     for v, _, points in results:
         label = _label(v)
-        cells = [f"{p.aggregate_tok_s:,.0f} ({p.aggregate_tok_s / b.aggregate_tok_s - 1:+.0%}) · {1 / p.tpot_s:,.0f}/stream · {p.bottleneck}" for p, b in zip(points, base)]
+        cells = [f"{p.aggregate_tok_s:,.0f} ({p.aggregate_tok_s / b.aggregate_tok_s - 1:+.0%}) · {1 / p.tpot_s:,.0f}/stream · {p.bottleneck}"
+                 for p, b in zip(_points(points), base)]  # fmt: skip
         table.add_row(label, *cells)
     table.caption = caption
     return table
