@@ -235,6 +235,13 @@ def test_speculative_decoding_and_alternatives_compared():
         assert res.exit_code == 2 and needle in res.output
     res = cli.invoke(app, ["predict", "--model", "qwen3-next-80b-a3b", "--hardware", "h200"])
     assert res.exit_code == 2 and "does not fit NVIDIA H200" in res.output
+    # "NVFP4 + MTP-2 or FP8 without it?" on a Spark: FP8 does not fit, and the comparison says so instead of stopping
+    args = ["predict", "--model", "qwen3.5-122b-a10b", "--hardware", "dgx-spark", "--concurrency", "1,8", "--vary", "quant=nvfp4,fp8", "--vary", "draft-tokens=2,0"]
+    doc = json.loads(cli.invoke(app, [*args, "--json"]).output)
+    assert [v["settings"]["quant"] for v in doc["variants"]] == ["nvfp4", "nvfp4"] and len(doc["not_fitting"]) == 2
+    assert "in fp8 does not fit NVIDIA DGX Spark" in doc["not_fitting"][0]["why"]
+    res = cli.invoke(app, args)
+    assert res.exit_code == 0 and "quant fp8, tp 1, draft-tokens 0" in " ".join(res.output.split())
 
 
 def test_calibrate_on_your_own_runs_then_predict_with_it(tmp_path):

@@ -92,10 +92,15 @@ def predict_cmd(
     results = []
     variants = _variants(vary or [], base)
     cal = calibration(calibration_name, spec, weight_format(variants[0]["quant"], model, spec))  # one for all variants: their Δ% is the model's
+    unfit = []  # (settings, why) of the variants that do not fit: a comparison says so instead of stopping
     for v in variants:
         fmt = weight_format(v["quant"], model, spec)
-        limits = limits_for(spec, fmt, hw, tp=v["tp"], input_tokens=input_tokens, output_tokens=output_tokens, max_num_seqs=v["max-num-seqs"],
-                            max_num_batched_tokens=v["max-num-batched-tokens"], capture_sizes=sizes, draft_tokens=v["draft-tokens"])  # fmt: skip
+        try:
+            limits = limits_for(spec, fmt, hw, tp=v["tp"], input_tokens=input_tokens, output_tokens=output_tokens, max_num_seqs=v["max-num-seqs"],
+                                max_num_batched_tokens=v["max-num-batched-tokens"], capture_sizes=sizes, draft_tokens=v["draft-tokens"])  # fmt: skip
+        except ServelabError as exc:
+            unfit.append(({**v, "quant": fmt.name}, str(exc)))
+            continue
 
         def point_at(c: int, v=v, fmt=fmt, limits=limits):
             return predict(terms(spec, fmt, hw, concurrency=c, input_tokens=input_tokens, output_tokens=output_tokens, limits=limits, tp=v["tp"],
@@ -108,6 +113,8 @@ def predict_cmd(
         else:
             points = [point_at(c) for c in levels]
         results.append(({**v, "quant": fmt.name}, limits, points))
+    if not results:
+        raise ServelabError(unfit[0][1])
     labels = [f"{r:g} req/s" for r in rates] if rates else [f"{c} streams" for c in levels]
     if plot is not None:
         if rates:
@@ -118,13 +125,15 @@ def predict_cmd(
         plot.write_bytes(plots.prediction(curves, runs))
     if json_out:
         print(json.dumps({"model": spec.name, "hardware": hw.name, "closed_loop": closed_loop, "calibration": cal.model_dump(), "assumptions": _assumptions(routing),
-                          "variants": [{"settings": v, "limits": asdict(lim), "points": [asdict(p) for p in pts]} for v, lim, pts in results]},
-                         indent=2, default=str))  # fmt: skip
+                          "variants": [{"settings": v, "limits": asdict(lim), "points": [asdict(p) for p in pts]} for v, lim, pts in results],
+                          "not_fitting": [{"settings": v, "why": why} for v, why in unfit]}, indent=2, default=str))  # fmt: skip
         return
     caption = (f"calibration {cal.name} (η_bw {cal.bw_efficiency}, η_c {cal.compute_efficiency}, {cal.step_overhead_ms} ms per step; {cal.source}). "
                f"Measured error: {cal.error} Assumes {_assumptions(routing)}.")  # fmt: skip
     title = f"predicted: {spec.name} · {hw.name} · {input_tokens:,} in / {output_tokens:,} out · " + ("open loop" if rates else closed_loop)
     console.print(_compare_table(results, labels, title, caption) if len(results) > 1 else _curve_table(*results[0], labels, title, caption))
+    for v, why in unfit:
+        console.print(f"[yellow]{_label(v)}: {why}[/]", soft_wrap=True, markup=True, highlight=False)
 
 
 def _points(points: list) -> list[Point]:
