@@ -39,7 +39,7 @@ drafting time per step t_draft a calibrated constant (``draft_overhead_ms``: vLL
 drafter on H100 adds 2–4 ms a step, validation/RESULTS-predict.md; an MTP or EAGLE head's own
 forward pass is not modelled beyond that).
 
-Assumptions (stated with every prediction): uniform MoE routing; the engine's chunked prefill
+Assumptions (stated with every prediction): uniform MoE routing (or a routing γ, ``servelab.plan.roofline``); the engine's chunked prefill
 interleaving prefills with decode (vLLM V1); no prefix-cache hits; acceptance that does not fall
 with the batch; the all-reduce latency of each hardware profile (an estimate). Calibration (:class:`Calibration`): η_bw, η_c and t₀ fitted by least
 squares on measured TPOT, aggregate tok/s and TTFT p50 of real runs (``fit``), relative errors, since every row is
