@@ -115,7 +115,7 @@ def predict_cmd(
         results.append(({**v, "quant": fmt.name}, limits, points))
     if not results:
         raise ServelabError(unfit[0][1])
-    labels = [f"{r:g} req/s" for r in rates] if rates else [f"{c} streams" for c in levels]
+    labels = [f"{r:g} req/s" for r in rates] if rates else [f"{c} stream" + ("s" if c > 1 else "") for c in levels]
     if plot is not None:
         if rates:
             raise ServelabError("--plot draws closed-loop curves; leave out --rate, or --plot")
@@ -131,7 +131,7 @@ def predict_cmd(
     caption = (f"calibration {cal.name} (η_bw {cal.bw_efficiency}, η_c {cal.compute_efficiency}, {cal.step_overhead_ms} ms per step; {cal.source}). "
                f"Measured error: {cal.error} Assumes {_assumptions(routing)}.")  # fmt: skip
     title = f"predicted: {spec.name} · {hw.name} · {input_tokens:,} in / {output_tokens:,} out · " + ("open loop" if rates else closed_loop)
-    console.print(_compare_table(results, labels, title, caption) if len(results) > 1 else _curve_table(*results[0], labels, title, caption))
+    console.print(_compare_table(results, labels, title, caption) if len(results) > 1 else _curve_table(*results[0], title, caption))
     for v, why in unfit:
         console.print(f"[yellow]{_label(v)}: {why}[/]", soft_wrap=True, markup=True, highlight=False)
 
@@ -141,14 +141,18 @@ def _points(points: list) -> list[Point]:
     return [p.point if isinstance(p, RatePoint) else p for p in points]
 
 
-def _curve_table(v: dict, limits, points, labels: list[str], title: str, caption: str) -> Table:
+def _curve_table(v: dict, limits, points, title: str, caption: str) -> Table:
     spec_note = f" · {v['draft-tokens']} draft tokens at α {v['acceptance']}" if v["draft-tokens"] else ""
     table = Table(title=f"{title} · {v['quant']}" + (f" × TP {v['tp']}" if v["tp"] > 1 else "") + spec_note)
-    for col in ("level", "in flight", "running", "decode tok/s per stream", "output tok/s per stream", "aggregate tok/s", "TTFT ms", "TPOT ms", "E2E s", "bottleneck"):
+    open_loop = isinstance(points[0], RatePoint)
+    for col in ("req/s", "in flight") if open_loop else ("streams",):
+        table.add_column(col, justify="right")
+    for col in ("running", "decode tok/s per stream", "output tok/s per stream", "aggregate tok/s", "TTFT ms", "TPOT ms", "E2E s", "bottleneck"):
         table.add_column(col, justify="left" if col == "bottleneck" else "right")
-    for label, raw, p in zip(labels, points, _points(points)):
-        grows = isinstance(raw, RatePoint) and raw.saturated  # the queue grows while arrivals last
-        table.add_row(label, str(p.concurrency), str(p.running), f"{1 / p.tpot_s:,.1f}", f"{p.per_stream_tok_s:,.1f}", f"{p.aggregate_tok_s:,.0f}",
+    for raw, p in zip(points, _points(points)):
+        grows = open_loop and raw.saturated  # the queue grows while arrivals last
+        level = (f"{raw.rate_rps:g}", str(p.concurrency)) if open_loop else (str(p.concurrency),)
+        table.add_row(*level, str(p.running), f"{1 / p.tpot_s:,.1f}", f"{p.per_stream_tok_s:,.1f}", f"{p.aggregate_tok_s:,.0f}",
                       "grows" if grows else f"{p.ttft_s * 1e3:,.0f}", f"{p.tpot_s * 1e3:,.2f}", "grows" if grows else f"{(p.e2e_s + p.queue_s):,.2f}",
                       p.bottleneck)  # fmt: skip
     table.caption = caption + (f" max_num_seqs {limits.max_num_seqs}, max_num_batched_tokens {limits.max_num_batched_tokens}, "
