@@ -156,7 +156,8 @@ def _base_name(qc: QuantConfig) -> str:
         named = {(4, "float"): "nvfp4", (8, "float"): "fp8", (4, "int"): "gptq-int4"}.get((weights.num_bits, weights.type))
         if named:
             return named
-    raise ServelabError(f"the checkpoint's quantization_config (quant_method {method or '?'}{' ' + algo if algo else ''}) has no servelab format; pass --quant")
+    named = f"quant_method {method!r}" + (f", quant_algo {algo!r}" if algo else "")  # repr: a name from a file stays on one line
+    raise ServelabError(f"the checkpoint's quantization_config ({named}) has no servelab format; pass --quant")
 
 
 def _excluded(module: str, patterns: list[str]) -> bool:
