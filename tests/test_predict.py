@@ -258,6 +258,12 @@ def test_calibrate_on_your_own_runs_then_predict_with_it(tmp_path):
     assert res.exit_code == 0 and json.loads(res.output)["calibration"]["name"] == "mine"
     one = cli.invoke(app, ["calibrate", str(ROOT / "validation/waves-h100-512/stagger64-1-run.json"), "--hardware", "h100-sxm", "--model", "qwen3-8b"])
     assert one.exit_code == 2 and "at least 3 closed-loop levels" in one.output
+    # a calibration's name is the user's text: shown as written, never read as Rich markup
+    marked = cli.invoke(app, ["calibrate", *map(str, runs), "--hardware", "h100-sxm", "--model", "qwen3-8b", "--name", "[red]x[/red]", "--out", str(out)])
+    assert marked.exit_code == 0 and "[red]x[/red]: bw_efficiency" in marked.output, marked.output
+    for cmd in (["predict", "--model", "qwen3-8b", "--concurrency", "1"], ["explain", str(runs[0]), "--hardware", "h100-sxm", "--model", "qwen3-8b"]):
+        shown = cli.invoke(app, [*cmd, "--calibration", str(out)])
+        assert shown.exit_code == 0 and "[red]x[/red]" in "".join(shown.output.split()), shown.output
     (tmp_path / "bad.yaml").write_text("mine: [1, 2]\n")
     bad = cli.invoke(app, ["predict", "--model", "qwen3-8b", "--calibration", str(tmp_path / "bad.yaml")])
     assert bad.exit_code == 2 and "not a calibration file" in bad.output

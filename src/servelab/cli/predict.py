@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 import typer
 import yaml
 from pydantic import ValidationError
+from rich.markup import escape
 from rich.table import Table
 
 from servelab.cli.common import DbOpt, console, parse_float_list, parse_int_list, read_text, store_at
@@ -131,9 +132,10 @@ def predict_cmd(
     caption = (f"calibration {cal.name} (η_bw {cal.bw_efficiency}, η_c {cal.compute_efficiency}, {cal.step_overhead_ms} ms per step; {cal.source}). "
                f"Measured error: {cal.error} Assumes {_assumptions(routing)}.")  # fmt: skip
     title = f"predicted: {spec.name} · {hw.name} · {input_tokens:,} in / {output_tokens:,} out · " + ("open loop" if rates else closed_loop)
+    title, caption = escape(title), escape(caption)  # model names and calibration files are the user's text, not markup
     console.print(_compare_table(results, labels, title, caption) if len(results) > 1 else _curve_table(*results[0], title, caption))
     for v, why in unfit:
-        console.print(f"[yellow]{_label(v)}: {why}[/]", soft_wrap=True, markup=True, highlight=False)
+        console.print(f"[yellow]{escape(f'{_label(v)}: {why}')}[/]", soft_wrap=True, highlight=False)
 
 
 def _points(points: list) -> list[Point]:
@@ -143,7 +145,7 @@ def _points(points: list) -> list[Point]:
 
 def _curve_table(v: dict, limits, points, title: str, caption: str) -> Table:
     spec_note = f" · {v['draft-tokens']} draft tokens at α {v['acceptance']}" if v["draft-tokens"] else ""
-    table = Table(title=f"{title} · {v['quant']}" + (f" × TP {v['tp']}" if v["tp"] > 1 else "") + spec_note)
+    table = Table(title=f"{title} · {escape(v['quant'])}" + (f" × TP {v['tp']}" if v["tp"] > 1 else "") + spec_note)
     open_loop = isinstance(points[0], RatePoint)
     for col in ("req/s", "in flight") if open_loop else ("streams",):
         table.add_column(col, justify="right")
@@ -176,7 +178,7 @@ def _compare_table(results: list, labels: list[str], title: str, caption: str) -
         label = _label(v)
         cells = [f"{p.aggregate_tok_s:,.0f} ({p.aggregate_tok_s / b.aggregate_tok_s - 1:+.0%}) · {1 / p.tpot_s:,.0f}/stream · {p.bottleneck}"
                  for p, b in zip(_points(points), base)]  # fmt: skip
-        table.add_row(label, *cells)
+        table.add_row(escape(label), *cells)
     table.caption = caption
     return table
 
@@ -280,9 +282,9 @@ def calibrate_cmd(
     error = "leave-one-out: " + error_summary(leave_one_out(measured, name))
     cal = fit([m for levels in measured for m in levels], name, f"servelab calibrate on {', '.join(label for label, _ in found)}").model_copy(update={"error": error})
     drafting = f", draft_overhead_ms {cal.draft_overhead_ms}" if cal.draft_overhead_ms else ""
-    console.print(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}, step_overhead_ms {cal.step_overhead_ms}{drafting}\n{error}")
+    console.print(escape(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}, step_overhead_ms {cal.step_overhead_ms}{drafting}\n{error}"))
     if cal.bw_efficiency in (0.2, 1.0) or cal.compute_efficiency in (0.1, 1.2):
         console.print("[yellow]an efficiency sits at the edge of its range: these runs do not pin it down; add levels at other concurrencies (1 stream fixes the prefill efficiency)[/]")
     if out is not None:
         out.write_text(yaml.safe_dump({cal.name: cal.model_dump(exclude={"name"})}, sort_keys=False, allow_unicode=True), encoding="utf-8")
-        console.print(f"written to {out}: servelab predict --calibration {out}")
+        console.print(escape(f"written to {out}: servelab predict --calibration {out}"))
