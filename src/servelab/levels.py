@@ -210,11 +210,7 @@ class LevelRunner:
             per_slot = o.duration_s / e2e_s if e2e_s else 16
             pool = max(2 * level, math.ceil(1.5 * level * per_slot) + level)
         measured = await self._phase(client, level, "measured", warm, count, o.duration_s, pool, stagger_s=stagger_s)
-        window = measured.window
-        sends = [r.start for r in measured.records if r.phase == "measured" and r.start is not None]
-        if window is None and stagger_s and len(sends) > 1 and max(sends) > min(sends):
-            window = (min(sends), max(sends))  # stagger, a request count: every stream busy throughout (docs/metrics.md)
-        summary = summarize(level, measured.records, window)
+        summary = summarize(level, measured.records, measured.window)
         summary.waves = wave_stats(level, measured.records, summary.window_s)
         self._conclude_level(summary, measured, level)
 

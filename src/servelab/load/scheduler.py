@@ -14,7 +14,9 @@ as vLLM's benchmark draws them), whether or not earlier ones finished, optionall
 its scheduled arrival, so ``start − queued`` is the time it waited on the client side.
 
 With a duration, requests still in flight at the deadline are cancelled and kept as
-``incomplete`` (never dropped), and the throughput window is exactly the duration.
+``incomplete`` (never dropped), and the throughput window is exactly the duration. With a request
+count and a ramp, the window runs from the first to the last measured send, while every worker is
+busy (the drain after the last send left out, as the ramp before the first; docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -98,7 +100,8 @@ async def closed_loop(
         alive: asked after a connection-level failure; False ends the phase with ServerGone.
 
     Returns:
-        The phase's records and, with a duration, its fixed window.
+        The phase's records and its window: with a duration, the fixed one; with a count and a ramp,
+        first to last measured send; else None (the records' own span).
 
     Raises:
         ServerGone: the server stopped answering (records so far were passed to ``on_record``).
@@ -130,6 +133,9 @@ async def closed_loop(
     try:
         if deadline is None:
             await asyncio.gather(*tasks)
+            sends = [r.start for r in phase.records if r.phase == "measured" and r.start is not None]
+            if stagger_s and len(sends) > 1 and max(sends) > min(sends):
+                phase.window = (min(sends), max(sends))
         else:
             done, pending = await asyncio.wait(tasks, timeout=deadline - t_begin, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:

@@ -70,7 +70,7 @@ class LevelSummary(BaseModel):
     failed_requests: int = Field(description="Requests that got an HTTP, connection, timeout or stream error.")
     incomplete: int = Field(description="Requests cut off by the end of the run or an interruption.")
     error_kinds: dict[str, int] = Field(default_factory=dict)
-    window_s: float | None = Field(None, description="Measured window: first start to last end (s).")
+    window_s: float | None = Field(None, description="Measured window (s): the duration, first to last measured send (stagger), or first start to last end (docs/metrics.md).")
     prompt_tokens: int = 0
     output_tokens: int = Field(0, description="Output tokens of the measured requests (an incomplete one: the token chunks it received).")
     window_output_tokens: int = Field(
@@ -159,6 +159,7 @@ def summarize(
     out_tokens = _delivered(ok + incomplete)
     ramp = [r for r in records if r.phase == "warmup"]
     in_window = round(sum(_delivered_in(r, window) for r in ok + incomplete + ramp)) if window else out_tokens
+    finished_inside = [r for r in ok + ramp if r.status == "ok" and r.end is not None and window[0] <= r.end <= window[1]] if window else []
     spans = {id(r): decode_span(r) for r in ok}
     with_ttft = [r for r in ok if r.first_token is not None and r.start is not None]
     summary = LevelSummary(
@@ -175,9 +176,7 @@ def summarize(
         ramp_prompt_tokens=sum(r.prompt_tokens or 0 for r in ramp if r.status == "ok"),
         ramp_output_tokens=_delivered([r for r in ramp if r.status != "failed"]),
         output_throughput_tok_s=in_window / window_s if window_s else None,
-        request_throughput_rps=sum(1 for r in ok + ramp if r.status == "ok" and r.end is not None and window[0] <= r.end <= window[1]) / window_s
-        if window_s
-        else None,
+        request_throughput_rps=len(finished_inside) / window_s if window_s else None,
         client_wait_ms=Distribution.of((r.start - r.queued) * 1e3 for r in measured if r.start is not None),
         ttft_ms=Distribution.of((r.first_token - r.start) * 1e3 for r in with_ttft),
         ttfc_ms=Distribution.of(
