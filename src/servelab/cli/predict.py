@@ -22,7 +22,7 @@ from servelab.explain import explain, repeatability
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.hardware import load_hardware, profiles
 from servelab.plan.model_spec import load_model
-from servelab.plan.predict import Point, calibration, error_summary, fit, leave_one_out, limits_for, measured_levels, predict, terms
+from servelab.plan.predict import BW_RANGE, COMPUTE_RANGE, Point, calibration, error_summary, fit, leave_one_out, limits_for, measured_levels, predict, terms
 from servelab.plan.rate import RatePoint, at_rate
 from servelab.report import plots
 from servelab.report.explain_table import explain_table, repeat_table
@@ -283,7 +283,7 @@ def calibrate_cmd(
     cal = fit([m for levels in measured for m in levels], name, f"servelab calibrate on {', '.join(label for label, _ in found)}").model_copy(update={"error": error})
     drafting = f", draft_overhead_ms {cal.draft_overhead_ms}" if cal.draft_overhead_ms else ""
     console.print(escape(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}, step_overhead_ms {cal.step_overhead_ms}{drafting}\n{error}"))
-    if cal.bw_efficiency in (0.2, 1.0) or cal.compute_efficiency in (0.1, 1.2):
+    if cal.bw_efficiency in BW_RANGE or cal.compute_efficiency in COMPUTE_RANGE:
         console.print("[yellow]an efficiency sits at the edge of its range: these runs do not pin it down; add levels at other concurrencies (1 stream fixes the prefill efficiency)[/]")
     if out is not None:
         out.write_text(yaml.safe_dump({cal.name: cal.model_dump(exclude={"name"})}, sort_keys=False, allow_unicode=True), encoding="utf-8")

@@ -71,6 +71,8 @@ from servelab.yamlfile import read_yaml
 DEFAULT_CALIBRATION = "vllm-0.25-h100-bf16"  # dense models (data/calibration.yaml)
 MOE_CALIBRATION = "vllm-0.25-h100-moe-fp8"  # MoE models in FP8
 PADDING_NAMED = 1.1  # padding is named the bottleneck when it makes the decode step this much longer
+BW_RANGE = (0.2, 1.0)  # the grid of η_bw in fit (steps of 0.01); the datasheet bandwidth is the ceiling
+COMPUTE_RANGE = (0.1, 1.2)  # … of η_c
 TTFT_FIT_RUNNING = 1  # TTFT p50 enters the fit only at this many streams or fewer (see fit; MoE on vLLM 0.25: 30 ms at 1 stream, 118 ms at 2)
 
 
@@ -294,8 +296,8 @@ def measured_levels(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardw
 
 
 def fit(rows: list[Measured], name: str, source: str) -> Calibration:
-    """Calibration from measured levels: the efficiencies (η_bw in 0.2–1.0 — the datasheet bandwidth
-    is the ceiling —, η_c in 0.1–1.2, steps of 0.01) and the per-step overhead t₀ ≥ 0 that minimise the squared relative error of the
+    """Calibration from measured levels: the efficiencies (η_bw in ``BW_RANGE`` — the datasheet
+    bandwidth is the ceiling —, η_c in ``COMPUTE_RANGE``, steps of 0.01) and the per-step overhead t₀ ≥ 0 that minimise the squared relative error of the
     predicted TPOT p50 and aggregate output tok/s of every level (the latter as its inverse, one
     stream's request cycle c · O ÷ tok/s) and TTFT p50 of the levels with at most
     ``TTFT_FIT_RUNNING`` streams (t₀ in closed form for each pair of efficiencies: every one of
@@ -325,16 +327,20 @@ def fit(rows: list[Measured], name: str, source: str) -> Calibration:
     # the drafting time per step, in closed form on the speculative levels' TPOT (relative errors), the rest fixed
     per = [(predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, mode=m.mode, acceptance=m.acceptance),
             spec_tokens_per_step(m.acceptance, m.terms.draft_tokens), m.tpot_s) for m in drafted]  # fmt: skip
-    a = np.array([p.tpot_s / tpot for p, _, tpot in per])
-    b = np.array([1 / (k * tpot) for _, k, tpot in per])
-    extra = max(0.0, float(((1 - a) * b).sum() / (b * b).sum()))
-    return cal.model_copy(update={"draft_overhead_ms": round(extra * 1e3, 3)})
+    extra = _least_squares_term(np.array([p.tpot_s / tpot for p, _, tpot in per]), np.array([1 / (k * tpot) for _, k, tpot in per]))
+    return cal.model_copy(update={"draft_overhead_ms": round(float(extra) * 1e3, 3)})
+
+
+def _least_squares_term(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The x ≥ 0 (s) that minimises Σ (a + x · b − 1)² over the last axis: ``a`` the predicted ÷
+    measured ratios without the term, ``b`` what one second of it adds to each ratio."""
+    return np.clip(((1 - a) * b).sum(-1) / (b * b).sum(-1), 0, None)
 
 
 def _fit_base(rows: list[Measured], name: str, source: str) -> Calibration:
     """η_bw, η_c and t₀ of :func:`fit` (a speculative level's drafting time folded into t₀)."""
-    bw = np.linspace(0.2, 1.0, 81)[:, None, None]
-    cmp = np.linspace(0.1, 1.2, 111)[None, :, None]
+    bw = np.linspace(*BW_RANGE, round((BW_RANGE[1] - BW_RANGE[0]) * 100) + 1)[:, None, None]
+    cmp = np.linspace(*COMPUTE_RANGE, round((COMPUTE_RANGE[1] - COMPUTE_RANGE[0]) * 100) + 1)[None, :, None]
     mem, flop, pre, ar, pre_ar, before, beside, out, per_step, tpot, ttft, waiting, cycle = (np.array(x, dtype=float) for x in zip(*[
         (m.terms.decode_bytes_s, m.terms.decode_flops_s, m.terms.prefill_s, m.terms.allreduce_s, m.terms.prefill_allreduce_s,
          *_shares(m.terms.running, m.mode), m.output_tokens, spec_tokens_per_step(m.acceptance, m.terms.draft_tokens), m.tpot_s, m.ttft_s,
@@ -346,7 +352,7 @@ def _fit_base(rows: list[Measured], name: str, source: str) -> Calibration:
     ttft0, tpot0 = before * prefill_s + step, step / per_step + beside * prefill_s / out
     a = np.concatenate([tpot0 / tpot, (ttft0 / ttft)[..., low], waiting * (ttft0 + (out - 1) * tpot0) / cycle], axis=-1)  # predicted ÷ measured, t₀ = 0
     b = np.concatenate([1 / (per_step * tpot), 1 / ttft[low], waiting * (1 + (out - 1) / per_step) / cycle])  # how much t₀ adds to each ratio
-    t0 = np.clip(((1 - a) * b).sum(-1) / (b * b).sum(), 0, None)
+    t0 = _least_squares_term(a, b)
     sse = ((a + t0[..., None] * b - 1) ** 2).sum(-1)
     i, j = np.unravel_index(np.argmin(sse), sse.shape)
     return Calibration(name=name, bw_efficiency=round(float(bw[i, 0, 0]), 3), compute_efficiency=round(float(cmp[0, j, 0]), 3),
