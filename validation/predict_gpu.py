@@ -18,7 +18,13 @@ starts per call, so that each call stays under the device tool's 10 minutes):
   tokens (dummy weights repeat themselves, so acceptance is high: it checks the verify cost, not rates);
 - ``dense``: the same without speculation (the baseline speculation is compared with);
 - ``dense-eager``: c = 64 and 256 of ``dense`` with ``--enforce-eager`` (a start in seconds): output
-  throughput in the 12 s window against Little's law, c · O ÷ mean E2E, with the records kept.
+  throughput in the 12 s window against Little's law, c · O ÷ mean E2E, with the records kept;
+- ``moe-long``: ``moe`` with 25 s windows (over 3 request durations at every level, where ``moe``'s
+  12 s were too short above 32 streams: servelab's ``short_window`` finding);
+- ``hybrid``: Nemotron-3-Nano-30B-A3B fp8 (Mamba-2 + attention + MoE layers; uniform-random routing),
+  as ``moe-long``; the kit's tokenizer is resized to the model's 131,072 ids (the kit README says why);
+- ``moe-1024``, ``hybrid-1024``: ``moe`` and ``hybrid`` at 1,024 prompt / 256 output tokens, c = 1, 8, 32,
+  30 s per level (a second workload for leave-one-run-out, and a prompt above the 512-token capture size).
 
 Each part writes ``OUT/PART-run.json`` (the run), ``OUT/PART.log`` (the boot log, for the limits) and
 prints the table.
@@ -29,7 +35,9 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -49,13 +57,25 @@ PARTS = {  # part → (config, vLLM flags, environment, levels, servelab bench a
               ("--input-tokens", "1024", "--output-tokens", "128", "--duration", "12s")),
     "dense-eager": ("qwen3-8b", ("--max-model-len", "4096", "--enforce-eager"), {}, "64,256",
                     ("--input-tokens", "1024", "--output-tokens", "128", "--duration", "12s")),
+    "moe-long": (*MOE, "1,2,4,8,16,32,64,128,256", ("--input-tokens", "512", "--output-tokens", "128", "--duration", "25s")),
+    "hybrid": ("nemotron-3-nano-30b-a3b", MOE[1], MOE_ENV, "1,2,4,8,16,32,64,128,256",
+               ("--input-tokens", "512", "--output-tokens", "128", "--duration", "25s")),
+    "moe-1024": (*MOE, "1,8,32", ("--input-tokens", "1024", "--output-tokens", "256", "--duration", "30s")),
+    "hybrid-1024": ("nemotron-3-nano-30b-a3b", MOE[1], MOE_ENV, "1,8,32", ("--input-tokens", "1024", "--output-tokens", "256", "--duration", "30s")),
 }  # fmt: skip
+VOCAB = {"nemotron-3-nano-30b-a3b": 131072}  # config → vocab_size, where it is not the kit tokenizer's 151,936
 
 
 def run_part(kit: Path, out: Path, part: str) -> None:
     """One server start, one ``servelab bench`` over the part's levels; keeps run.json and the boot log."""
     config, flags, env, levels, extra = PARTS[part]
     log = out / f"{part}.log"
+    if config in VOCAB:  # a copy of the kit whose tokenizer has the model's vocabulary
+        tmp = Path(tempfile.mkdtemp())
+        shutil.copytree(kit, tmp / "kit")
+        subprocess.run([sys.executable, str(kit / "resize_tokenizer.py"), str(VOCAB[config]), str(tmp / "tokenizer")], check=True)
+        shutil.copytree(tmp / "tokenizer", tmp / "kit" / "tokenizer", dirs_exist_ok=True)
+        kit = tmp / "kit"
     pgid, url = serve(kit, config, log, *flags, env=env)
     try:
         run, _ = bench(url, out / part, levels, *extra, "--server-log", str(log))

@@ -20,9 +20,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from servelab.diagnose import diagnose  # noqa: E402
+from servelab.plan.fit import Measured, error_summary, fit, leave_one_out, measured_levels
 from servelab.plan.hardware import load_hardware  # noqa: E402
 from servelab.plan.model_spec import load_model  # noqa: E402
-from servelab.plan.predict import Measured, error_summary, fit, leave_one_out, measured_levels, predict  # noqa: E402
+from servelab.plan.predict import predict  # noqa: E402
 from servelab.plan.quant import get_format  # noqa: E402
 from servelab.results import RunResult  # noqa: E402
 
@@ -35,12 +36,16 @@ RUNS = [
     *[("vllm-0.25-h100-dense-bf16", V / f"waves-h100-512/stagger{c}-{i}-run.json", "qwen3-8b", "bf16", "h100-sxm") for c in (64, 256) for i in (1, 2, 3)],
     *[("vllm-0.25-h100-dense-bf16", V / f"waves-h100/burst-{i}-run.json", "qwen3-8b", "bf16", "h100-sxm") for i in (1, 2, 3)],
     ("vllm-0.25-h100-dense-bf16", V / "predict-h100/dense-run.json", "qwen3-8b", "bf16", "h100-sxm"),
-    *[("vllm-0.25-h100-moe-fp8", V / f"predict-h100/{name}-run.json", "qwen3-30b-a3b", "fp8", "h100-sxm") for name in ("moe", "moe-caps")],
-    ("vllm-0.25-h200-hybrid-fp8", V / "hybrid-h200-bench/qwen3-next-80b-a3b-fp8-run.json", "qwen3-next-80b-a3b", "fp8", "h200"),
+    *[("vllm-0.25-h100-moe-fp8", V / f"predict-h100/{name}-run.json", "qwen3-30b-a3b", "fp8", "h100-sxm") for name in ("moe", "moe-caps", "moe-long", "moe-1024")],
+    *[("vllm-0.25-h100-hybrid-fp8", V / f"predict-h100/{name}-run.json", "nemotron-3-nano-30b-a3b", "fp8", "h100-sxm") for name in ("hybrid", "hybrid-1024")],
 ]
 # Held out of every fit: predicted with the calibration fitted on all of the named group's runs.
 HELD_OUT = [
     ("vllm-0.25-h100-dense-bf16", V / "predict-h100/ngram-run.json", "qwen3-8b", "bf16", "h100-sxm"),  # n-gram, 3 draft tokens
+]
+# Another model or GPU than the group's runs: predicted with the group's fit on all (no run of its own in any fit).
+OTHER = [
+    ("vllm-0.25-h100-hybrid-fp8", V / "hybrid-h200-bench/qwen3-next-80b-a3b-fp8-run.json", "qwen3-next-80b-a3b", "fp8", "h200"),  # GDN, not Mamba-2; H200
 ]
 
 
@@ -79,12 +84,12 @@ def main() -> None:
         print(f"\n## {group}\n\n| run | c | measured tok/s | predicted | err | TPOT ms meas / pred | err | TTFT ms meas / pred | err |\n|---|---|---|---|---|---|---|---|---|")
         pairs = leave_one_out([lvs for _, lvs in runs], group)
         for i, lv, pt in pairs:
-            print(f"| {runs[i][0]} ({lv.mode}) | {lv.concurrency} | {lv.tok_s:,.0f} | {pt.aggregate_tok_s:,.0f} | {err(pt.aggregate_tok_s, lv.tok_s):+.1f} % | "
+            print(f"| {runs[i][0]} ({lv.terms.mode}) | {lv.concurrency} | {lv.tok_s:,.0f} | {pt.aggregate_tok_s:,.0f} | {err(pt.aggregate_tok_s, lv.tok_s):+.1f} % | "
                   f"{lv.tpot_s * 1e3:.2f} / {pt.tpot_s * 1e3:.2f} | {err(pt.tpot_s, lv.tpot_s):+.1f} % | {lv.ttft_s * 1e3:.1f} / {pt.ttft_s * 1e3:.1f} | "
                   f"{err(pt.ttft_s, lv.ttft_s):+.1f} % |")
         print(f"\n{group}, leave-one-out: {error_summary(pairs)}")
         whole = fit([lv for _, lvs in runs for lv in lvs], group, "all runs")
-        print(f"fit on all: bw_efficiency {whole.bw_efficiency:.3f}, compute_efficiency {whole.compute_efficiency:.3f}, step_overhead_ms {whole.step_overhead_ms:.3f}")
+        print(f"fit on all: bw_efficiency {whole.bw_efficiency:.3f}, compute_efficiency {whole.compute_efficiency:.3f}, step_overhead_ms {whole.step_overhead_ms:.3f}, eager_step_ms {whole.eager_step_ms:.3f}")
         for g, path, model, quant, hw in HELD_OUT:
             if g != group:
                 continue
@@ -93,8 +98,8 @@ def main() -> None:
             held, bare = [], []
             for n, lv in enumerate(spec):
                 cal = fit(base + spec[:n] + spec[n + 1 :], group, "all runs and the run's other levels")
-                held.append((0, lv, predict(lv.terms, cal, concurrency=lv.concurrency, output_tokens=lv.output_tokens, mode=lv.mode, acceptance=lv.acceptance)))
-                bare.append((0, lv, predict(lv.terms, whole, concurrency=lv.concurrency, output_tokens=lv.output_tokens, mode=lv.mode, acceptance=lv.acceptance)))
+                held.append((0, lv, predict(lv.terms, cal, concurrency=lv.concurrency, output_tokens=lv.output_tokens, acceptance=lv.acceptance)))
+                bare.append((0, lv, predict(lv.terms, whole, concurrency=lv.concurrency, output_tokens=lv.output_tokens, acceptance=lv.acceptance)))
             print(f"\nheld out, {path.relative_to(ROOT).as_posix()}: each level with the drafting time per step fitted on its other levels "
                   f"(and without it: the fit on all, 0 ms):\n\n| c | draft tokens, acceptance | measured tok/s | predicted | err | without drafting time | "
                   "TPOT ms meas / pred | TTFT ms meas / pred | predicted bottleneck |\n|---|---|---|---|---|---|---|---|---|")  # fmt: skip
@@ -107,12 +112,22 @@ def main() -> None:
         names = [name for name, _ in runs] + [path.relative_to(ROOT).as_posix() for g, path, *_ in HELD_OUT if g == group]
         short = [(name, m) for name in names for m in SHORT.get(name, [])]
         if short:
-            print("\nnot in the errors above (short_window: a 12 s window under 3 request durations), predicted with the fit on all:\n\n"
+            print("\nnot in the errors above (short_window: a window under 3 request durations), predicted with the fit on all:\n\n"
                   "| run | c | measured tok/s | predicted | err | TPOT ms meas / pred | TTFT ms meas / pred |\n|---|---|---|---|---|---|---|")  # fmt: skip
             for name, m in short:
-                pt = predict(m.terms, whole, concurrency=m.concurrency, output_tokens=m.output_tokens, mode=m.mode, acceptance=m.acceptance)
+                pt = predict(m.terms, whole, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance)
                 print(f"| {name} | {m.concurrency} | {m.tok_s:,.0f} | {pt.aggregate_tok_s:,.0f} | {err(pt.aggregate_tok_s, m.tok_s):+.1f} % | "
                       f"{m.tpot_s * 1e3:.2f} / {pt.tpot_s * 1e3:.2f} | {m.ttft_s * 1e3:.1f} / {pt.ttft_s * 1e3:.1f} |")  # fmt: skip
+        for g, path, model, quant, hw in OTHER:
+            if g != group:
+                continue
+            other = [(0, m, predict(m.terms, whole, concurrency=m.concurrency, output_tokens=m.output_tokens)) for m in levels(path, model, quant, hw)]
+            print(f"\nanother model, {path.relative_to(ROOT).as_posix()} ({model}, {hw}), predicted with the fit on all:\n\n"
+                  "| c | measured tok/s | predicted | err | TPOT ms meas / pred | TTFT ms meas / pred |\n|---|---|---|---|---|---|")  # fmt: skip
+            for _, m, pt in other:
+                print(f"| {m.concurrency} | {m.tok_s:,.0f} | {pt.aggregate_tok_s:,.0f} | {err(pt.aggregate_tok_s, m.tok_s):+.1f} % | "
+                      f"{m.tpot_s * 1e3:.2f} / {pt.tpot_s * 1e3:.2f} | {m.ttft_s * 1e3:.1f} / {pt.ttft_s * 1e3:.1f} |")  # fmt: skip
+            print(f"\n{error_summary(other)}")
 
 
 if __name__ == "__main__":

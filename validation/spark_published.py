@@ -39,8 +39,8 @@ def decode_curve(routing: float, tp: int, levels) -> dict[int, float]:
     cal = calibration("vllm-0.25-h100-bf16")
     out = {}
     for c in levels:
-        t = terms(spec, fmt, hw, concurrency=c, input_tokens=INPUT, output_tokens=OUTPUT, limits=limits, tp=tp, routing=routing)
-        out[c] = c / predict(t, cal, concurrency=c, output_tokens=OUTPUT, mode="burst").tpot_s
+        t = terms(spec, fmt, hw, concurrency=c, input_tokens=INPUT, output_tokens=OUTPUT, limits=limits, tp=tp, routing=routing, mode="burst")
+        out[c] = c / predict(t, cal, concurrency=c, output_tokens=OUTPUT).tpot_s
     return out
 
 

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 
 from servelab.diagnose import diagnose
 from servelab.errors import ServelabError
+from servelab.plan.fit import measured_levels
 from servelab.plan.hardware import Hardware
 from servelab.plan.model_spec import ModelSpec
-from servelab.plan.predict import Calibration, Point, measured_levels, predict
+from servelab.plan.predict import Calibration, Point, predict
 from servelab.plan.quant import QuantFormat
 from servelab.results import RunResult
 
@@ -67,7 +68,7 @@ def explain(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardware, cal
     findings = diagnose(run, run.boot.cudagraph_sizes if run.boot else None)
     rows = []
     for m in measured_levels(run, spec, fmt, hw, tp=tp):
-        pt = predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, mode=m.mode, acceptance=m.acceptance)
+        pt = predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance)
         mine = [f for f in findings if f.evidence.get("concurrency") == m.concurrency and f.kind in CAUSES]
         agree = abs(pt.aggregate_tok_s / m.tok_s - 1) <= AGREE and abs(pt.tpot_s / m.tpot_s - 1) <= AGREE
         named = [CAUSES[f.kind] + (f" ({f.evidence['cause']})" if f.kind == "server_queueing" else "") for f in mine]

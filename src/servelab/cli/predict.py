@@ -20,9 +20,10 @@ from servelab.cli.common import DbOpt, console, parse_float_list, parse_int_list
 from servelab.errors import ServelabError
 from servelab.explain import explain, repeatability
 from servelab.plan.checkpoint import weight_format
+from servelab.plan.fit import error_summary, fit, leave_one_out, measured_levels
 from servelab.plan.hardware import load_hardware, profiles
 from servelab.plan.model_spec import load_model
-from servelab.plan.predict import BW_RANGE, COMPUTE_RANGE, Point, calibration, error_summary, fit, leave_one_out, limits_for, measured_levels, predict, terms
+from servelab.plan.predict import BW_RANGE, COMPUTE_RANGE, Point, calibration, limits_for, predict, terms
 from servelab.plan.rate import RatePoint, at_rate
 from servelab.report import plots
 from servelab.report.explain_table import explain_table, repeat_table
@@ -105,8 +106,8 @@ def predict_cmd(
 
         def point_at(c: int, v=v, fmt=fmt, limits=limits):
             return predict(terms(spec, fmt, hw, concurrency=c, input_tokens=input_tokens, output_tokens=output_tokens, limits=limits, tp=v["tp"],
-                                 draft_tokens=v["draft-tokens"], routing=v["routing"]), cal, concurrency=c, output_tokens=output_tokens,
-                           mode="stagger" if rates else closed_loop, acceptance=v["acceptance"])  # fmt: skip
+                                 draft_tokens=v["draft-tokens"], routing=v["routing"], mode="stagger" if rates else closed_loop), cal,
+                           concurrency=c, output_tokens=output_tokens, acceptance=v["acceptance"])  # fmt: skip
 
         if rates:
             cap = max(1, min(limits.max_num_seqs, math.floor(limits.kv_requests)))
@@ -129,7 +130,7 @@ def predict_cmd(
                           "variants": [{"settings": v, "limits": asdict(lim), "points": [asdict(p) for p in pts]} for v, lim, pts in results],
                           "not_fitting": [{"settings": v, "why": why} for v, why in unfit]}, indent=2, default=str))  # fmt: skip
         return
-    caption = (f"calibration {cal.name} (η_bw {cal.bw_efficiency}, η_c {cal.compute_efficiency}, {cal.step_overhead_ms} ms per step; {cal.source}). "
+    caption = (f"calibration {cal.name} (η_bw {cal.bw_efficiency}, η_c {cal.compute_efficiency}, {cal.step_overhead_ms} ms per step, {cal.eager_step_ms} ms more without CUDA graphs; {cal.source}). "
                f"Measured error: {cal.error} Assumes {_assumptions(routing)}.")  # fmt: skip
     title = f"predicted: {spec.name} · {hw.name} · {input_tokens:,} in / {output_tokens:,} out · " + ("open loop" if rates else closed_loop)
     title, caption = escape(title), escape(caption)  # model names and calibration files are the user's text, not markup
@@ -282,7 +283,7 @@ def calibrate_cmd(
     error = "leave-one-out: " + error_summary(leave_one_out(measured, name))
     cal = fit([m for levels in measured for m in levels], name, f"servelab calibrate on {', '.join(label for label, _ in found)}").model_copy(update={"error": error})
     drafting = f", draft_overhead_ms {cal.draft_overhead_ms}" if cal.draft_overhead_ms else ""
-    console.print(escape(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}, step_overhead_ms {cal.step_overhead_ms}{drafting}\n{error}"))
+    console.print(escape(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}, step_overhead_ms {cal.step_overhead_ms}, eager_step_ms {cal.eager_step_ms}{drafting}\n{error}"))
     if cal.bw_efficiency in BW_RANGE or cal.compute_efficiency in COMPUTE_RANGE:
         console.print("[yellow]an efficiency sits at the edge of its range: these runs do not pin it down; add levels at other concurrencies (1 stream fixes the prefill efficiency)[/]")
     if out is not None:

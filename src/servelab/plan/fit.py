@@ -1,0 +1,171 @@
+"""Calibrating ``servelab predict`` (``servelab.plan.predict``) on measured runs: a run's levels with
+the model's terms for the same load (``measured_levels``), the least-squares fit of the efficiencies
+and times per step (``fit``), leave-one-out errors (``leave_one_out``, ``error_summary``).
+
+Every shipped calibration (data/calibration.yaml) was fitted here by validation/predict_loo.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from servelab.errors import ServelabError
+from servelab.plan.hardware import Hardware
+from servelab.plan.model_spec import ModelSpec
+from servelab.plan.predict import BW_RANGE, COMPUTE_RANGE, TTFT_FIT_RUNNING, Calibration, Point, Terms, limits_for, predict, step_times, terms
+from servelab.plan.quant import QuantFormat
+from servelab.plan.roofline import spec_tokens_per_step
+from servelab.results import RunResult
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One measured closed-loop level with the model's terms for it (times in s, rates in tok/s)."""
+
+    concurrency: int
+    terms: Terms
+    output_tokens: int
+    tpot_s: float
+    ttft_s: float
+    tok_s: float
+    acceptance: float = 0.0  # speculative decoding: the level's acceptance rate from the server's counters
+
+
+def measured_levels(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, tp: int = 1) -> list[Measured]:
+    """A run's closed-loop levels with successful requests, each with the terms of the same load and
+    the server's limits as its boot log gave them (the engine's defaults otherwise); with speculative
+    decoding in the boot log, its draft tokens and each level's acceptance rate from the server's
+    counters (0 where the server gave none).
+
+    Raises:
+        ServelabError: the model does not fit (``limits_for``).
+    """
+    boot = run.boot
+    p, o = run.load.input_tokens, run.load.output_tokens
+    draft = (boot.speculative_tokens or 0) if boot else 0
+    limits = limits_for(spec, fmt, hw, tp=tp, input_tokens=p, output_tokens=o, max_num_seqs=boot.max_num_seqs if boot else None,
+                        max_num_batched_tokens=boot.max_num_batched_tokens if boot else None,
+                        capture_sizes=boot.cudagraph_sizes if boot else None, draft_tokens=draft)  # fmt: skip
+    return [
+        Measured(lv.concurrency, terms(spec, fmt, hw, concurrency=lv.concurrency, input_tokens=p, output_tokens=o, limits=limits, tp=tp,
+                                       draft_tokens=draft, mode=run.load.closed_loop), o, lv.tpot_ms.p50 / 1e3, lv.ttft_ms.p50 / 1e3,
+                 lv.output_throughput_tok_s, (lv.server.acceptance_rate or 0.0) if draft and lv.server else 0.0)  # fmt: skip
+        for lv in run.levels
+        if lv.rate_rps is None and lv.ok and lv.output_throughput_tok_s and lv.tpot_ms.p50 and lv.ttft_ms.p50
+    ]
+
+
+def fit(rows: list[Measured], name: str, source: str) -> Calibration:
+    """Calibration from measured levels: the efficiencies (η_bw in ``BW_RANGE`` — the datasheet
+    bandwidth is the ceiling —, η_c in ``COMPUTE_RANGE``, steps of 0.01), the per-step overhead t₀ ≥ 0
+    and the time t_eager ≥ 0 a step without CUDA graphs adds, that minimise the squared relative error of the
+    predicted TPOT p50 and aggregate output tok/s of every level (the latter as its inverse, one
+    stream's request cycle c · O ÷ tok/s) and TTFT p50 of the levels with at most
+    ``TTFT_FIT_RUNNING`` streams (t₀ and t_eager in closed form for each pair of efficiencies: every one of
+    those is linear in them). The aggregate rows carry what TPOT p50 misses where prefill limits the
+    server: a level measured for a ``--duration`` close to one request's time keeps the TPOT and
+    TTFT of the requests that finished, the fast ones, while its tokens per second count all.
+    Higher up, measured TTFT grows beyond the model's prefill-plus-one-step (vLLM 0.25, H100,
+    stagger: about 4.5 decode steps at 64 and 256 streams — front-end and scheduling delays the
+    model does not have), so those levels would bend the efficiencies; their TTFT error is reported
+    instead (validation/RESULTS-predict.md). With speculative levels among at least two without,
+    those two fit the above and the speculative ones then the drafting time per step
+    (``draft_overhead_ms``, closed form on their TPOT).
+
+    Args:
+        rows: the measured levels.
+
+    Raises:
+        ServelabError: fewer than two levels.
+    """
+    if len(rows) < 2:
+        raise ServelabError("a calibration needs at least two measured levels")
+    plain = [m for m in rows if not m.terms.draft_tokens]
+    drafted = [m for m in rows if m.terms.draft_tokens]
+    if len(plain) < 2 or not drafted:
+        return _fit_base(rows, name, source)
+    cal = _fit_base(plain, name, source)
+    # the drafting time per step, in closed form on the speculative levels' TPOT (relative errors), the rest fixed
+    per = [(predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance),
+            spec_tokens_per_step(m.acceptance, m.terms.draft_tokens), m.tpot_s) for m in drafted]  # fmt: skip
+    extra = _least_squares_term(np.array([p.tpot_s / tpot for p, _, tpot in per]), np.array([1 / (k * tpot) for _, k, tpot in per]))
+    return cal.model_copy(update={"draft_overhead_ms": round(float(extra) * 1e3, 3)})
+
+
+def _least_squares_term(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The x ≥ 0 (s) that minimises Σ (a + x · b − 1)² over the last axis: ``a`` the predicted ÷
+    measured ratios without the term, ``b`` what one second of it adds to each ratio."""
+    return np.clip(((1 - a) * b).sum(-1) / np.maximum((b * b).sum(-1), 1e-30), 0, None)
+
+
+def _least_squares_terms(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The x, y ≥ 0 (s) that minimise Σ (a + x · b + y · c − 1)² over the last axis (the 2 × 2
+    normal equations; where one comes out negative, the better of the two with one term)."""
+    r = 1 - a
+    bb, cc, bc, rb, rc = (b * b).sum(-1), (c * c).sum(-1), (b * c).sum(-1), (r * b).sum(-1), (r * c).sum(-1)
+    det = bb * cc - bc * bc
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x, y = (rb * cc - rc * bc) / det, (rc * bb - rb * bc) / det
+    both = (det > 1e-12 * np.maximum(bb * cc, 1e-30)) & (x >= 0) & (y >= 0)
+    x1, y1 = _least_squares_term(a, b), _least_squares_term(a, c)
+    first_better = ((r - x1[..., None] * b) ** 2).sum(-1) <= ((r - y1[..., None] * c) ** 2).sum(-1)
+    return np.where(both, x, np.where(first_better, x1, 0.0)), np.where(both, y, np.where(first_better, 0.0, y1))
+
+
+def _fit_base(rows: list[Measured], name: str, source: str) -> Calibration:
+    """η_bw, η_c, t₀ and the eager step time of :func:`fit` (a speculative level's drafting time folded into t₀)."""
+    bw = np.linspace(*BW_RANGE, round((BW_RANGE[1] - BW_RANGE[0]) * 100) + 1)[:, None]
+    cmp = np.linspace(*COMPUTE_RANGE, round((COMPUTE_RANGE[1] - COMPUTE_RANGE[0]) * 100) + 1)[None, :]
+    shape = np.broadcast_shapes(bw.shape, cmp.shape)
+    ratios: list[tuple] = []  # (predicted ÷ measured without t₀ and the eager time, what one second of t₀ adds, … of the eager time)
+    for m in rows:
+        per_step = spec_tokens_per_step(m.acceptance, m.terms.draft_tokens)
+        tpot, ttft, _, (o_tpot, o_ttft), (e_tpot, e_ttft) = step_times(m.terms, bw, cmp, per_step)
+        ratios.append((tpot / m.tpot_s, o_tpot / m.tpot_s, e_tpot / m.tpot_s))
+        if m.terms.running <= TTFT_FIT_RUNNING:
+            ratios.append((ttft / m.ttft_s, o_ttft / m.ttft_s, e_ttft / m.ttft_s))
+        waiting, cycle, o = m.concurrency / m.terms.running, m.concurrency * m.output_tokens / m.tok_s, m.output_tokens
+        ratios.append((waiting * (ttft + (o - 1) * tpot) / cycle, waiting * (o_ttft + (o - 1) * o_tpot) / cycle, waiting * (e_ttft + (o - 1) * e_tpot) / cycle))
+    a, b, c = (np.stack([np.broadcast_to(np.asarray(r[n], dtype=float), shape) for r in ratios], axis=-1) for n in range(3))
+    t0, eager = _least_squares_terms(a, b, c)
+    sse = ((a + t0[..., None] * b + eager[..., None] * c - 1) ** 2).sum(-1)
+    i, j = np.unravel_index(np.argmin(sse), sse.shape)
+    return Calibration(name=name, bw_efficiency=round(float(bw[i, 0]), 3), compute_efficiency=round(float(cmp[0, j]), 3),
+                       step_overhead_ms=round(float(t0[i, j]) * 1e3, 3), eager_step_ms=round(float(eager[i, j]) * 1e3, 3), source=source)  # fmt: skip
+
+
+def leave_one_out(runs: list[list[Measured]], name: str) -> list[tuple[int, Measured, Point]]:
+    """Every level predicted with the calibration fitted on the *other* runs (one run: on its other
+    levels): (run index, measured, predicted) per level.
+
+    Raises:
+        ServelabError: too few levels to fit without the one held out.
+    """
+    if len(runs) > 1:
+        held = [(i, None) for i in range(len(runs))]
+    else:
+        held = [(0, j) for j in range(len(runs[0]))]
+    out = []
+    for i, j in held:
+        train = [m for k, levels in enumerate(runs) for n, m in enumerate(levels) if (k != i if j is None else n != j)]
+        cal = fit(train, name, "leave-one-out")
+        for n, m in enumerate(runs[i]):
+            if j is None or n == j:
+                out.append((i, m, predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance)))
+    return out
+
+
+def error_summary(pairs: list[tuple[int, Measured, Point]]) -> str:
+    """The measured error of :func:`leave_one_out`, in words: aggregate tok/s, single-stream decode
+    (levels of one stream) and TTFT p50, median and worst absolute %."""
+
+    def stats(values: list[float]) -> str:
+        return f"median {100 * float(np.median(values)):.1f} %, worst {100 * max(values):.1f} %"
+
+    agg = [abs(p.aggregate_tok_s / m.tok_s - 1) for _, m, p in pairs]
+    single = [abs(m.tpot_s / p.tpot_s - 1) for _, m, p in pairs if m.concurrency == 1]
+    ttft = [abs(p.ttft_s / m.ttft_s - 1) for _, m, p in pairs]
+    return (f"aggregate output tok/s {stats(agg)} ({len(pairs)} levels)" + (f"; single-stream decode {stats(single)}" if single else "")
+            + f"; TTFT p50 {stats(ttft)}")  # fmt: skip
