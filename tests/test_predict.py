@@ -373,3 +373,14 @@ def test_bench_with_a_hardware_profile_puts_the_prediction_beside_the_run(tmp_pa
                          )  # fmt: skip  # 64 tokens: 8 could reach the client in one read (no TPOT, no level to explain)
     assert res.exit_code == 0, res.output
     assert "measured vs servelab predict (NVIDIA H100 SXM5 80GB)" in res.output and "faster than the roofline" in res.output
+
+
+def test_prefill_is_put_on_missing_graphs_only_for_the_prompt_steps_own_eager_time():
+    """A decode batch above the largest capture size already runs without graphs: the prompts then
+    add no eager time of their own, so their share of TPOT is plain prefill."""
+    spec, fmt, hw = load_model("qwen3-8b"), get_format("bf16"), load_hardware("h100-sxm")
+    limits = limits_for(spec, fmt, hw, tp=1, input_tokens=1024, output_tokens=128, capture_sizes=[1, 2, 4, 8, 16, 32, 64, 128])
+    t = terms(spec, fmt, hw, concurrency=256, input_tokens=1024, output_tokens=128, limits=limits)
+    assert t.decode_eager and t.mixed_eager
+    cal = calibration("vllm-0.25-h100-bf16").model_copy(update={"eager_step_ms": 60.0})
+    assert predict(t, cal, concurrency=256, output_tokens=128).bottleneck == "prefill"

@@ -193,12 +193,12 @@ class Point:
 class Terms:
     """The calibration-free terms of one level: seconds at 100 % efficiency and no overhead."""
 
-    decode_bytes_s: float  # decode step's bytes ÷ bandwidth (MoE experts reached by the padded batch)
+    decode_bytes_s: float  # decode step's weights ÷ bandwidth (MoE experts reached by the padded batch; the KV is kv_s)
     decode_flops_s: float  # decode step's FLOPs (padded batch) ÷ peak
     prefill_s: float  # one prompt's FLOPs ÷ peak (or bytes ÷ bandwidth, when larger)
     running: int
     padded: int
-    unpadded_bytes_s: float  # the same step without padding, to name padding as a bottleneck
+    unpadded_bytes_s: float  # the same step's weights without padding, to name padding as a bottleneck
     unpadded_flops_s: float
     draft_tokens: int = 0  # speculative decoding: draft tokens per step (the step verifies B · (1 + K) tokens)
     allreduce_s: float = 0.0  # tensor parallel: the decode step's all-reduces (not scaled by the efficiencies)
@@ -232,10 +232,11 @@ def terms(
     k = _shares(running, mode)[1] / output_tokens
     m = k / min(k, MIXED_SHARE) if k else 1.0
     kv = running * spec.seq_bytes(context, 2.0) / tp  # KV cache and recurrent state, read by attention and the recurrent layers
-    mixed_tokens = round((running - 1) * per_seq + m * input_tokens)  # the prompts and the other sequences' decode tokens
-    mixed_bytes = weights_touched(spec, fmt, mixed_tokens + per_seq, routing) / tp
+    mixed_tokens = round((running - 1) * per_seq + m * input_tokens)  # a prompt's step: the prompts and the other sequences' decode tokens
+    mixed_bytes = weights_touched(spec, fmt, round(running * per_seq + m * input_tokens), routing) / tp  # the whole decode batch's and the prompts'
     largest = max(limits.capture_sizes, default=0)
-    return Terms(padded_bytes / bw, pad.flops / peak, max(pf.flops / peak, pf.bytes / bw), running, padded, step.bytes / bw - kv / bw,
+    unpadded_bytes = weights_touched(spec, fmt, running * per_seq, routing) / tp
+    return Terms(padded_bytes / bw, pad.flops / peak, max(pf.flops / peak, pf.bytes / bw), running, padded, unpadded_bytes / bw,
                  step.flops / peak, draft_tokens, allreduce_s(spec, hw, padded, tp), allreduce_s(spec, hw, input_tokens, tp),
                  mode, k, mixed_bytes / bw, (step.flops + m * pf.flops) / peak, kv / bw, running * per_seq > largest, mixed_tokens > largest)  # fmt: skip
 
@@ -297,7 +298,8 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     if concurrency > b:
         bottleneck = "slot cap / KV capacity"
     elif riding >= PREFILL_NAMED * t_d / per_step:
-        bottleneck = "prefill, in steps without CUDA graphs" if eager * e_tpot > riding / 2 else "prefill"
+        eager_riding = eager * (e_tpot - t.decode_eager / per_step)  # the prompt steps' t_eager, not the decode step's
+        bottleneck = "prefill, in steps without CUDA graphs" if eager_riding > riding / 2 else "prefill"
     elif t.decode_eager and eager > 0.5 * t_d:
         bottleneck = "no CUDA graph (batch above the largest capture size)"
     elif max(t_mem, t_cmp) >= PADDING_NAMED * max(t.unpadded_bytes_s / cal.bw_efficiency, t.unpadded_flops_s / cal.compute_efficiency):
