@@ -285,15 +285,18 @@ def test_stagger_duration_throughput_obeys_littles_law(llama, tmp_path):
     """A closed loop of c streams delivers c · O tokens per request cycle (Little's law). With
     --duration and the stagger ramp the window opens while every stream's ramp request is still
     answering; counting only the requests sent inside the window made throughput short by about
-    D ÷ 2W (−27 … −48 % on vLLM at 64–256 streams in 12 s windows); every token inside counts now."""
-    opts = BenchOptions(concurrency=[4], duration_s=4.0, warmup=4, input_tokens=64, output_tokens=48)
+    D ÷ 2W (−27 … −48 % on vLLM at 64–256 streams in 12 s windows); every token inside counts now.
+    The window spans ~3 request cycles (a 4 s one, ~1.3 cycles, put the edge effects of where the
+    streams' prefills fall at ±15 % on 2 cores), and the cycle is the measured requests' E2E (the
+    ramp's early requests ran beside fewer streams, faster)."""
+    opts = BenchOptions(concurrency=[4], duration_s=10.0, warmup=4, input_tokens=64, output_tokens=48)
     result = run(_bench(llama.url, opts, tmp_path / "run", Hooks()))
     level = result.levels[0]
     records = read_jsonl(tmp_path / "run" / "records.jsonl")
-    ok = [r for r in records if r["status"] == "ok" and r["phase"] in ("measured", "warmup") and r["concurrency"] == 4]
+    ok = [r for r in records if r["status"] == "ok" and r["phase"] == "measured" and r["concurrency"] == 4]
     cycle = sum(r["end"] - r["start"] for r in ok) / len(ok)  # E2E; the client's turnaround between requests is ~0
     assert level.ramp_requests >= 3 and level.window_output_tokens > level.output_tokens
-    assert level.output_throughput_tok_s == pytest.approx(4 * 48 / cycle, rel=0.12)
+    assert level.output_throughput_tok_s == pytest.approx(4 * 48 / cycle, rel=0.08)  # counting only requests sent inside: −16 %
     assert level.output_throughput_tok_s == pytest.approx(level.window_output_tokens / level.window_s)
     # a request count: the window runs from the first to the last measured send, all streams busy (no drain)
     opts = BenchOptions(concurrency=[4], requests=8, warmup=4, input_tokens=64, output_tokens=48)

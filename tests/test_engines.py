@@ -17,9 +17,10 @@ from servelab import engines
 from servelab.cli import app
 from servelab.endpoint import discover
 from servelab.engines.base import Engine, Flags, Gauges
+from servelab.engines.bootfacts import Rule, set_fact
 from servelab.errors import ServelabError
 from servelab.lint import LintFinding
-from servelab.metrics.bootlog import Rule, parse_bootlog, set_fact
+from servelab.metrics.bootlog import parse_bootlog
 from servelab.metrics.server import compute, parse
 from servelab.recipes import load_recipe
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from servelab.diagnose import diagnose
+from servelab.engines.counters import total
+from servelab.engines.cudagraph import padding
 from servelab.metrics.bootlog import parse_bootlog
-from servelab.metrics.server import compute, parse, total
-from servelab.plan.cudagraph import padding
+from servelab.metrics.server import compute, parse
 from servelab.plan.hardware import load_hardware
 from servelab.plan.memory import plan_memory
 from servelab.plan.model_spec import parse_config

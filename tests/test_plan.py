@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from servelab.cli import app
-from servelab.errors import ServelabError
+from servelab.engines.cudagraph import padding, recommend
 from servelab.engines.vllm import default_capture_sizes
-from servelab.plan.cudagraph import padding, recommend
+from servelab.errors import ServelabError
 from servelab.plan.hardware import load_hardware
 from servelab.plan.memory import plan_memory
 from servelab.plan.model_spec import catalog, load_model, parse_config

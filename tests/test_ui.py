@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from servelab.imports import read_results
-from servelab.launch.process import free_port, wait_ready
+from servelab.process import free_port, wait_ready
 from servelab.store import Store, database_url
 from servelab.ui import make_app
 

@@ -9,14 +9,10 @@ complete; ``run.json`` is rewritten after each level and says ``partial`` until 
 from __future__ import annotations
 
 import asyncio
-import math
-import random
 import statistics
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
 
 import aiohttp
 
@@ -26,117 +22,18 @@ from servelab.endpoint import Endpoint
 from servelab.errors import ServelabError
 from servelab.levels import LevelRunner
 from servelab.load.client import StreamClient, chat_body
+from servelab.load.ray_workers import RayBackend
 from servelab.load.scheduler import ServerGone
 from servelab.load.workers import WorkerPool, auto_procs
 from servelab.metrics.bootlog import parse_bootlog
-from servelab.metrics.summary import LevelSummary
-from servelab.plan.hardware import Hardware
-from servelab.plan.model_spec import ModelSpec
-from servelab.plan.planner import bench_ceiling
-from servelab.plan.quant import QuantFormat
-from servelab.records import RequestRecord
-from servelab.results import CeilingInfo, LoadSpec, PromptCheck, RecipeInfo, RunResult, RunWriter, levels_to_run, resume_run, run_lock
+from servelab.options import BenchHooks, BenchOptions
+from servelab.results import CeilingInfo, LoadSpec, PromptCheck, RunResult, RunWriter, levels_to_run, resume_run, run_lock
 from servelab.tokenizer import LocalTokenizer, ServerTokenizer, Tokenizer
 from servelab.workloads.corpus import PromptBuilder
-from servelab.workloads.datasets import DatasetEntry
 from servelab.workloads.suites import Workload
 
 CALIBRATION_TOKENS = 32
 CALIBRATION_ATTEMPTS = 3  # tries of the calibration request before the server counts as unusable
-
-
-@dataclass
-class BenchOptions:
-    """What the user asked for (CLI options of ``servelab bench``)."""
-
-    concurrency: list[int]
-    requests: int | None = None
-    duration_s: float | None = None
-    warmup: int | None = None
-    input_tokens: int = 256
-    output_tokens: int = 128
-    output_spread: float = 0.0  # each request's max_tokens drawn from output_range() (``--output-spread``)
-    prefix_cache: Literal["cold", "warm", "shared-prefix"] = "cold"
-    shared_prefix_tokens: int = 512
-    ignore_eos: bool | None = None
-    chat_template_kwargs: dict | None = None
-    seed: int = 0
-    request_timeout_s: float = 600.0
-    client_procs: int | None = None  # client processes (``--client-procs``); None: servelab.load.workers.auto_procs
-    ray_address: str | None = None  # client workers on this Ray cluster's nodes (``--ray``)
-    tokenizer_path: str | None = None
-    ceiling: Ceiling | None = None
-    server_log: Path | None = None
-    rates: list[float] | None = None
-    closed_loop: Literal["stagger", "burst"] = "stagger"  # how a closed-loop level's streams start (scheduler.closed_loop)
-    burstiness: float = 1.0
-    max_concurrency: int | None = None
-    lang: str = "en"
-    instruction: str = ""
-    question: str = ""
-    dataset: list[DatasetEntry] | None = None  # prompts from a file (``--dataset``); override the shape above
-    mix: dict[str, float] | None = None  # workload name → weight (``--mix``); overrides the shape above
-    workloads: dict[str, Workload] | None = None  # where the mix's names are looked up
-    recipe: RecipeInfo | None = None  # the recipe variant that launched the server, stored with the run
-
-    def shapes(self) -> list[tuple[Workload, float]]:
-        """The request shapes with their weights: the mix's workloads, or one shape from the options."""
-        if self.mix:
-            return [(self.workloads[name], weight) for name, weight in self.mix.items()]
-        single = Workload(name="", input_tokens=self.input_tokens, max_tokens=self.output_tokens, lang=self.lang,
-                          instruction=self.instruction, question=self.question)  # fmt: skip
-        return [(single, 1.0)]
-
-    def output_range(self, max_tokens: int) -> tuple[int, int]:
-        """Bounds of a request's max_tokens, tokens, under ``--output-spread s`` (0 ≤ s < 1): uniform
-        integers in [⌊n·(1−s)⌋, ⌈n·(1+s)⌉], at least 1, the interval ``vllm bench serve
-        --random-range-ratio`` draws its output lengths from (vLLM 0.25,
-        vllm/benchmarks/datasets/utils.py, get_sampling_params)."""
-        s = self.output_spread
-        return max(1, math.floor(max_tokens * (1 - s))), max(1, math.ceil(max_tokens * (1 + s)))
-
-    def draw_output(self, max_tokens: int, index: int) -> int:
-        """The max_tokens of request ``index`` of a shape of ``max_tokens``: seeded by (seed, index),
-        so a rerun or a resume asks for the same lengths (:meth:`output_range`)."""
-        lo, hi = self.output_range(max_tokens)
-        return lo if lo == hi else random.Random(f"{self.seed}:{index}").randint(lo, hi)
-
-    def requests_at(self, concurrency: int) -> int | None:
-        """Measured requests at a level: ``--requests``, or by default 4 per slot, at least 8, and at
-        least 8 per slot up to 512. TTFT p50 of a steady closed loop is a median over the level's
-        requests: on vLLM 0.25 (H100, 64 streams, 1,024 in / 256 out, three server starts) it spread
-        13.7 % over 256 requests and 8.5 % over 512 (validation/RESULTS-waves-h100.md)."""
-        if self.duration_s is not None:
-            return None
-        return self.requests if self.requests is not None else max(8, 4 * concurrency, min(512, 8 * concurrency))
-
-    def requests_at_rate(self, rate: float) -> int | None:
-        """Open loop: ``--requests``, or by default 30 s worth of arrivals, at least 8."""
-        if self.duration_s is not None:
-            return None
-        return self.requests if self.requests is not None else max(8, math.ceil(30 * rate))
-
-
-@dataclass
-class Ceiling:
-    """The roofline a bench compares against: model, weight format and hardware (``servelab plan``)."""
-
-    spec: ModelSpec
-    fmt: QuantFormat
-    hardware: Hardware
-    tp: int = 1
-
-    def per_stream(self, batch: int, context: int) -> float:
-        """Decode ceiling per stream, tok/s."""
-        return bench_ceiling(self.spec, self.fmt, self.hardware, batch=batch, context=context, tp=self.tp)
-
-
-class BenchHooks(Protocol):
-    """Progress callbacks (the CLI draws Rich progress bars with them)."""
-
-    def phase_started(self, concurrency: int, phase: str, total: int | None, duration_s: float | None) -> None: ...
-    def record_done(self, record: RequestRecord) -> None: ...
-    def level_done(self, summary: LevelSummary) -> None: ...
 
 
 class DoesNotFit(ServelabError):
@@ -265,8 +162,9 @@ class Bench(LevelRunner):
             if procs == 1 and o.ray_address is None:
                 client = StreamClient(self.endpoint, origin=origin, connections=connections, request_timeout_s=o.request_timeout_s, tokenizer=tokenizer)
             else:
+                backend = RayBackend(o.ray_address) if o.ray_address is not None else None
                 client = WorkerPool(self.endpoint, origin=origin, connections=connections, request_timeout_s=o.request_timeout_s,
-                                    procs=procs, tokenizer=tokenizer, on_note=run.notes.append, ray_address=o.ray_address)  # fmt: skip
+                                    procs=procs, tokenizer=tokenizer, on_note=run.notes.append, backend=backend)  # fmt: skip
             try:
                 async with client:
                     run.environment.client_procs = client.procs if isinstance(client, WorkerPool) else 1

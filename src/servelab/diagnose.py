@@ -8,9 +8,9 @@ Definitions of the inputs: docs/metrics.md.
 from __future__ import annotations
 
 from servelab import engines
-from servelab.metrics.waves import WaveStats
-from servelab.plan.cudagraph import padding
+from servelab.engines.cudagraph import padding
 from servelab.metrics.summary import LevelSummary
+from servelab.metrics.waves import WaveStats
 from servelab.results import Finding, RunResult
 
 PREFIX_HIT_TOLERANCE = 0.01  # cold runs: more than 1% of prompt tokens from cache is contamination

@@ -14,14 +14,27 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import aiohttp
+from pydantic import BaseModel, Field
 
 from servelab import engines
 from servelab.engines.base import Engine
 from servelab.errors import ServelabError
 from servelab.redaction import mask_url, remember
-from servelab.results import EndpointInfo
 
 DISCOVERY_TIMEOUT_S = 4.0
+
+
+class EndpointInfo(BaseModel):
+    """What was measured. Never holds an API key."""
+
+    url: str = Field(description="Server root URL (no /v1).")
+    engine: str = Field(description="vllm, sglang, llama.cpp or generic.")
+    engine_version: str | None = None
+    model: str
+    max_model_len: int | None = Field(None, description="Context length per request, tokens.")
+    tokenizer: str | None = Field(None, description="Where token counts came from: server /tokenize or a local path.")
+    metrics_url: str | None = None
+    embedded: bool = Field(False, description="True when servelab started the server itself.")
 
 
 def split_url(url: str) -> str:

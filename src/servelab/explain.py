@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from servelab.diagnose import diagnose
 from servelab.errors import ServelabError
 from servelab.plan.fit import measured_levels
-from servelab.plan.hardware import Hardware
-from servelab.plan.model_spec import ModelSpec
 from servelab.plan.predict import Calibration, Point, predict
 from servelab.plan.quant import QuantFormat
 from servelab.results import RunResult
+from servelab.specs import Hardware, ModelSpec
 
 AGREE = 0.15  # a level agrees with the prediction when its aggregate tok/s and TPOT are within 15 %
 CAUSES = {  # finding kind → the gap it explains (diagnose.py has the numbers)

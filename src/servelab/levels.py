@@ -16,23 +16,21 @@ import secrets
 import statistics
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from servelab import engines
 from servelab.endpoint import Endpoint
+from servelab.engines.counters import ServerStats
 from servelab.load.client import StreamClient, chat_body
 from servelab.load.scheduler import Phase, closed_loop, open_loop
 from servelab.metrics.gpu import GpuSampler, GpuStats
-from servelab.metrics.server import MetricsWatch, ServerStats
+from servelab.metrics.server import MetricsWatch
 from servelab.metrics.summary import LevelSummary, summarize
 from servelab.metrics.waves import wave_stats
+from servelab.options import BenchHooks, BenchOptions
 from servelab.records import RequestRecord
 from servelab.results import RunWriter
 from servelab.workloads.corpus import Prompt, PromptBuilder
 from servelab.workloads.suites import Workload
-
-if TYPE_CHECKING:
-    from servelab.bench import BenchHooks, BenchOptions
 
 BUILD_PARALLELISM = 8
 

@@ -9,44 +9,16 @@ with their reasons in README "servelab lint".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 from servelab import engines
+from servelab.argv import flag_value, has_flag
+from servelab.engines.base import LintFinding
 from servelab.errors import ServelabError
-from servelab.plan.hardware import Hardware, load_hardware
+from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
 from servelab.plan.planner import make_plan
 from servelab.plan.quant import FORMATS, get_format, kv_dtype_bytes
-from servelab.recipes import Recipe, Resolved, flag_value, has_flag
-
-
-@dataclass(frozen=True)
-class LintFinding:
-    """One pitfall found: rule id, severity, what in this recipe, and why it matters."""
-
-    rule: str
-    severity: Literal["info", "warning", "error"]
-    message: str
-    why: str
-
-
-def flag_values(argv: list[str], name: str) -> list[str]:
-    """Every value after ``name`` up to the next flag (``--x 1 2 4``, ``--x=1,2,4``, ``--x 1,2``)."""
-    for i, a in enumerate(argv):
-        if a == name or a.startswith(name + "="):
-            tail = [a.split("=", 1)[1]] if "=" in a else _until_flag(argv[i + 1 :])
-            return [v for t in tail for v in t.replace(",", " ").split()]
-    return []
-
-
-def _until_flag(args: list[str]) -> list[str]:
-    out = []
-    for a in args:
-        if a.startswith("-"):
-            break
-        out.append(a)
-    return out
+from servelab.recipes import Recipe, Resolved
+from servelab.specs import Hardware
 
 
 def plan_concurrencies(recipe: Recipe) -> list[int]:
@@ -193,7 +165,7 @@ def lint(recipe: Recipe, variants: list[Resolved], hardware: str | None = None) 
     hw = load_hardware(hardware or recipe.hardware) if (hardware or recipe.hardware) else None
     found: list[LintFinding] = [LintFinding("import", "warning", note, "servelab launches the image as it is.") for note in recipe.notes]
     for v in variants:
-        for f in (*_eager(recipe, v.argv), *_max_num_seqs(recipe, v.argv), *engines.get(recipe.engine).lint_rules(recipe, v),
+        for f in (*_eager(recipe, v.argv), *_max_num_seqs(recipe, v.argv), *engines.get(recipe.engine).lint_rules(v.argv, plan_concurrencies(recipe)),
                   *_spec_with_prefix(recipe, v.argv), *_unified_memory(recipe, v.argv, hw), *_max_model_len(recipe, v, hw),
                   *_ready_timeout(recipe, v)):  # fmt: skip
             labelled = f if len(variants) == 1 else LintFinding(f.rule, f.severity, f"{v.label}: {f.message}", f.why)

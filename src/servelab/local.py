@@ -26,7 +26,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from servelab.errors import ServelabError
-from servelab.launch.process import Proc, free_port, wait_ready
+from servelab.process import Proc, free_port, wait_ready
 
 DEFAULT_PARALLEL = 4
 DEFAULT_CTX_SIZE = 16384

@@ -30,8 +30,9 @@ from filelock import FileLock, Timeout
 from pydantic import BaseModel, Field, ValidationError
 
 from servelab import __version__
+from servelab.endpoint import EndpointInfo
+from servelab.engines.bootfacts import BootFacts
 from servelab.errors import ServelabError
-from servelab.metrics.bootlog import BootFacts
 from servelab.metrics.summary import LevelSummary
 from servelab.records import RequestRecord
 from servelab.redaction import scrub
@@ -60,19 +61,6 @@ class Environment(BaseModel):
             python=platform.python_version(),
             cpu_count=os.cpu_count(),
         )
-
-
-class EndpointInfo(BaseModel):
-    """What was measured. Never holds an API key."""
-
-    url: str = Field(description="Server root URL (no /v1).")
-    engine: str = Field(description="vllm, sglang, llama.cpp or generic.")
-    engine_version: str | None = None
-    model: str
-    max_model_len: int | None = Field(None, description="Context length per request, tokens.")
-    tokenizer: str | None = Field(None, description="Where token counts came from: server /tokenize or a local path.")
-    metrics_url: str | None = None
-    embedded: bool = Field(False, description="True when servelab started the server itself.")
 
 
 class LoadSpec(BaseModel):

@@ -8,23 +8,24 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from servelab import engines
-from servelab.bench import Bench, BenchOptions, Ceiling, DoesNotFit
+from servelab.bench import Bench, DoesNotFit
 from servelab.cli.common import (
     console, default_run_dir, err_console, event_loop_runner, fail, parse_duration, parse_float_list, parse_int_list, parse_json_object,
     remember, sigterm_as_sigint,
 )  # fmt: skip
 from servelab.endpoint import Endpoint, discover
-from servelab.explain import explain
 from servelab.errors import ServelabError
-from servelab.liveness import Liveness
+from servelab.explain import explain
 from servelab.grid import CellStats, cell_stats, cells, read_llama_benchy, write_csv, write_llama_benchy_csv
 from servelab.launch.server import RecipeServer
+from servelab.liveness import Liveness
 from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LLAMA_SERVER_ENV, LocalServer
 from servelab.metrics.summary import LevelSummary
+from servelab.options import BenchOptions, Ceiling
 from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
 from servelab.plan.predict import calibration

@@ -10,13 +10,13 @@ import typer
 
 from servelab.cli.common import console, one_line_errors, parse_int_list, read_text
 from servelab.engines import plan_engine
+from servelab.engines.cudagraph import padding, recommend
 from servelab.errors import ServelabError
 from servelab.metrics.bootlog import parse_bootlog
-from servelab.plan.cudagraph import padding, recommend
-from servelab.plan.from_log import compare, log_inputs
-from servelab.plan.hardware import load_hardware
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.drafter import parse_drafter
+from servelab.plan.from_log import compare, log_inputs
+from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
 from servelab.plan.planner import make_plan
 from servelab.plan.quant import kv_dtype_bytes

@@ -9,16 +9,15 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
 from rich.markup import escape
 
-from servelab.bench import BenchOptions
 from servelab.cli.bench import measure
 from servelab.cli.common import console, default_run_dir, event_loop_runner, fail, remember, serve_until_ctrl_c, sigterm_as_sigint, write_file
 from servelab.errors import ServelabError
 from servelab.launch.server import RecipeServer
 from servelab.lint import lint as lint_recipe
 from servelab.lint import quant_of
+from servelab.options import BenchOptions
 from servelab.recipes import Recipe, expand, load_recipe, parse_assignments, variant_label, with_hosts
 from servelab.report.ledger import DEFAULT_METRICS, METRICS, build, collect, default_baseline, ledger_markdown, ledger_table
 from servelab.report.table import bench_table

@@ -37,16 +37,15 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple
+
+from servelab.argv import has_flag
+from servelab.engines.bootfacts import Rule
+from servelab.engines.counters import Scrapes, ServerStats
+from servelab.specs import Hardware, ModelSpec
 
 if TYPE_CHECKING:
     from servelab.engines.vllm_kv import HybridLayout
-    from servelab.lint import LintFinding
-    from servelab.metrics.bootlog import Rule
-    from servelab.metrics.server import Scrapes, ServerStats
-    from servelab.plan.hardware import Hardware
-    from servelab.plan.model_spec import ModelSpec
-    from servelab.recipes import Recipe, Resolved
 
 # get(path) → the JSON body of GET root+path, or None on any failure; post(path, body) → JSON, or raises ServelabError
 JsonGet = Callable[[str], Awaitable[object | None]]
@@ -76,6 +75,16 @@ class RuntimeMemory:
     @property
     def total_gib(self) -> float:
         return self.non_torch_gib + self.activations_gib + self.sampler_gib + self.cuda_graphs_gib
+
+
+@dataclass(frozen=True)
+class LintFinding:
+    """One pitfall found in a recipe: rule id, severity, what in this recipe, and why it matters."""
+
+    rule: str
+    severity: Literal["info", "warning", "error"]
+    message: str
+    why: str
 
 
 @dataclass(frozen=True)
@@ -184,8 +193,6 @@ class Engine:
     # --- recipes and launch --------------------------------------------------------------------
     def parallel_flags(self, argv: list[str], tp: int, expert_parallel: bool, backend: str | None) -> list[str]:
         """Flags to append for tensor/expert parallelism (and the cluster backend) that ``argv`` lacks."""
-        from servelab.recipes import has_flag
-
         f, extra = self.flags, []
         if f.tp and tp > 1 and not has_flag(argv, *f.tp):
             extra += [f.tp[0], str(tp)]
@@ -197,22 +204,21 @@ class Engine:
         """Its own multi-node flags for node ``rank`` of ``nodes`` (``native`` cluster backend)."""
         return []
 
-    def check_recipe(self, recipe: Recipe) -> None:
-        """Refuse what this engine cannot run (raises ServelabError naming the recipe line and the fix)."""
-        from servelab.errors import ServelabError
-
-        if recipe.cluster and recipe.cluster.backend and recipe.cluster.backend not in self.cluster_backends:
-            raise ServelabError(
-                f"{recipe.where('cluster')}: {self.name} runs several nodes with {' or '.join(self.cluster_backends)} only; "
-                f"use backend: {self.cluster_backends[0]}"
-            )
+    def check_recipe(self, tensor_parallel: int, cluster_backend: str | None) -> tuple[str, str] | None:
+        """What this engine cannot run of a recipe with ``tensor_parallel`` GPUs and the cluster
+        ``cluster_backend`` (None: one node): (the recipe field at fault, a message naming the
+        fix), or None when it can run it."""
+        if cluster_backend and cluster_backend not in self.cluster_backends:
+            return "cluster", f"{self.name} runs several nodes with {' or '.join(self.cluster_backends)} only; use backend: {self.cluster_backends[0]}"
+        return None
 
     # --- lint and plan -------------------------------------------------------------------------
     # the engine's names of weight quantizations (as its boot log prints them) → servelab plan formats
     quant_formats: ClassVar[dict[str, str]] = {}
 
-    def lint_rules(self, recipe: Recipe, resolved: Resolved) -> list[LintFinding]:
-        """Pitfalls only this engine has, for one resolved variant (the shared rules are in ``servelab.lint``)."""
+    def lint_rules(self, argv: list[str], concurrencies: list[int]) -> list[LintFinding]:
+        """Pitfalls only this engine has, for one resolved variant's server command ``argv`` and the
+        closed-loop levels its bench plan runs (the shared rules are in ``servelab.lint``)."""
         return []
 
     def batch_defaults(self, hw: Hardware) -> tuple[int, int]:

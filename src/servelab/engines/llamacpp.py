@@ -25,16 +25,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING
 
-from servelab.engines.base import Engine, Gauges, JsonGet, JsonPost, positive_int
-from servelab.errors import ServelabError
-from servelab.metrics.bootlog import BootFacts, Rule, set_fact, set_facts
-
-if TYPE_CHECKING:
-    from servelab.lint import LintFinding
-    from servelab.metrics.server import Scrapes, ServerStats
-    from servelab.recipes import Recipe, Resolved
+from servelab.argv import has_flag
+from servelab.engines.base import Engine, Gauges, JsonGet, JsonPost, LintFinding, positive_int
+from servelab.engines.bootfacts import BootFacts, Rule, set_fact, set_facts
+from servelab.engines.counters import Scrapes, ServerStats
 
 NAME = "llama.cpp"
 PREFIX = re.compile(r"^(?:\[\d+\] )?(\d+)\.(\d\d)\.(\d{3})\.(\d{3}) ([IWEDT]) (.*)$")
@@ -174,18 +169,15 @@ class LlamaCpp(Engine):
         stats.prefix_cache_hit_rate = s.ratio(cached, stats.prompt_tokens)
         stats.generation_tokens = s.delta("llamacpp:tokens_predicted_total")
 
-    def check_recipe(self, recipe: Recipe) -> None:
+    def check_recipe(self, tensor_parallel: int, cluster_backend: str | None) -> tuple[str, str] | None:
         """No tensor parallelism (``--split-mode`` spreads layers instead), no clusters."""
-        if recipe.tensor_parallel > 1:
-            raise ServelabError(f"{recipe.where('tensor_parallel')}: llama.cpp has no tensor parallelism; give --split-mode in the command instead")
-        super().check_recipe(recipe)
+        if tensor_parallel > 1:
+            return "tensor_parallel", "llama.cpp has no tensor parallelism; give --split-mode in the command instead"
+        return super().check_recipe(tensor_parallel, cluster_backend)
 
-    def lint_rules(self, recipe: Recipe, resolved: Resolved) -> list[LintFinding]:
+    def lint_rules(self, argv: list[str], concurrencies: list[int]) -> list[LintFinding]:
         """llama-metrics: without ``--metrics`` there is no ``/metrics``."""
-        from servelab.lint import LintFinding
-        from servelab.recipes import has_flag
-
-        if has_flag(resolved.argv, "--metrics"):
+        if has_flag(argv, "--metrics"):
             return []
         return [LintFinding(
             "llama-metrics", "warning", "llama-server runs without --metrics",

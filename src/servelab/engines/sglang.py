@@ -19,15 +19,10 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from servelab.engines.base import Engine, Flags, Gauges, JsonGet
-from servelab.errors import ServelabError
-from servelab.metrics.bootlog import BootFacts, KvPool, MaxConcurrency, Rule, int_list, set_fact, set_facts
-
-if TYPE_CHECKING:
-    from servelab.metrics.server import Scrapes, ServerStats
-    from servelab.recipes import Recipe
+from servelab.engines.bootfacts import BootFacts, KvPool, MaxConcurrency, Rule, int_list, set_fact, set_facts
+from servelab.engines.counters import Scrapes, ServerStats
 
 NAME = "sglang"
 PREFIX = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?: [^\]]*)?\]\s*(.*)$")
@@ -150,10 +145,11 @@ class SGLang(Engine):
         """``--nnodes N --node-rank R --dist-init-addr HEAD:P`` (sglang/srt/server_args.py)."""
         return ["--nnodes", str(nodes), "--node-rank", str(rank), "--dist-init-addr", f"{head}:{port}"]
 
-    def check_recipe(self, recipe: Recipe) -> None:
+    def check_recipe(self, tensor_parallel: int, cluster_backend: str | None) -> tuple[str, str] | None:
         """Several nodes only natively (``--nnodes``), never over Ray."""
-        if recipe.cluster and recipe.cluster.backend == "ray":
-            raise ServelabError(f"{recipe.where('cluster')}: SGLang runs several nodes natively (--nnodes); use backend: native")
+        if cluster_backend == "ray":
+            return "cluster", "SGLang runs several nodes natively (--nnodes); use backend: native"
+        return None
 
 
 ENGINE = SGLang()

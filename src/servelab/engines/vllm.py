@@ -17,19 +17,14 @@ import ast
 import json
 import re
 from datetime import datetime
-from typing import TYPE_CHECKING
 
-from servelab.engines.base import Engine, Flags, Gauges, JsonGet, JsonPost, RuntimeMemory
+from servelab.argv import flag_value, flag_values, has_flag
+from servelab.engines.base import Engine, Flags, Gauges, JsonGet, JsonPost, LintFinding, RuntimeMemory
+from servelab.engines.bootfacts import BootFacts, MaxConcurrency, Rule, int_list, num, set_fact, set_facts
+from servelab.engines.counters import Scrapes, ServerStats
+from servelab.engines.cudagraph import padding, recommend
 from servelab.engines.vllm_kv import BLOCK_TOKENS, HybridLayout, hybrid_layout, kv_tokens
-from servelab.metrics.bootlog import BootFacts, MaxConcurrency, Rule, int_list, num, set_fact, set_facts
-from servelab.plan.hardware import GIB
-
-if TYPE_CHECKING:
-    from servelab.lint import LintFinding
-    from servelab.metrics.server import Scrapes, ServerStats
-    from servelab.plan.hardware import Hardware
-    from servelab.plan.model_spec import ModelSpec
-    from servelab.recipes import Recipe, Resolved
+from servelab.specs import GIB, Hardware, ModelSpec
 
 NAME = "vllm"
 
@@ -179,8 +174,6 @@ def model_runner(spec: ModelSpec) -> str:
 
 def spec_tokens(argv: list[str]) -> int:
     """``num_speculative_tokens`` from ``--speculative-config`` JSON (0 when absent or unreadable)."""
-    from servelab.recipes import flag_value
-
     raw = flag_value(argv, "--speculative-config")
     try:
         return int(json.loads(raw).get("num_speculative_tokens", 0)) if raw else 0
@@ -254,8 +247,6 @@ class VLLM(Engine):
 
     def parallel_flags(self, argv: list[str], tp: int, expert_parallel: bool, backend: str | None) -> list[str]:
         """TP/EP flags, and ``--distributed-executor-backend ray`` on a Ray cluster."""
-        from servelab.recipes import has_flag
-
         extra = super().parallel_flags(argv, tp, expert_parallel, backend)
         if backend == "ray" and not has_flag(argv, "--distributed-executor-backend"):
             extra += ["--distributed-executor-backend", "ray"]
@@ -266,16 +257,11 @@ class VLLM(Engine):
         flags = ["--nnodes", str(nodes), "--node-rank", str(rank), "--master-addr", head, "--master-port", str(port)]
         return flags + (["--headless"] if rank else [])
 
-    def lint_rules(self, recipe: Recipe, resolved: Resolved) -> list[LintFinding]:
+    def lint_rules(self, argv: list[str], concurrencies: list[int]) -> list[LintFinding]:
         """capture-sizes: plan concurrencies that decode padded to a larger CUDA graph, or without one."""
-        from servelab.lint import LintFinding, flag_values, plan_concurrencies
-        from servelab.plan.cudagraph import padding, recommend
-        from servelab.recipes import flag_value, has_flag
-
-        argv = resolved.argv
         if has_flag(argv, "--enforce-eager"):
             return []
-        conc = plan_concurrencies(recipe)
+        conc = concurrencies
         k = spec_tokens(argv)
         seqs = flag_value(argv, "--max-num-seqs")
         seqs_n = int(seqs) if seqs and seqs.isdigit() else None

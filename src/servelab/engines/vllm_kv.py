@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from servelab.plan.model_spec import ModelSpec
+    from servelab.specs import ModelSpec
 
 BLOCK_TOKENS = 16  # vLLM's default --block-size: KV capacity in whole blocks, and logs that print "# GPU blocks" (≤ 0.7)
 

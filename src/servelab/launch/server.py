@@ -26,7 +26,7 @@ from pathlib import Path
 from servelab import engines
 from servelab.errors import ServelabError
 from servelab.launch import cluster, docker
-from servelab.launch.process import POLL_S, Proc, wait_ready
+from servelab.process import POLL_S, Proc, wait_ready
 from servelab.recipes import Recipe, Resolved, is_secret, redact
 from servelab.redaction import remember
 from servelab.results import RecipeInfo

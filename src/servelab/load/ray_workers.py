@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from servelab.errors import ServelabError
-from servelab.load.workers import Streamer, Worker, WorkerPool
+from servelab.load.workers import Backend, Streamer, Worker, WorkerPool
 from servelab.records import RequestRecord
 
 CLOCK_PROBES = 16
@@ -115,36 +115,48 @@ async def clock_offset(actor: Any) -> tuple[float, float]:
     return best[0], best[1] / 2
 
 
-async def start_ray_workers(pool: WorkerPool, address: str) -> tuple[list[Worker], bool]:
-    """Join the Ray cluster at ``address`` and start ``pool.procs`` actors (None: one per live
-    node) round robin over its nodes, each with its clock offset measured and noted.
+class RayBackend(Backend):
+    """The pool's workers as actors on the Ray cluster at ``address`` (``auto`` or ``HOST:PORT``)."""
 
-    Returns:
-        The workers, and whether this call joined the cluster (then :func:`leave_ray` after the run).
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.joined = False  # this run joined the cluster (and leaves it after)
 
-    Raises:
-        ServelabError: Ray is not installed, the cluster cannot be joined, or it has no live node.
-    """
-    try:
-        import ray
-    except ImportError:
-        raise ServelabError("--ray needs Ray: pip install 'ray>=2.9' (on every node, with servelab)") from None
-    joined = not ray.is_initialized()
-    if joined:
+    async def start(self, pool: WorkerPool) -> None:
+        """Join the cluster and start ``pool.procs`` actors (None: one per live node) round robin
+        over its nodes, each with its clock offset measured and noted.
+
+        Raises:
+            ServelabError: Ray is not installed, the cluster cannot be joined, or it has no live node.
+        """
         try:
-            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise ServelabError(f"--ray {address}: cannot join the Ray cluster ({exc}); start it with `ray start --head` or give its HOST:PORT") from None
-    try:
-        return await _place(pool, address), joined
-    except BaseException:
+            import ray
+        except ImportError:
+            raise ServelabError("--ray needs Ray: pip install 'ray>=2.9' (on every node, with servelab)") from None
+        joined = not ray.is_initialized()
         if joined:
+            try:
+                ray.init(address=self.address, logging_level="ERROR", log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise ServelabError(f"--ray {self.address}: cannot join the Ray cluster ({exc}); start it with `ray start --head` or give its HOST:PORT") from None
+        try:
+            pool.workers.extend(await _place(pool, self.address))
+        except BaseException:
+            if joined:
+                ray.shutdown()
+            raise
+        pool.procs, self.joined = len(pool.workers), joined
+
+    def close(self) -> None:
+        """Leave the cluster :meth:`start` joined."""
+        if self.joined:
+            import ray
+
             ray.shutdown()
-        raise
 
 
 async def _place(pool: WorkerPool, address: str) -> list[Worker]:
-    """The actors of :func:`start_ray_workers`, round robin over the live nodes."""
+    """The actors of :meth:`RayBackend.start`, round robin over the live nodes."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -165,10 +177,3 @@ async def _place(pool: WorkerPool, address: str) -> list[Worker]:
         pool.on_note(f"{label}: clock offset {offset * 1e3:+.3f} ms ± {uncertainty * 1e3:.3f} ms")
         workers.append(RayWorker(label, actor, pool))
     return workers
-
-
-def leave_ray() -> None:
-    """Leave the Ray cluster :func:`start_ray_workers` joined."""
-    import ray
-
-    ray.shutdown()

@@ -29,8 +29,9 @@ A worker is ``python -m servelab.load.workers FD N`` (not multiprocessing's spaw
 re-run a user's script that imports servelab without a ``__main__`` guard), given one end of a
 socket pair; its settings, the API key among them, come as the first message on that socket,
 never on the command line or in the environment. Messages: a 4-byte big-endian length and an
-orjson object. With ``--ray`` the workers are Ray actors on the cluster's nodes instead
-(``servelab.load.ray_workers``); both run a :class:`Streamer`, and the pool treats them alike.
+orjson object. Where the workers run is the pool's :class:`Backend`: these processes
+(:class:`ProcessBackend`, the default), or Ray actors on a cluster's nodes with ``--ray``
+(``servelab.load.ray_workers.RayBackend``); both run a :class:`Streamer`, and the pool treats them alike.
 """
 
 from __future__ import annotations
@@ -49,13 +50,12 @@ from typing import Any
 
 import orjson
 
-from servelab.endpoint import Endpoint
+from servelab.endpoint import Endpoint, EndpointInfo
 from servelab.errors import ServelabError
 from servelab.load.client import StreamClient
 from servelab.load.outcome import Texts, count_tokens, fail, mark_incomplete
 from servelab.records import RequestRecord
 from servelab.redaction import remember
-from servelab.results import EndpointInfo
 from servelab.tokenizer import Tokenizer
 
 CANCEL_WAIT_S = 2.0  # how long a cancelled request waits for its worker's record
@@ -237,6 +237,32 @@ class ProcessWorker(Worker):
             self.receiver.cancel()
 
 
+class Backend:
+    """Where a pool's client workers run. :meth:`start` adds each worker to ``pool.workers`` as it
+    starts (so that a failed start stops those already up); :meth:`close` undoes what it set up."""
+
+    async def start(self, pool: WorkerPool) -> None:
+        """Start the pool's workers (``pool.procs`` of them; the backend may set that number).
+
+        Raises:
+            ServelabError: a worker that does not start, naming it and the fix.
+        """
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """After the workers are stopped: leave what :meth:`start` joined (nothing by default)."""
+
+
+class ProcessBackend(Backend):
+    """Worker processes of this host (``python -m servelab.load.workers``)."""
+
+    async def start(self, pool: WorkerPool) -> None:
+        """Start ``pool.procs`` worker processes, one after the other, each ready before the next."""
+        assert pool.procs is not None
+        for n in range(pool.procs):
+            pool.workers.append(await ProcessWorker.start(n, pool.settings(pool.origin, pool.procs), pool))
+
+
 class WorkerPool:
     """Client workers behind :class:`StreamClient`'s interface (module docstring).
 
@@ -246,10 +272,10 @@ class WorkerPool:
         origin: ``time.perf_counter()`` value that is time 0 of the run.
         connections: connection-pool size of the whole pool (split over the workers).
         request_timeout_s: a request still streaming after this long fails with ``timeout``.
-        procs: workers (processes, or Ray actors); None with ``ray_address``: one per node.
+        procs: workers (processes, or Ray actors); None for Ray: one per node.
         tokenizer: counts output tokens when the server sends no ``usage``.
         on_note: told, in a sentence, where each Ray worker runs and when a worker dies.
-        ray_address: put the workers on this Ray cluster's nodes (``auto`` or ``HOST:PORT``).
+        backend: where the workers run (default: processes of this host, :class:`ProcessBackend`).
 
     Raises:
         ClientWorkersGone: from :meth:`send`, once every worker has died.
@@ -266,7 +292,7 @@ class WorkerPool:
         procs: int | None,
         tokenizer: Tokenizer | None = None,
         on_note: Callable[[str], None] = lambda note: None,
-        ray_address: str | None = None,
+        backend: Backend | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.origin = origin
@@ -275,10 +301,9 @@ class WorkerPool:
         self.connections = connections
         self.request_timeout_s = request_timeout_s
         self.on_note = on_note
-        self.ray_address = ray_address
+        self.backend = backend or ProcessBackend()
         self._ids = itertools.count()
         self._closing = False
-        self._joined_ray = False
         self.workers: list[Worker] = []
 
     def settings(self, origin: float, workers: int) -> dict:
@@ -289,15 +314,7 @@ class WorkerPool:
 
     async def __aenter__(self) -> WorkerPool:
         try:
-            if self.ray_address is not None:
-                from servelab.load.ray_workers import start_ray_workers  # Ray only when asked for
-
-                self.workers, self._joined_ray = await start_ray_workers(self, self.ray_address)
-                self.procs = len(self.workers)
-            else:
-                assert self.procs is not None
-                for n in range(self.procs):
-                    self.workers.append(await ProcessWorker.start(n, self.settings(self.origin, self.procs), self))
+            await self.backend.start(self)
         except BaseException:
             await self.__aexit__()
             raise
@@ -307,10 +324,7 @@ class WorkerPool:
         self._closing = True
         for worker in self.workers:
             await worker.stop()
-        if self._joined_ray:
-            from servelab.load.ray_workers import leave_ray
-
-            leave_ray()
+        self.backend.close()
 
     def answer(self, worker: Worker, msg: dict) -> None:
         """A record coming back from ``worker``: copied into the coordinator's record, its sender woken."""

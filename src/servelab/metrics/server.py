@@ -18,14 +18,12 @@ from collections import defaultdict
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
-from pydantic import BaseModel, Field
 
 from servelab import engines
 from servelab.engines.base import Engine
+from servelab.engines.counters import Samples, Scrapes, ServerStats
 
 SAMPLE_INTERVAL_S = 1.0
-
-Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 
 def parse(text: str) -> Samples:
@@ -39,78 +37,6 @@ def parse(text: str) -> Samples:
         for s in family.samples:
             out[s.name].append((s.labels, s.value))
     return dict(out)
-
-
-def total(samples: Samples, *names: str, **labels: str) -> float | None:
-    """Sum of the first present name's samples whose labels match ``labels``; None if absent."""
-    for name in names:
-        if name in samples:
-            return sum(v for lab, v in samples[name] if all(lab.get(k) == want for k, want in labels.items()))
-    return None
-
-
-def by_label(samples: Samples, name: str, label: str) -> dict[str, float]:
-    """{label value: summed sample value} for one sample name."""
-    out: dict[str, float] = defaultdict(float)
-    for lab, v in samples.get(name, []):
-        if label in lab:
-            out[lab[label]] += v
-    return dict(out)
-
-
-class ServerStats(BaseModel):
-    """What the server's counters say about one measured phase (deltas; peaks from 1-s samples)."""
-
-    engine: str
-    scrapes: int = Field(description="Scrapes taken (before, every second, after).")
-    prompt_tokens: float | None = Field(None, description="Prompt tokens processed, cached included.")
-    cached_prompt_tokens: float | None = None
-    generation_tokens: float | None = None
-    prefix_cache_hit_rate: float | None = Field(None, description="Fraction of prompt tokens served from the prefix cache.")
-    preemptions: float | None = None
-    spec_drafts: float | None = None
-    spec_draft_tokens: float | None = None
-    spec_accepted_tokens: float | None = None
-    acceptance_rate: float | None = None
-    mean_acceptance_length: float | None = None
-    per_position_acceptance: list[float] | None = None
-    queue_time_mean_ms: float | None = None
-    ttft_mean_ms: float | None = None
-    e2e_mean_ms: float | None = None
-    peak_running: float | None = None
-    peak_waiting: float | None = None
-    peak_kv_usage: float | None = Field(None, description="Peak KV-cache usage, fraction 0–1.")
-
-
-class Scrapes:
-    """The scrapes of one phase (before, during, after), with the helpers engines compute their counters with."""
-
-    def __init__(self, before: Samples, after: Samples, during: list[Samples]) -> None:
-        self.before, self.after, self.all = before, after, [before, *during, after]
-
-    def delta(self, *names: str, **labels: str) -> float | None:
-        """After − before of the first present name (labels matched); None if absent in either."""
-        a, b = total(self.after, *names, **labels), total(self.before, *names, **labels)
-        return None if a is None or b is None else a - b
-
-    @staticmethod
-    def ratio(num: float | None, den: float | None) -> float | None:
-        """num ÷ den, None when either is missing or den is 0."""
-        return num / den if num is not None and den else None
-
-    def hist_mean_ms(self, base: str) -> float | None:
-        """Mean of a seconds histogram over the phase, in ms: Δ``_sum`` ÷ Δ``_count``."""
-        mean = self.ratio(self.delta(base + "_sum"), self.delta(base + "_count"))
-        return None if mean is None else mean * 1e3
-
-    def peak(self, names: tuple[str, ...]) -> float | None:
-        """Largest value of a gauge over every scrape (first present name), None if never present."""
-        values = [v for s in self.all if (v := total(s, *names)) is not None]
-        return max(values) if values else None
-
-    def by_label(self, name: str, label: str, when: str = "after") -> dict[str, float]:
-        """{label value: summed value} of one sample name in the ``before`` or ``after`` scrape."""
-        return by_label(self.after if when == "after" else self.before, name, label)
 
 
 def _spec_decode(s: Scrapes, prefix: str, stats: ServerStats) -> None:

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, Field
 
+from servelab.engines.counters import ServerStats
 from servelab.metrics.gpu import GpuStats
-from servelab.metrics.server import ServerStats
 from servelab.metrics.waves import WaveStats
 from servelab.records import RequestRecord
 

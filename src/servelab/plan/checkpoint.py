@@ -31,8 +31,8 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError, field_validator
 
 from servelab.errors import ServelabError
-from servelab.plan.model_spec import ModelSpec
 from servelab.plan.quant import LINEAR_KINDS, QuantFormat, get_format
+from servelab.specs import ModelSpec
 
 # one module per parameter kind, layer index {i}, in each family's Hugging Face naming
 _MODULES = {

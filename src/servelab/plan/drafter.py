@@ -20,7 +20,8 @@ import re
 from dataclasses import dataclass, field
 
 from servelab.errors import ServelabError
-from servelab.plan.model_spec import Layer, ModelSpec, load_model
+from servelab.plan.model_spec import load_model
+from servelab.specs import Layer, ModelSpec
 
 EAGLE3_DEFAULT_TOKENS = 3
 BF16_BYTES = 2

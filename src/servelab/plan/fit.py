@@ -12,12 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from servelab.errors import ServelabError
-from servelab.plan.hardware import Hardware
-from servelab.plan.model_spec import ModelSpec
 from servelab.plan.predict import BW_RANGE, COMPUTE_RANGE, TTFT_FIT_RUNNING, Calibration, Point, Terms, limits_for, predict, step_times, terms
 from servelab.plan.quant import QuantFormat
 from servelab.plan.roofline import spec_tokens_per_step
 from servelab.results import RunResult
+from servelab.specs import Hardware, ModelSpec
 
 
 @dataclass(frozen=True)

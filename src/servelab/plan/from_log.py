@@ -20,10 +20,10 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from servelab import engines
+from servelab.engines.bootfacts import BootFacts
 from servelab.errors import ServelabError
-from servelab.metrics.bootlog import BootFacts
-from servelab.plan.hardware import GIB
 from servelab.plan.planner import Plan
+from servelab.specs import GIB
 
 
 class LogInputs(BaseModel):

@@ -39,9 +39,8 @@ from typing import TYPE_CHECKING
 from servelab.engines import plan_engine
 from servelab.engines.base import RuntimeMemory
 from servelab.plan.drafter import Drafter
-from servelab.plan.hardware import GIB, Hardware
-from servelab.plan.model_spec import ModelSpec
 from servelab.plan.quant import QuantFormat, weight_bytes
+from servelab.specs import GIB, Hardware, ModelSpec
 
 if TYPE_CHECKING:
     from servelab.engines.vllm_kv import HybridLayout

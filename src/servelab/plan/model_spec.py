@@ -9,9 +9,7 @@ Parameter counts use the exact per-module shapes of each architecture (formulas 
 - Mamba-2 (Nemotron-H): ``H·(2I+2gS+nh) + (I+2gS)·(k+1) + 3nh + I + I·H``, ``I = heads·head_dim``
 - SwiGLU MLP ``3·H·I`` (relu2: ``2·H·I``); MoE: experts + router ``H·E`` + shared experts (+ Qwen's gate ``H``)
 
-Layer kinds: ``full`` (full attention), ``sliding`` (sliding-window attention), ``mla``,
-``linear`` (Gated DeltaNet), ``mamba``, or ``none`` (an FFN-only block, as in Nemotron-H); each
-layer's FFN is ``dense``, ``moe`` or ``none``.
+The layer kinds and the :class:`~servelab.specs.ModelSpec` they build are in ``servelab.specs``.
 The bundled catalog (``servelab/data/models/*.json``) holds the configs of the field's common
 models, converted from ../shared/reference/models.yaml.
 """
@@ -20,101 +18,13 @@ from __future__ import annotations
 
 import difflib
 import json
-from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, NonNegativeInt, PositiveInt, ValidationError
 
 from servelab.errors import ServelabError
-
-LayerKind = Literal["full", "sliding", "mla", "linear", "mamba", "none"]
-FFNKind = Literal["dense", "moe", "none"]
-
-
-@dataclass(frozen=True)
-class Layer:
-    """One decoder layer: its token mixer and its FFN."""
-
-    kind: LayerKind
-    ffn: FFNKind
-
-
-@dataclass
-class ModelSpec:
-    """Architecture facts needed for memory and roofline planning.
-
-    Parameter counts are raw integers; ``params`` splits them by kind (``embed``, ``lm_head``,
-    ``attn``, ``recurrent``, ``mlp``, ``experts``, ``shared``, ``router``, ``norms``, ``mtp``).
-    """
-
-    name: str
-    model_type: str
-    hidden_size: int
-    vocab_size: int
-    layers: list[Layer]
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    tied_embeddings: bool
-    max_position_embeddings: int | None
-    sliding_window: int | None = None
-    intermediate_size: int = 0  # dense MLP width
-    moe_intermediate_size: int = 0  # one routed expert's width
-    num_experts: int = 0
-    experts_per_token: int = 0
-    expert_params: int = 0  # one routed expert of one layer
-    mla_latent: int = 0  # kv_lora_rank + qk_rope_head_dim
-    linear_state_bytes: int = 0  # per linear-attention layer per sequence (state + bf16 conv)
-    mamba_state_bytes: int = 0  # per Mamba layer per sequence
-    mamba_chunk_size: int = 0  # Mamba-2 scan chunk (vLLM aligns the block size to it under prefix caching)
-    mtp_layers: int = 0
-    params: dict[str, int] = field(default_factory=dict)
-    reference: dict = field(default_factory=dict)
-    published_sizes: dict = field(default_factory=dict)
-
-    @property
-    def total_params(self) -> int:
-        """All parameters, MTP modules excluded."""
-        return sum(v for k, v in self.params.items() if k != "mtp")
-
-    @property
-    def moe_layers(self) -> int:
-        return sum(1 for layer in self.layers if layer.ffn == "moe")
-
-    @property
-    def active_params(self) -> int:
-        """Parameters touched per token, input embedding excluded (lm_head or the tied embedding included)."""
-        routed = self.moe_layers * self.experts_per_token * self.expert_params
-        dense = self.total_params - self.params.get("experts", 0) - self.params["embed"]
-        lm_head = self.params["embed"] if self.tied_embeddings else 0
-        return dense + routed + lm_head
-
-    def count(self, kind: LayerKind) -> int:
-        """Number of layers of a kind."""
-        return sum(1 for layer in self.layers if layer.kind == kind)
-
-    def kv_bytes_per_token(self, dtype_bytes: float) -> float:
-        """KV-cache bytes each token of context adds in the layers whose cache grows with context.
-
-        Full attention: ``2 · nkv · head_dim · dtype`` per layer; MLA: ``(kv_lora + rope) · dtype``
-        per layer (the vLLM/SGLang latent cache). Sliding-window layers are capped per sequence and
-        counted in :meth:`seq_bytes`, not here (same convention as models.yaml
-        ``kv_cache_bytes_per_token_bf16``).
-        """
-        per_gqa = 2 * self.num_kv_heads * self.head_dim * dtype_bytes
-        return self.count("full") * per_gqa + self.count("mla") * self.mla_latent * dtype_bytes
-
-    def state_bytes_per_seq(self) -> int:
-        """Constant recurrent state per sequence: Gated DeltaNet and Mamba layers (state in ``mamba_ssm_cache_dtype`` + bf16 conv)."""
-        return self.count("linear") * self.linear_state_bytes + self.count("mamba") * self.mamba_state_bytes
-
-    def seq_bytes(self, context: int, dtype_bytes: float) -> float:
-        """Cache bytes of one sequence of ``context`` tokens: growing KV, windowed KV, recurrent state."""
-        window = min(context, self.sliding_window or context)
-        sliding = window * self.count("sliding") * 2 * self.num_kv_heads * self.head_dim * dtype_bytes
-        return context * self.kv_bytes_per_token(dtype_bytes) + sliding + self.state_bytes_per_seq()
+from servelab.specs import Layer, ModelSpec
 
 
 def _ssm_bytes(cfg: dict) -> int:

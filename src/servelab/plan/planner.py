@@ -9,14 +9,13 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from servelab.engines.base import RuntimeMemory
+from servelab.engines.vllm_kv import HybridLayout
 from servelab.errors import ServelabError
 from servelab.plan.drafter import Drafter
-from servelab.plan.hardware import GIB, Hardware
-from servelab.engines.vllm_kv import HybridLayout
 from servelab.plan.memory import plan_memory
-from servelab.plan.model_spec import ModelSpec
 from servelab.plan.quant import QuantFormat
 from servelab.plan.roofline import decode_ceiling, prefill
+from servelab.specs import GIB, Hardware, ModelSpec
 
 SHORT_CONTEXT = 1024  # "single stream at short context" for the headline decode ceiling (tokens)
 PREFILL_TOKENS = 4096

@@ -69,11 +69,10 @@ from pydantic import BaseModel, Field, ValidationError
 
 from servelab.engines import plan_engine
 from servelab.errors import ServelabError
-from servelab.plan.hardware import Hardware
 from servelab.plan.memory import plan_memory
-from servelab.plan.model_spec import ModelSpec
 from servelab.plan.quant import QuantFormat
 from servelab.plan.roofline import compute_dtype, decode_step, prefill, spec_tokens_per_step, weights_touched
+from servelab.specs import Hardware, ModelSpec
 from servelab.yamlfile import read_yaml
 
 DEFAULT_CALIBRATION = "vllm-0.25-h100-bf16"  # dense models (data/calibration.yaml)

@@ -31,9 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from servelab.plan.hardware import Hardware
-from servelab.plan.model_spec import ModelSpec
 from servelab.plan.quant import QuantFormat, weight_bytes
+from servelab.specs import Hardware, ModelSpec
 
 NON_EXPERT = ("attn", "recurrent", "mlp", "shared", "router", "norms", "lm_head")
 

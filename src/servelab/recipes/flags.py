@@ -1,4 +1,4 @@
-"""Server argument lists: reading flags, adding them, and hiding secret values."""
+"""Server argument lists: adding flags, and hiding secret values (reading them: ``servelab.argv``)."""
 
 from __future__ import annotations
 
@@ -24,27 +24,6 @@ def flag_args(name: str, value: str) -> list[str]:
     if value.lower() == "false":
         return []
     return [flag, value]
-
-
-def _flag_names(argv: list[str]) -> list[str]:
-    return [a.split("=", 1)[0].replace("_", "-") if a.startswith("--") else a for a in argv]
-
-
-def has_flag(argv: list[str], *names: str) -> bool:
-    """True when ``argv`` gives any of ``names`` (``--x v``, ``--x=v``; ``_`` and ``-`` alike)."""
-    wanted = {n.replace("_", "-") for n in names}
-    return any(a in wanted for a in _flag_names(argv))
-
-
-def flag_value(argv: list[str], *names: str) -> str | None:
-    """The value of the last of ``names`` in ``argv`` (``--x v`` or ``--x=v``), or None."""
-    wanted = {n.replace("_", "-") for n in names}
-    found = None
-    for i, a in enumerate(argv):
-        name = a.split("=", 1)[0].replace("_", "-") if a.startswith("--") else a
-        if name in wanted:
-            found = a.split("=", 1)[1] if "=" in a and a.startswith("--") else (argv[i + 1] if i + 1 < len(argv) else "")
-    return found
 
 
 def is_secret(name: str) -> bool:

@@ -7,7 +7,10 @@ extra arguments or shell code), optionally a container image, ``defaults`` for i
 (URL and timeout) and the benchmark plan to run once the server is ready. ``variants`` (or
 ``servelab sweep --vary``) give placeholder values to try one after the other. Placeholders follow
 Python's ``str.format`` (as spark-vllm-docker recipes do): ``{{`` and ``}}`` are literal braces,
-e.g. in a JSON argument. Filling them in: ``servelab.recipes.resolve``.
+e.g. in a JSON argument. :meth:`Recipe.resolve` fills them in for one variant: a value for a name
+the command does not use as a placeholder becomes a flag appended to the command
+(``max_num_seqs=64`` → ``--max-num-seqs 64``; ``true`` → the bare flag; ``false`` → nothing), and
+the port, readiness path and timeout default to the engine's (``servelab.engines``).
 
 The community's DGX Spark format (``servelab.recipes.spark_vllm_docker``) is read too and converted on load.
 """
@@ -20,20 +23,21 @@ import re
 import shlex
 import string
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveFloat, PositiveInt, PrivateAttr, ValidationError, field_validator
 
 from servelab import engines
 from servelab.errors import ServelabError
+from servelab.process import free_port
+from servelab.recipes.flags import flag_args, parse_port
+from servelab.recipes.interpreters import script_index
 from servelab.recipes.spark_vllm_docker import from_spark_vllm_docker
-from servelab.recipes.variants import NAME_RE
 from servelab.yamlfile import Lines, line_of, read_yaml_lines
 
-if TYPE_CHECKING:
-    from servelab.recipes.resolve import Resolved
-
+NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a placeholder or variant name
 SHELL_TOKENS = {"&&", "||", ";", "|", ">", ">>", "<", "&", "$(", "`"}
 
 
@@ -134,6 +138,22 @@ class BenchPlan(BaseModel):
         return (self.max_concurrency or 0) if self.rates else max(self.concurrency)
 
 
+@dataclass
+class Resolved:
+    """One variant of a recipe, ready to launch: every placeholder filled in."""
+
+    label: str
+    values: dict[str, str]
+    argv: list[str]  # the server's argument list (inside the container, on the head)
+    env: dict[str, str]
+    image: str | None
+    port: int
+    url: str  # server root, http://HEAD:PORT
+    ready_url: str
+    ready_timeout_s: float
+    tensor_parallel: int
+
+
 class Recipe(BaseModel):
     """A server recipe (YAML). See the module docstring and README "Recipes"."""
 
@@ -211,10 +231,69 @@ class Recipe(BaseModel):
         return {name for _, text in self.templates() for _, name, _, _ in string.Formatter().parse(text) if name}
 
     def resolve(self, values: Mapping[str, str] | None = None, label: str = "default") -> Resolved:
-        """The exact server command for one variant (:func:`servelab.recipes.resolve.resolve`)."""
-        from servelab.recipes.resolve import resolve
+        """The exact server command for one variant: defaults, then ``values``, filled in.
 
-        return resolve(self, values, label)
+        Args:
+            values: placeholder values of this variant (``--set``/``--vary``/``variants``).
+            label: the variant's name, for messages and run directories.
+
+        Raises:
+            ServelabError: a placeholder has no value (naming the file, line and fix), or a
+                value is malformed.
+        """
+        engine = engines.get(self.engine)
+        values = dict(values or {})
+        used = self.placeholders()
+        merged: dict[str, str] = {"tensor_parallel": str(self.tensor_parallel), **self.defaults, **values}
+        if self.model is not None:
+            merged.setdefault("model", self.model)
+        if "port" not in merged:
+            merged["port"] = str(free_port() if "port" in used else engine.default_port)
+        if used & {"embedded_llama_server", "embedded_model", "embedded_chat_template"}:
+            from servelab.local import chat_template_path, model_path, server_program
+
+            merged.setdefault("embedded_llama_server", str(server_program()))
+            merged.setdefault("embedded_model", str(model_path()))
+            merged.setdefault("embedded_chat_template", str(chat_template_path()))
+
+        def fill(text: str, *loc: str | int) -> str:  # the syntax was checked when the recipe was parsed
+            out = []
+            for literal, name, _, _ in string.Formatter().parse(text):
+                out.append(literal)
+                if name is None:
+                    continue
+                if name not in merged:
+                    raise ServelabError(
+                        f"{self.where(*loc)}: placeholder {{{name}}} has no value; add it to defaults or pass --set {name}=VALUE"
+                    )
+                out.append(merged[name])
+            return "".join(out)
+
+        argv = [fill(arg, "command", i) for i, arg in enumerate(self.command)]
+        env = {k: fill(v, "env", k) for k, v in self.env.items()}
+        image = fill(self.container.image, "container", "image") if self.container else None
+        ready_url = fill(self.ready.url, "ready", "url") if self.ready.url else None
+        for name, value in values.items():
+            if name not in used and name not in ("port", "tensor_parallel", "model"):
+                argv += flag_args(name, value)
+        tp = merged["tensor_parallel"]
+        if not tp.isdigit() or int(tp) < 1:
+            raise ServelabError(f"tensor_parallel {tp!r} is not a positive integer")
+        argv += engine.parallel_flags(argv, int(tp), self.expert_parallel, self.backend())
+        head = self.cluster.hosts[0] if self.cluster else "127.0.0.1"
+        url = f"http://{head}:{merged['port']}"
+        return Resolved(
+            label=label,
+            values=values,
+            argv=argv,
+            env=env,
+            image=image,
+            port=parse_port(merged["port"]),
+            url=url,
+            ready_url=ready_url or url + engine.ready_path,
+            ready_timeout_s=self.ready.timeout_s or engine.ready_timeout_s,
+            tensor_parallel=int(tp),
+        )
 
 
 _SECTIONS = {(): Recipe, ("container",): Container, ("cluster",): Cluster, ("ready",): Ready, ("bench",): BenchPlan}
@@ -266,23 +345,6 @@ def parse_recipe(data: Any, lines: Lines, path: Path | None) -> Recipe:
     return recipe
 
 
-SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "ash", "fish"}
-
-
-def _shell_script_index(command: list[str]) -> int | None:
-    """Index of the script of a ``SHELL -c SCRIPT`` in the command (also after ``env``/``exec``
-    wrappers and with combined flags such as ``-lc``), or None."""
-    for i, arg in enumerate(command):
-        if arg.rsplit("/", 1)[-1] in SHELLS:
-            for j in range(i + 1, len(command) - 1):
-                flag = command[j]
-                if not flag.startswith("-"):
-                    break
-                if "c" in flag.lstrip("-") and not flag.startswith("--"):
-                    return j + 1
-    return None
-
-
 def _check_templates(recipe: Recipe) -> None:
     """Every ``{placeholder}`` is a plain name, braces are balanced (``{{``/``}}`` for literal ones),
     and no placeholder is inside a shell script (``sh -c "… {v} …"``), where a value would run as shell code."""
@@ -294,7 +356,7 @@ def _check_templates(recipe: Recipe) -> None:
         for _, name, spec, conv in fields:
             if name is not None and (not NAME_RE.fullmatch(name) or spec or conv):
                 raise ServelabError(f"{recipe.where(*loc)}: {{{name}}} is not a placeholder name; write {{{{ and }}}} for literal braces (JSON)")
-    script = _shell_script_index(recipe.command)
+    script = script_index(recipe.command)
     if script is not None and any(name for _, name, _, _ in string.Formatter().parse(recipe.command[script]) if name):
         raise ServelabError(
             f"{recipe.where('command', script)}: a placeholder inside a shell script (sh -c) would run its value as shell code; "
@@ -308,7 +370,9 @@ def _check_engine(recipe: Recipe) -> None:
     if recipe.cluster and not engine.cluster_backends:
         able = " and ".join(f"{e.name} ({' or '.join(e.cluster_backends)})" for e in engines.all_engines() if e.cluster_backends)
         raise ServelabError(f"{recipe.where('cluster')}: clusters are supported for {able}, not {recipe.engine}")
-    engine.check_recipe(recipe)
+    if problem := engine.check_recipe(recipe.tensor_parallel, recipe.cluster.backend if recipe.cluster else None):
+        field, message = problem
+        raise ServelabError(f"{recipe.where(field)}: {message}")
 
 
 def with_hosts(recipe: Recipe, hosts: str) -> Recipe:

@@ -5,14 +5,9 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from servelab.errors import ServelabError
-
-if TYPE_CHECKING:
-    from servelab.recipes.format import Recipe
-
-NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+from servelab.recipes.format import NAME_RE, Recipe
 
 
 def parse_assignments(items: list[str], option: str) -> dict[str, list[str]]:

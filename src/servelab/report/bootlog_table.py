@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from rich.table import Table
 from rich.markup import escape
+from rich.table import Table
 
-from servelab.metrics.bootlog import BootFacts
+from servelab.engines.bootfacts import BootFacts
 
 
 def bootlog_table(f: BootFacts) -> Table:

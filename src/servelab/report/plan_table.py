@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from rich.table import Table
 from rich.markup import escape
+from rich.table import Table
 
-from servelab.plan.cudagraph import Padding
+from servelab.engines.cudagraph import Padding
 from servelab.plan.from_log import LogCheck
 from servelab.plan.planner import Plan
 

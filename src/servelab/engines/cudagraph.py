@@ -2,8 +2,8 @@
 
 A decode batch of N tokens runs the graph of the smallest captured size ≥ N (vLLM:
 ``vllm/v1/cudagraph_dispatcher.py``), so N − size slots are padding; above the largest size the
-step runs without a graph. The sizes an engine captures by default are the engine's
-(``Engine.capture_sizes``, ``servelab.engines``).
+step runs without a graph (SGLang's dispatch is the same: the smallest captured ``bs`` ≥ the batch).
+The sizes an engine captures by default are the engine's (``Engine.capture_sizes``).
 """
 
 from __future__ import annotations

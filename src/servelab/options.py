@@ -1,0 +1,117 @@
+"""What a run asks of its levels: the load (:class:`BenchOptions`), the roofline it compares
+against (:class:`Ceiling`) and the progress callbacks it reports to (:class:`BenchHooks`).
+
+``servelab.bench`` (a run) and ``servelab.levels`` (its levels) both use them; the CLI fills them
+from its options (same names and units).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+from servelab.metrics.summary import LevelSummary
+from servelab.plan.planner import bench_ceiling
+from servelab.plan.quant import QuantFormat
+from servelab.records import RequestRecord
+from servelab.results import RecipeInfo
+from servelab.specs import Hardware, ModelSpec
+from servelab.workloads.datasets import DatasetEntry
+from servelab.workloads.suites import Workload
+
+
+@dataclass
+class BenchOptions:
+    """What the user asked for (CLI options of ``servelab bench``)."""
+
+    concurrency: list[int]
+    requests: int | None = None
+    duration_s: float | None = None
+    warmup: int | None = None
+    input_tokens: int = 256
+    output_tokens: int = 128
+    output_spread: float = 0.0  # each request's max_tokens drawn from output_range() (``--output-spread``)
+    prefix_cache: Literal["cold", "warm", "shared-prefix"] = "cold"
+    shared_prefix_tokens: int = 512
+    ignore_eos: bool | None = None
+    chat_template_kwargs: dict | None = None
+    seed: int = 0
+    request_timeout_s: float = 600.0
+    client_procs: int | None = None  # client processes (``--client-procs``); None: servelab.load.workers.auto_procs
+    ray_address: str | None = None  # client workers on this Ray cluster's nodes (``--ray``)
+    tokenizer_path: str | None = None
+    ceiling: Ceiling | None = None
+    server_log: Path | None = None
+    rates: list[float] | None = None
+    closed_loop: Literal["stagger", "burst"] = "stagger"  # how a closed-loop level's streams start (scheduler.closed_loop)
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    lang: str = "en"
+    instruction: str = ""
+    question: str = ""
+    dataset: list[DatasetEntry] | None = None  # prompts from a file (``--dataset``); override the shape above
+    mix: dict[str, float] | None = None  # workload name → weight (``--mix``); overrides the shape above
+    workloads: dict[str, Workload] | None = None  # where the mix's names are looked up
+    recipe: RecipeInfo | None = None  # the recipe variant that launched the server, stored with the run
+
+    def shapes(self) -> list[tuple[Workload, float]]:
+        """The request shapes with their weights: the mix's workloads, or one shape from the options."""
+        if self.mix:
+            return [(self.workloads[name], weight) for name, weight in self.mix.items()]
+        single = Workload(name="", input_tokens=self.input_tokens, max_tokens=self.output_tokens, lang=self.lang,
+                          instruction=self.instruction, question=self.question)  # fmt: skip
+        return [(single, 1.0)]
+
+    def output_range(self, max_tokens: int) -> tuple[int, int]:
+        """Bounds of a request's max_tokens, tokens, under ``--output-spread s`` (0 ≤ s < 1): uniform
+        integers in [⌊n·(1−s)⌋, ⌈n·(1+s)⌉], at least 1, the interval ``vllm bench serve
+        --random-range-ratio`` draws its output lengths from (vLLM 0.25,
+        vllm/benchmarks/datasets/utils.py, get_sampling_params)."""
+        s = self.output_spread
+        return max(1, math.floor(max_tokens * (1 - s))), max(1, math.ceil(max_tokens * (1 + s)))
+
+    def draw_output(self, max_tokens: int, index: int) -> int:
+        """The max_tokens of request ``index`` of a shape of ``max_tokens``: seeded by (seed, index),
+        so a rerun or a resume asks for the same lengths (:meth:`output_range`)."""
+        lo, hi = self.output_range(max_tokens)
+        return lo if lo == hi else random.Random(f"{self.seed}:{index}").randint(lo, hi)
+
+    def requests_at(self, concurrency: int) -> int | None:
+        """Measured requests at a level: ``--requests``, or by default 4 per slot, at least 8, and at
+        least 8 per slot up to 512. TTFT p50 of a steady closed loop is a median over the level's
+        requests: on vLLM 0.25 (H100, 64 streams, 1,024 in / 256 out, three server starts) it spread
+        13.7 % over 256 requests and 8.5 % over 512 (validation/RESULTS-waves-h100.md)."""
+        if self.duration_s is not None:
+            return None
+        return self.requests if self.requests is not None else max(8, 4 * concurrency, min(512, 8 * concurrency))
+
+    def requests_at_rate(self, rate: float) -> int | None:
+        """Open loop: ``--requests``, or by default 30 s worth of arrivals, at least 8."""
+        if self.duration_s is not None:
+            return None
+        return self.requests if self.requests is not None else max(8, math.ceil(30 * rate))
+
+
+@dataclass
+class Ceiling:
+    """The roofline a bench compares against: model, weight format and hardware (``servelab plan``)."""
+
+    spec: ModelSpec
+    fmt: QuantFormat
+    hardware: Hardware
+    tp: int = 1
+
+    def per_stream(self, batch: int, context: int) -> float:
+        """Decode ceiling per stream, tok/s."""
+        return bench_ceiling(self.spec, self.fmt, self.hardware, batch=batch, context=context, tp=self.tp)
+
+
+class BenchHooks(Protocol):
+    """Progress callbacks (the CLI draws Rich progress bars with them)."""
+
+    def phase_started(self, concurrency: int, phase: str, total: int | None, duration_s: float | None) -> None: ...
+    def record_done(self, record: RequestRecord) -> None: ...
+    def level_done(self, summary: LevelSummary) -> None: ...
