@@ -117,7 +117,7 @@ def _max_model_len(recipe: Recipe, resolved: Resolved, hw: Hardware | None) -> l
     if hw is None or recipe.model is None or raw is None or not raw.isdigit():
         return []
     try:
-        spec = load_model(recipe.model)
+        spec = load_model(recipe.model, online=False)
         fmt = get_format(quant_of(recipe, argv), spec)
         kv = (flag_value(argv, flags.kv_cache_dtype) if flags.kv_cache_dtype else None) or "auto"
         given = flag_value(argv, flags.gpu_memory) if flags.gpu_memory else None

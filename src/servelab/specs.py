@@ -60,6 +60,12 @@ class ModelSpec:
     params: dict[str, int] = field(default_factory=dict)
     reference: dict = field(default_factory=dict)
     published_sizes: dict = field(default_factory=dict)
+    family: str = ""  # the model_type servelab read it as, or "generic" (servelab.plan.families)
+    family_source: str = ""  # the modeling file the formulas follow, or the generic reading's summary
+    assumptions: list[str] = field(default_factory=list)  # what a generic reading assumed
+    config_path: str | None = None  # the config.json read (a user's file, or the Hugging Face cache's copy)
+    hub_id: str | None = None  # the Hub repository it came from (org/name), with its revision
+    revision: str | None = None
 
     @property
     def total_params(self) -> int:

@@ -104,11 +104,11 @@ def _ceiling(hardware: str | None, model_config: str | None, served: str, quant:
         return None
     hw = load_hardware(hardware)
     try:
-        spec = load_model(model_config or served)
+        spec = load_model(model_config or served, online=model_config is not None)
     except ServelabError:
         if model_config:
             raise
-        err_console.print(f"[yellow]no % of ceiling:[/] {escape(repr(served))} is not in the model catalog; pass --model-config NAME|config.json")
+        err_console.print(f"[yellow]no % of ceiling:[/] {escape(repr(served))} is neither in the model catalog nor in the Hugging Face cache; pass --model-config NAME|config.json|org/name")
         return None
     return Ceiling(spec, get_format(quant, spec), hw)
 
@@ -193,7 +193,7 @@ def bench(
     ctx_size: CtxSizeOpt = DEFAULT_CTX_SIZE,
     llama_server: LlamaServerOpt = None,
     hardware: Annotated[str | None, typer.Option(help="Hardware profile or YAML (see servelab plan): adds a '% of ceiling' column.")] = None,
-    model_config: Annotated[str | None, typer.Option(help="Model for the ceiling: catalog name or config.json (default the served name).")] = None,
+    model_config: Annotated[str | None, typer.Option(help="Model for the ceiling: catalog name, config.json or Hub id (default the served name, from the catalog or the Hugging Face cache).")] = None,
     quant: Annotated[str | None, typer.Option(help="Weight format for the ceiling (default bf16; gguf-q4_k_m for the embedded model).")] = None,
     server_log: Annotated[Path | None, typer.Option(help="The server's startup log: its facts are stored with the run and used in the findings.")] = None,
 ) -> None:

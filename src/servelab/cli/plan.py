@@ -20,6 +20,7 @@ from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
 from servelab.plan.planner import make_plan
 from servelab.plan.quant import kv_dtype_bytes
+from servelab.plan.tensors import checkpoint_weights
 from servelab.report.plan_table import from_log_table, padding_table, plan_table
 
 plan_app = typer.Typer(help="Memory fit, KV capacity, concurrency and speed ceilings before launching a server.")
@@ -29,7 +30,8 @@ plan_app = typer.Typer(help="Memory fit, KV capacity, concurrency and speed ceil
 @one_line_errors
 def plan(
     ctx: typer.Context,
-    model: Annotated[str | None, typer.Option(help="Catalog name (qwen3-8b, gpt-oss-120b …), a config.json or its directory.")] = None,
+    model: Annotated[str | None, typer.Option(help="A config.json or its directory, a catalog name (qwen3-8b, gpt-oss-120b …), or a Hugging Face Hub id (org/name: the local cache first, else config.json and the safetensors headers from the Hub, never the weights).")] = None,
+    revision: Annotated[str | None, typer.Option(help="The Hub id's branch, tag or commit (default main).")] = None,
     from_log: Annotated[Path | None, typer.Option(help="A vLLM boot log: plan what it booted (model, quant, context, utilization, TP, KV dtype, max_num_seqs, max_num_batched_tokens; options given override) and show planned vs reported with the error in %.")] = None,
     hardware: Annotated[str, typer.Option(help="Profile name (dgx-spark, h100-sxm, h200, b200, rtx-pro-6000, rtx-5090, m3-ultra, ryzen-ai-max-395) or a YAML file.")] = "h100-sxm",
     quant: Annotated[str | None, typer.Option(help="Weight format: bf16 (default), fp8, fp8-block, mxfp8, nvfp4, nvfp4-experts, mxfp4, gptq-int4, awq-int4, gguf-q4_k_m, gguf-q8_0.")] = None,
@@ -66,15 +68,16 @@ def plan(
         speculative = speculative or logged.speculative
         prefix_caching = prefix_caching or logged.prefix_caching
     if model is None:
-        raise ServelabError("--model is required: a catalog name such as qwen3-8b, or a config.json" + (" (the log names none)" if facts else ""))
-    spec = load_model(model)
+        raise ServelabError("--model is required: a catalog name such as qwen3-8b, a config.json, or a Hub id such as Qwen/Qwen3-8B" + (" (the log names none)" if facts else ""))
+    spec = load_model(model, revision)
     kv_dtype = kv_dtype or "auto"
     drafter = parse_drafter(speculative, spec, kv_dtype_bytes(kv_dtype), draft_tokens) if speculative else None
     result = make_plan(
-        spec, weight_format(quant, model, spec), load_hardware(hardware), kv_dtype=kv_dtype, kv_dtype_bytes=kv_dtype_bytes(kv_dtype),
+        spec, weight_format(quant, spec), load_hardware(hardware), kv_dtype=kv_dtype, kv_dtype_bytes=kv_dtype_bytes(kv_dtype),
         max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization, nodes=nodes, tp=tp,
         concurrency=parse_int_list(concurrency, "--concurrency"), overhead_gib=overhead_gib, os_reserved_gib=os_reserved_gib,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, drafter=drafter, prefix_caching=prefix_caching, draft_tokens=draft_tokens, acceptance=acceptance,
+        checkpoint=None if quant else checkpoint_weights(spec),  # --quant is a what-if: the formula
     )  # fmt: skip
     checks = compare(result, facts) if facts is not None else None
     if json_out:

@@ -60,7 +60,8 @@ def _variants(vary: list[str], base: dict) -> list[dict]:
 
 
 def predict_cmd(
-    model: Annotated[str, typer.Option(help="Catalog name (qwen3-8b, gpt-oss-120b …), a config.json or its directory.")],
+    model: Annotated[str, typer.Option(help="A config.json or its directory, a catalog name (qwen3-8b, gpt-oss-120b …), or a Hugging Face Hub id (org/name; the local cache first).")],
+    revision: Annotated[str | None, typer.Option(help="The Hub id's branch, tag or commit (default main).")] = None,
     hardware: Annotated[str, typer.Option(help="Profile name (h100-sxm, h200, dgx-spark …) or a YAML file.")] = "h100-sxm",
     quant: Annotated[str | None, typer.Option(help="Weight format (default bf16, or the checkpoint's own).")] = None,
     tp: Annotated[int, typer.Option(min=1, help="Tensor-parallel size.")] = 1,
@@ -82,7 +83,7 @@ def predict_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")] = False,
 ) -> None:
     """Predicted per-stream and aggregate tok/s, TTFT, TPOT and E2E at each concurrency, with the bottleneck."""
-    spec = load_model(model)
+    spec = load_model(model, revision)
     hw = load_hardware(hardware)
     levels = parse_int_list(concurrency, "--concurrency")
     rates = parse_float_list(rate, "--rate") if rate else None
@@ -93,10 +94,10 @@ def predict_cmd(
             "max-num-batched-tokens": max_num_batched_tokens, "routing": routing}  # fmt: skip
     results = []
     variants = _variants(vary or [], base)
-    cal = calibration(calibration_name, spec, weight_format(variants[0]["quant"], model, spec))  # one for all variants: their Δ% is the model's
+    cal = calibration(calibration_name, spec, weight_format(variants[0]["quant"], spec))  # one for all variants: their Δ% is the model's
     unfit = []  # (settings, why) of the variants that do not fit: a comparison says so instead of stopping
     for v in variants:
-        fmt = weight_format(v["quant"], model, spec)
+        fmt = weight_format(v["quant"], spec)
         try:
             limits = limits_for(spec, fmt, hw, tp=v["tp"], input_tokens=input_tokens, output_tokens=output_tokens, max_num_seqs=v["max-num-seqs"],
                                 max_num_batched_tokens=v["max-num-batched-tokens"], capture_sizes=sizes, draft_tokens=v["draft-tokens"])  # fmt: skip
@@ -206,7 +207,7 @@ def _setup(run: RunResult, where: str, model: str | None, quant: str | None, har
     ce = run.ceiling
     model = model or (ce.model if ce else run.endpoint.model)
     spec = load_model(model)
-    fmt = weight_format(quant or (ce.quant if ce else None), model, spec)
+    fmt = weight_format(quant or (ce.quant if ce else None), spec)
     if hardware is None:
         named = {hw.name: key for key, hw in profiles().items()}
         if ce is None or ce.hardware not in named:

@@ -129,7 +129,7 @@ def checkpoint_format(spec: ModelSpec, raw: dict) -> QuantFormat:
         raise ServelabError(f"the checkpoint's quantization_config: {'.'.join(map(str, err['loc']))}: {err['msg']}; fix it or pass --quant") from None
     base = get_format(_base_name(qc), spec)
     patterns = [*qc.ignore, *qc.modules_to_not_convert, *qc.exclude_modules]
-    names = _NEMOTRON_H if spec.model_type == "nemotron_h" else _DEEPSEEK if spec.model_type == "deepseek_v3" else _MODULES
+    names = _NEMOTRON_H if spec.model_type == "nemotron_h" else _DEEPSEEK if spec.count("mla") else _MODULES
     kept = {}
     for kind in LINEAR_KINDS:
         where = [i for i, layer in enumerate(spec.layers) if _APPLIES[kind](layer)]
@@ -173,16 +173,16 @@ def _excluded(module: str, patterns: list[str]) -> bool:
     return False
 
 
-def weight_format(quant: str | None, model: str, spec: ModelSpec) -> QuantFormat:
-    """The weight format to plan: ``quant`` (``--quant``) if given; else, for a config.json (or its
-    folder) the user gave, the checkpoint's own quantization config (:func:`read_quant_config`,
-    :func:`checkpoint_format`); else BF16.
+def weight_format(quant: str | None, spec: ModelSpec) -> QuantFormat:
+    """The weight format to plan: ``quant`` (``--quant``) if given; else, for a model read from a
+    config.json (a user's file or the Hugging Face cache's copy, ``spec.config_path``), the
+    checkpoint's own quantization config (:func:`read_quant_config`, :func:`checkpoint_format`);
+    else BF16.
 
     Raises:
         ServelabError: an unknown ``quant``, or an unreadable quantization config.
     """
     if quant:
         return get_format(quant, spec)
-    path = Path(model) / "config.json" if Path(model).is_dir() else Path(model)
-    qc = read_quant_config(path) if path.is_file() else None
+    qc = read_quant_config(Path(spec.config_path)) if spec.config_path else None
     return checkpoint_format(spec, qc) if qc else get_format("bf16", spec)

@@ -83,6 +83,7 @@ def plan_memory(
     os_reserved_gib: float | None = None,
     drafter: Drafter | None = None,
     prefix_caching: bool = False,
+    checkpoint_bytes: float | None = None,
 ) -> MemoryPlan:
     """Plan one model on one hardware profile (every GPU of a ``tp`` group alike).
 
@@ -95,6 +96,8 @@ def plan_memory(
         drafter: a speculative drafter loaded beside the model: its weights and KV are added.
         prefix_caching: the server caches prefixes (``--enable-prefix-caching``): a hybrid keeps
             more recurrent state per request (the engine's ``kv_layout``).
+        checkpoint_bytes: the model's weights as its safetensors headers give them (bytes, all
+            ranks; ``servelab.plan.tensors``), used instead of the formula's.
 
     Returns:
         A :class:`MemoryPlan`; ``fits`` is False when the weights leave no KV budget or not one
@@ -106,7 +109,8 @@ def plan_memory(
     mbt_default, seqs_default = engine.batch_defaults(hw)
     mbt = max_num_batched_tokens or mbt_default
     seqs = max_num_seqs or seqs_default
-    weights_total = (weight_bytes(spec, fmt) + (drafter.weight_bytes if drafter else 0.0)) / GIB
+    model_bytes = weight_bytes(spec, fmt) if checkpoint_bytes is None else checkpoint_bytes
+    weights_total = (model_bytes + (drafter.weight_bytes if drafter else 0.0)) / GIB
     weights = weights_total / tp
     runtime = engine.runtime_memory(spec, mbt, seqs, tp) if overhead_gib is None else None
     if runtime is not None:

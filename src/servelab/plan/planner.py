@@ -13,8 +13,9 @@ from servelab.engines.vllm_kv import HybridLayout
 from servelab.errors import ServelabError
 from servelab.plan.drafter import Drafter
 from servelab.plan.memory import plan_memory
-from servelab.plan.quant import QuantFormat
+from servelab.plan.quant import QuantFormat, weight_bytes
 from servelab.plan.roofline import decode_ceiling, prefill
+from servelab.plan.tensors import CheckpointWeights
 from servelab.specs import GIB, Hardware, ModelSpec
 
 SHORT_CONTEXT = 1024  # "single stream at short context" for the headline decode ceiling (tokens)
@@ -45,6 +46,11 @@ class Plan(BaseModel):
     layer_kinds: dict[str, int]
     weights_gib: float = Field(description="Weights per GPU/node, GiB.")
     weights_total_gib: float
+    weights_source: str = Field("formula", description="Where the weights come from: 'formula' (parameters × bits of the format) or the checkpoint's safetensors headers.")
+    weights_formula_total_gib: float = Field(description="The formula's weights, all ranks, GiB (beside the headers' when those are used).")
+    checkpoint_params: int | None = Field(None, description="Parameters (tensor elements) in the checkpoint's headers, when read; packed 4-bit tensors count their bytes.")
+    weights_by_part_gib: dict[str, float] = Field(default_factory=dict, description="The headers' weights by part (embed, attention, experts, mtp, vision …), all ranks, GiB.")
+    family: str = Field("", description="The model_type servelab read the config as, or 'generic'.")
     published_checkpoint_sizes: dict = Field(default_factory=dict)
     kv_bytes_per_token: float = Field(description="Per GPU, layers whose cache grows with context.")
     state_bytes_per_seq: float = Field(description="Recurrent state per sequence per GPU (linear attention, Mamba).")
@@ -92,8 +98,11 @@ def make_plan(
     prefix_caching: bool = False,
     draft_tokens: int = 0,
     acceptance: float = 0.0,
+    checkpoint: CheckpointWeights | None = None,
 ) -> Plan:
-    """Plan ``spec`` in ``fmt`` on ``nodes`` × ``hw``.
+    """Plan ``spec`` in ``fmt`` on ``nodes`` × ``hw``; with ``checkpoint`` (its safetensors
+    headers), the weights are the bytes vLLM loads from them (MTP layers left out: a drafter
+    adds its own).
 
     Raises:
         ServelabError: inconsistent parallelism (``tp`` not a multiple of ``nodes``, or not dividing the
@@ -113,7 +122,8 @@ def make_plan(
     mem = plan_memory(
         spec, fmt, hw, kv_dtype_bytes=kv_dtype_bytes, max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
         tp=tp, concurrency=conc, overhead_gib=overhead_gib, os_reserved_gib=os_reserved_gib,
-        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, drafter=drafter, prefix_caching=prefix_caching,
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, drafter=drafter,
+        prefix_caching=prefix_caching, checkpoint_bytes=checkpoint.loaded_bytes if checkpoint else None,
     )  # fmt: skip
     rows = []
     for b in conc:
@@ -138,12 +148,20 @@ def make_plan(
     if spec.mtp_layers:
         kinds["mtp"] = spec.mtp_layers
     notes = list(mem.notes)
+    if spec.assumptions:
+        check = (f"; the checkpoint's headers hold {checkpoint.params / 1e9:,.2f} B elements against {spec.total_params / 1e9:,.2f} B counted "
+                 "(packed 4-bit tensors count as stored), and the weights are the headers'") if checkpoint else \
+            "; give the checkpoint (a directory or Hub id) to check it against its headers"  # fmt: skip
+        notes.append(f"{spec.model_type or 'this model_type'} is not a family servelab knows: read as a generic decoder ({'; '.join(spec.assumptions)}){check}")
     if nodes > 1:
         notes.append("tensor parallel over nodes: interconnect time is not modelled, so the ceilings are optimistic")
     return Plan(
         model=spec.name, hardware=hw.name, quant=fmt.name, kv_dtype=kv_dtype, nodes=nodes, tp=tp,
         total_params=spec.total_params, active_params=spec.active_params, layer_kinds=kinds,
         weights_gib=mem.weights_gib, weights_total_gib=mem.weights_total_gib, published_checkpoint_sizes=spec.published_sizes,
+        weights_source=f"safetensors headers ({checkpoint.files} files, {checkpoint.source})" if checkpoint else "formula",
+        weights_formula_total_gib=weight_bytes(spec, fmt) / GIB, family=spec.family, checkpoint_params=checkpoint.params if checkpoint else None,
+        weights_by_part_gib={k: v / GIB for k, v in sorted(checkpoint.by_part.items())} if checkpoint else {},
         kv_bytes_per_token=mem.kv_bytes_per_token, state_bytes_per_seq=mem.state_bytes_per_seq, usable_gib=mem.usable_gib,
         overhead_gib=mem.overhead_gib, kv_budget_gib=mem.budget_gib, kv_capacity_tokens=mem.kv_capacity_tokens,
         max_model_len=mem.max_model_len, gpu_memory_utilization=mem.gpu_memory_utilization, max_concurrency=mem.max_concurrency, longest_context=mem.longest_context,

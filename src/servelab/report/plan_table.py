@@ -24,7 +24,9 @@ def plan_table(plan: Plan) -> Table:
     rows = [
         ("parameters", f"{plan.total_params / 1e9:,.2f} B total, {plan.active_params / 1e9:,.2f} B active per token"),
         ("layers", kinds),
+        ("read as", escape(plan.family or "–")),
         ("weights per GPU", _gib(plan.weights_gib) + (f" (of {_gib(plan.weights_total_gib)})" if plan.tp > 1 else "")),
+        *_checkpoint_rows(plan),
         *[(f"published checkpoint ({k})", str(v)) for k, v in plan.published_checkpoint_sizes.items()],
         ("allowed (memory × utilization)", f"{_gib(plan.usable_gib)} ({plan.gpu_memory_utilization:g})"),
         ("runtime overhead", _gib(plan.overhead_gib) + (
@@ -69,6 +71,18 @@ def plan_table(plan: Plan) -> Table:
     for note in plan.notes:
         t.add_row("[yellow]note[/]", escape(note))
     return t
+
+
+def _checkpoint_rows(plan: Plan) -> list[tuple[str, str]]:
+    """The weights' source when the checkpoint's headers were read, beside the formula's figure."""
+    if plan.weights_source == "formula":
+        return []
+    parts = ", ".join(f"{k} {v:,.2f}" for k, v in plan.weights_by_part_gib.items() if v >= 0.005)
+    return [
+        ("weights from", escape(plan.weights_source) + f" (formula: {_gib(plan.weights_formula_total_gib)})"),
+        ("checkpoint parameters", f"{plan.checkpoint_params / 1e9:,.2f} B in the headers" if plan.checkpoint_params else "–"),
+        ("checkpoint by part (GiB)", parts),
+    ]
 
 
 def from_log_table(checks: list[LogCheck], log: str) -> Table:

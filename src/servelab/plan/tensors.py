@@ -1,0 +1,108 @@
+"""Weights as a checkpoint stores them, from its safetensors headers: bytes by dtype and by part.
+
+Each safetensors file starts with a JSON header listing every tensor's dtype, shape and byte range
+(https://huggingface.co/docs/safetensors/index#format). ``huggingface_hub`` reads it: from files on
+disk (``get_local_safetensors_metadata``) or, for a Hub repository, with HTTP range requests of the
+first 100 kB of each shard (``get_safetensors_metadata``, as hf-mem does): never the weights.
+
+A tensor's bytes are its byte range (``data_offsets`` end − begin), so the total is the checkpoint's
+weights to the byte, scales and packed 4-bit values included. Parts are read from the tensor names
+(Hugging Face naming; :func:`part`). vLLM loads everything but the MTP/draft layers unless
+speculative decoding uses them (``mtp``), so :attr:`CheckpointWeights.loaded_bytes` leaves them out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import huggingface_hub
+from huggingface_hub.utils import SafetensorsRepoMetadata
+from huggingface_hub import errors as hub_errors
+
+from servelab.plan.model_spec import hub_reachable
+from servelab.specs import ModelSpec
+
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+_PARTS = (  # first match wins; names as Hugging Face checkpoints spell them
+    ("vision", re.compile(r"vision|visual|vit\.|image|multi_modal_projector|mm_projector|audio|patch_embed")),
+    ("mtp", re.compile(r"(?:^|\.)mtp[._]|nextn")),
+    ("embed", re.compile(r"embed_tokens|word_embeddings|(?:^|\.)wte\.|tok_embeddings|(?:^|\.)embeddings\.")),
+    ("lm_head", re.compile(r"lm_head|(?:^|\.)output\.weight")),
+    ("shared_experts", re.compile(r"shared_expert")),
+    ("experts", re.compile(r"\.experts\.")),
+    ("router", re.compile(r"\.gate\.(?:weight|e_score)|\.router\.|e_score_correction_bias")),
+    ("attention", re.compile(r"self_attn|attention|\.attn\.|linear_attn|\.mixer\.")),
+    ("mlp", re.compile(r"\.mlp\.|feed_forward|ffn")),
+    ("norms", re.compile(r"norm")),
+)
+
+
+def part(name: str, num_layers: int) -> str:
+    """The part a tensor belongs to: ``vision``, ``mtp`` (named so, or a layer index at or past
+    ``num_layers``, as DeepSeek-V3 stores its MTP layer), ``embed``, ``lm_head``,
+    ``shared_experts``, ``experts``, ``router``, ``attention`` (recurrent mixers included), ``mlp``,
+    ``norms`` or ``other``."""
+    layer = _LAYER.search(name)
+    if layer and int(layer.group(1)) >= num_layers and "vision" not in name and "visual" not in name:
+        return "mtp"
+    return next((p for p, pattern in _PARTS if pattern.search(name)), "other")
+
+
+@dataclass
+class CheckpointWeights:
+    """A checkpoint's weights from its headers.
+
+    ``total_bytes``: all tensors, bytes; ``params``: elements; ``by_dtype`` and ``by_part``:
+    bytes; ``files``: safetensors files read; ``source``: where (a directory, or ``hub:org/name``).
+    """
+
+    total_bytes: int
+    params: int
+    files: int
+    source: str
+    by_dtype: dict[str, int] = field(default_factory=dict)
+    by_part: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def loaded_bytes(self) -> int:
+        """Bytes vLLM loads without MTP speculative decoding: all but the ``mtp`` part."""
+        return self.total_bytes - self.by_part.get("mtp", 0)
+
+
+def from_metadata(meta: SafetensorsRepoMetadata, source: str, num_layers: int) -> CheckpointWeights:
+    """Sum a ``SafetensorsRepoMetadata`` by dtype and part (module docstring)."""
+    out = CheckpointWeights(total_bytes=0, params=0, files=len(meta.files_metadata), source=source)
+    for file in meta.files_metadata.values():
+        for name, info in file.tensors.items():
+            size = info.data_offsets[1] - info.data_offsets[0]
+            out.total_bytes += size
+            out.params += info.parameter_count
+            out.by_dtype[info.dtype] = out.by_dtype.get(info.dtype, 0) + size
+            kind = part(name, num_layers)
+            out.by_part[kind] = out.by_part.get(kind, 0) + size
+    return out
+
+
+def checkpoint_weights(spec: ModelSpec, *, online: bool = True) -> CheckpointWeights | None:
+    """The headers of the checkpoint ``spec`` was read from, where they are at hand: the
+    safetensors files beside its config.json (a model directory, or the Hugging Face cache's
+    snapshot), else, for a Hub id and ``online``, the Hub's headers by range requests. None for
+    a catalog model, a bare config.json, or a checkpoint whose headers cannot be had (offline,
+    not a safetensors repository): the plan then uses the formula."""
+    layers = len(spec.layers)
+    if spec.config_path:
+        folder = Path(spec.config_path).parent
+        try:
+            return from_metadata(huggingface_hub.get_local_safetensors_metadata(folder), str(folder), layers)
+        except (hub_errors.NotASafetensorsRepoError, hub_errors.SafetensorsParsingError, OSError):
+            pass  # config.json alone (or shards not downloaded)
+    if spec.hub_id and online and hub_reachable():
+        try:
+            meta = huggingface_hub.get_safetensors_metadata(spec.hub_id, revision=spec.revision)
+        except (hub_errors.HfHubHTTPError, hub_errors.NotASafetensorsRepoError, hub_errors.SafetensorsParsingError,
+                hub_errors.LocalEntryNotFoundError, OSError):  # fmt: skip
+            return None
+        return from_metadata(meta, f"hub:{spec.hub_id}", layers)
+    return None
