@@ -10,9 +10,15 @@ with an error body), ``drop`` (the connection closed mid-stream), ``stall`` (hea
 then nothing), ``slow`` (headers after ``--slow-s``), ``echo`` (HTTP 400 whose body echoes the
 request's Authorization header), ``huge`` (HTTP 500 with a 16 MiB body), ``binary`` (a chunk of
 non-UTF-8 bytes), ``zero`` (a stream of no tokens, usage 0), ``exit`` (the whole server process
-exits mid-stream: a crashed server). ``--models`` makes ``/v1/models`` lie
+exits mid-stream: a crashed server). Lies: ``dup`` (every token chunk sent twice), ``choices`` (an
+extra choice of index 1 beside each), ``after-done`` (token chunks after ``[DONE]``), ``inflate`` /
+``deflate`` (usage.completion_tokens 10× / half of what was sent), ``cached`` (usage says the whole
+prompt came from the prefix cache). Framing: ``crlf`` (events ended by CRLF CRLF), ``comments``
+(an SSE comment before each event), ``split`` (each event written in two pieces, cut inside a
+multi-byte UTF-8 character). ``--models`` makes ``/v1/models`` lie
 (``no-ids``, ``no-list``, ``bad-len``, ``html``); ``--slow-probe S`` answers ``/health`` and every
-``/v1/models`` but the first S seconds late (a server busy under load, for the liveness probe).
+``/v1/models`` but the first S seconds late (a server busy under load, for the liveness probe);
+``--model-id TEXT`` serves that model id (hostile text for the sinks' tests).
 
 Run as a process (``python tests/faultserver.py --drop 50``): it prints ``port N`` once listening.
 """
@@ -42,11 +48,8 @@ MODELS = {
     "no-list": {"data": "gpt"},
     "bad-len": {"data": [{"id": "m", "owned_by": "vllm", "max_model_len": "lots"}]},
 }
-FAULTS = ("malformed", "error", "drop", "stall", "slow", "echo", "huge", "binary", "zero", "exit")
-
-
-def _event(obj: object) -> bytes:
-    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+FAULTS = ("malformed", "error", "drop", "stall", "slow", "echo", "huge", "binary", "zero", "exit",
+          "dup", "choices", "after-done", "inflate", "deflate", "cached", "crlf", "comments", "split")
 
 
 def _delta(text: str, finish: str | None = None) -> dict:
@@ -57,9 +60,9 @@ class FaultServer:
     """The handlers, with the fault schedule ``{fault: (every, offset)}`` and the options above."""
 
     def __init__(self, schedule: dict[str, tuple[int, int]], *, chunk: str = "null", status: int = 500, slow_s: float = 0.2,
-                 models: str | None = None, slow_probe_s: float = 0.0) -> None:  # fmt: skip
+                 models: str | None = None, slow_probe_s: float = 0.0, model_id: str = "fault-model") -> None:  # fmt: skip
         self.schedule, self.chunk, self.status, self.slow_s, self.models = schedule, CHUNKS[chunk], status, slow_s, models
-        self.slow_probe_s, self.model_lists = slow_probe_s, 0
+        self.slow_probe_s, self.model_lists, self.model_id = slow_probe_s, 0, model_id
         self.counter = itertools.count(1)
         self.faulted: dict[str, int] = dict.fromkeys(FAULTS, 0)
 
@@ -82,7 +85,7 @@ class FaultServer:
             await asyncio.sleep(self.slow_probe_s)
         if self.models == "html":
             return web.Response(text="<html>oops</html>", content_type="text/html")
-        return web.json_response(MODELS.get(self.models) or {"data": [{"id": "fault-model", "owned_by": "vllm", "max_model_len": 4096}]})
+        return web.json_response(MODELS.get(self.models) or {"data": [{"id": self.model_id, "owned_by": "vllm", "max_model_len": 4096}]})
 
     async def tokenize(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -114,9 +117,28 @@ class FaultServer:
             await asyncio.sleep(self.slow_s)  # the fault itself: headers late
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+
+        async def send(obj: object) -> None:
+            event = b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
+            if fault == "crlf":
+                event = event.replace(b"\n", b"\r\n")
+            if fault == "comments":
+                event = b": keep-alive\n\n" + event
+            if fault == "split":
+                cut = event.find("é".encode()) + 1  # inside the two-byte character
+                await resp.write(event[:cut])
+                event = event[cut:]
+            await resp.write(event)
+
         tokens = 0 if fault == "zero" else max_tokens
+        text = "é" if fault == "split" else "a"
         for i in range(tokens):
-            await resp.write(_event(_delta("a")))
+            chunk = _delta(text)
+            if fault == "choices":
+                chunk["choices"].append({"index": 1, "delta": {"content": "b"}, "finish_reason": None})
+            await send(chunk)
+            if fault == "dup":
+                await send(chunk)
             if i == tokens // 2:
                 if fault == "malformed":
                     await resp.write(b"data: " + self.chunk + b"\n\n")
@@ -129,9 +151,16 @@ class FaultServer:
                     return resp
                 elif fault == "stall":
                     await asyncio.Event().wait()  # the fault itself: never another byte (the client's timeout ends it)
-        await resp.write(_event(_delta("", "length")))
-        await resp.write(_event({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": tokens, "total_tokens": prompt + tokens}}))
+        await send(_delta("", "length"))
+        told = {"inflate": tokens * 10, "deflate": tokens // 2}.get(fault, tokens)
+        usage = {"prompt_tokens": prompt, "completion_tokens": told, "total_tokens": prompt + told}
+        if fault == "cached":
+            usage["prompt_tokens_details"] = {"cached_tokens": prompt}
+        await send({"choices": [], "usage": usage})
         await resp.write(b"data: [DONE]\n\n")
+        if fault == "after-done":
+            for _ in range(5):
+                await send(_delta("a"))
         await resp.write_eof()
         return resp
 
@@ -140,19 +169,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
     for fault in FAULTS:
-        parser.add_argument(f"--{fault}", metavar="EVERY[:OFFSET]", help=f"fault '{fault}' on every EVERY-th chat request")
+        parser.add_argument(f"--{fault}", dest=fault.replace("-", "_"), metavar="EVERY[:OFFSET]", help=f"fault '{fault}' on every EVERY-th chat request")
     parser.add_argument("--chunk", choices=sorted(CHUNKS), default="null")
     parser.add_argument("--status", type=int, default=500)
     parser.add_argument("--slow-s", type=float, default=0.2)
     parser.add_argument("--models", choices=[*MODELS, "html"])
     parser.add_argument("--slow-probe", type=float, default=0.0)
+    parser.add_argument("--model-id", default="fault-model")
     args = parser.parse_args()
     schedule = {}
     for fault in FAULTS:
-        if (value := getattr(args, fault)) is not None:
+        if (value := getattr(args, fault.replace("-", "_"))) is not None:
             every, _, offset = value.partition(":")
             schedule[fault] = (int(every), int(offset or 0))
-    server = FaultServer(schedule, chunk=args.chunk, status=args.status, slow_s=args.slow_s, models=args.models, slow_probe_s=args.slow_probe)
+    server = FaultServer(schedule, chunk=args.chunk, status=args.status, slow_s=args.slow_s, models=args.models, slow_probe_s=args.slow_probe, model_id=args.model_id)
 
     async def serve() -> None:
         runner = web.AppRunner(server.app(), access_log=None, handler_cancellation=True)

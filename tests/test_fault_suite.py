@@ -188,3 +188,42 @@ def test_sigterm_stops_a_background_run_that_inherited_sigint_ignored(tmp_path):
     assert proc.returncode == 130, output
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "partial" and run["levels"][0]["cut_short"]
+
+
+@pytest.mark.parametrize(("fault", "anomaly", "tokens"), [
+    ("--dup", {"usage_below_chunks": 4}, 16 * 8 + 4 * 16),  # the doubled chunks are what came: counted from the stream
+    ("--choices", {"extra_choices": 4}, 20 * 8),
+    ("--after-done", {"after_done": 4}, 20 * 8),
+    ("--inflate", {"usage_above_max_tokens": 4, "usage_above_text": 4}, 20 * 8),  # not 16·8 + 4·80
+    ("--deflate", {"usage_below_chunks": 4}, 20 * 8),
+])  # fmt: skip
+def test_a_lying_server_is_reported_never_believed(tmp_path, fault, anomaly, tokens):
+    """4 of the 20 measured requests lie: the counts come from the stream received, the records say
+    what was not believed, and a finding gives the number of requests affected."""
+    with fault_server(fault, "5") as url:
+        res = bench(url, tmp_path / "run")
+    assert res.exit_code == 0, res.output
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    (level,) = run["levels"]
+    assert level["stream_anomalies"] == anomaly and level["output_tokens"] == tokens and level["ok"] == 20
+    (finding,) = [f for f in run["findings"] if f["kind"] == "stream_anomalies"]
+    assert finding["evidence"]["requests"] == anomaly
+    lied = [r for r in read_jsonl(tmp_path / "run" / "records.jsonl") if r["anomalies"]]
+    assert len(lied) == 4 and all(r["output_tokens_source"] != "usage" for r in lied if "usage_below_chunks" in r["anomalies"] or "usage_above_text" in r["anomalies"])
+
+
+@pytest.mark.parametrize("fault", ["--crlf", "--comments", "--split"])
+def test_sse_framing_variants_change_nothing(tmp_path, fault):
+    with fault_server(fault, "1") as url:
+        res = bench(url, tmp_path / "run")
+    assert res.exit_code == 0, res.output
+    (level,) = json.loads((tmp_path / "run" / "run.json").read_text())["levels"]
+    assert (level["ok"], level["output_tokens"], level["stream_anomalies"]) == (20, 160, {})
+
+
+def test_cached_tokens_on_a_cold_run_are_contamination_without_metrics(tmp_path):
+    with fault_server("--cached", "1") as url:
+        res = bench(url, tmp_path / "run")
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    (finding,) = [f for f in run["findings"] if f["kind"] == "prefix_cache_contamination"]
+    assert finding["evidence"]["source"] == "usage" and finding["evidence"]["cached_prompt_tokens"] > 0, res.output

@@ -84,7 +84,9 @@ from servelab.cli import app  # noqa: E402
 from servelab.endpoint import discover  # noqa: E402
 from servelab.errors import ServelabError  # noqa: E402
 from servelab.recipes import load_recipe, redact  # noqa: E402
+from servelab.metrics.bootlog import parse_bootlog  # noqa: E402
 from servelab.redaction import mask_url, remember, scrub  # noqa: E402
+from test_fault_suite import fault_server  # noqa: E402
 
 
 def one_error_line(res, *needles: str) -> None:
@@ -243,3 +245,75 @@ def test_a_lying_tokenizer_endpoint_is_one_line(tmp_path, tokenize, detokenize):
             return await asyncio.to_thread(CliRunner().invoke, app, ["bench", "--url", url, "--output", str(tmp_path / "run")])
 
     one_error_line(asyncio.run(main()), "/detokenize answered something that is not a tokenizer answer")
+
+
+SECRET = st.text(alphabet="ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789", min_size=8, max_size=30)
+
+
+@given(secret=SECRET, user=st.sampled_from(["", "alice", "a.b"]), at=st.booleans())
+def test_url_passwords_and_secret_query_values_are_masked_by_parsing(secret, user, at):
+    password = secret[:4] + "@" + secret[4:] if at else secret  # '@' inside a password
+    for text in (f"http://{user}:{password}@host:8000/v1", f"see https://h.example/v1?model=m&api_key={secret}&x=1",
+                 f"{{'api_key': '{secret}', 'hf_token': '{secret}'}}", f"API_KEY={secret} serve", f"--hf-token={secret}",
+                 json.dumps({"metrics_url": f"http://{user}:{password}@h/metrics?token={secret}"})):  # fmt: skip
+        masked = scrub(text)
+        assert secret not in masked and secret[4:] not in masked, (text, masked)
+    assert mask_url(f"http://{user}:{password}@host/x").startswith(f"http://{user}:***@host")
+
+
+def test_secret_named_boot_log_arguments_are_masked():
+    log = "INFO 11-20 10:00:00 [utils.py:1] non-default args: {'model': 'Qwen/Qwen3-8B', 'api_key': ['k-CANARY-123456'], 'hf_token': 'plain-CANARY-tok'}\n"
+    facts = parse_bootlog(log)
+    assert facts.non_default_args["model"] == "Qwen/Qwen3-8B"
+    assert "CANARY" not in json.dumps(facts.non_default_args)
+
+
+def test_canary_secrets_reach_no_byte_written_or_printed(tmp_path, monkeypatch):
+    """URL credentials (an empty user, '@' in the password), a secret query value, an API key the
+    server echoes back, and a boot log with api_key and hf_token: nothing written (the run
+    directory, the runs database) or printed holds any of them."""
+    canaries = ["CANARYpw@rd42", "CANARYquery77", "sk-CANARYkey0123456789", "CANARYbootkey9", "hf_CANARYhftoken55"]
+    monkeypatch.setenv("SERVELAB_DB", str(tmp_path / "runs.db"))
+    monkeypatch.setenv("MY_KEY", canaries[2])
+    log = tmp_path / "server.log"
+    log.write_text(f"INFO 11-20 10:00:00 [utils.py:1] non-default args: {{'model': 'm', 'api_key': ['{canaries[3]}'], 'hf_token': '{canaries[4]}'}}\n")
+    with fault_server("--echo", "4") as url:
+        creds = url.replace("http://", f"http://:{canaries[0]}@")
+        res = CliRunner().invoke(app, ["bench", "--url", creds, "--concurrency", "2", "--requests", "8", "--warmup", "0", "--input-tokens", "32",
+                                       "--output-tokens", "4", "--server-log", str(log), "--output", str(tmp_path / "run")])  # fmt: skip
+        res2 = CliRunner().invoke(app, ["bench", "--url", url + f"/?api_key={canaries[1]}", "--api-key-env", "MY_KEY", "--concurrency", "1",
+                                        "--requests", "4", "--warmup", "0", "--output-tokens", "4", "--output", str(tmp_path / "run2")])  # fmt: skip
+    printed = res.output + res2.output
+    written = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p != log)
+    for canary in canaries:
+        assert canary not in printed and canary.encode() not in written, canary
+    assert "Traceback" not in printed and (tmp_path / "run" / "run.json").is_file()
+
+
+OPTIONS = st.lists(st.sampled_from([["-o", "pipefail"], ["+e"], ["-e"], ["-l"], ["-x"], ["+o", "nounset"], ["-O", "extglob"], ["--norc"]]), max_size=3)
+
+
+@given(shell=st.sampled_from(["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "csh", "tcsh", "yash", "/usr/bin/bash"]),
+       before=OPTIONS, after=OPTIONS, cluster=st.sampled_from(["-c", "-lc", "-ec", "-xc"]),
+       wrapper=st.sampled_from([[], ["env", "A=1"], ["exec"], ["busybox"]]))  # fmt: skip
+@settings(max_examples=60, deadline=None)
+def test_a_placeholder_in_any_shell_script_is_refused_whatever_the_options(tmp_path_factory, shell, before, after, cluster, wrapper):
+    command = [*wrapper, shell, *[a for o in before for a in o], cluster, *[a for o in after for a in o], "serve --x {v}"]
+    path = tmp_path_factory.mktemp("r") / "r.yaml"
+    path.write_text(f"name: r\nengine: custom\ncommand: {json.dumps(command)}\ndefaults: {{v: '1'}}\n")
+    with pytest.raises(ServelabError, match="would run its value as code"):
+        load_recipe(path)
+
+
+@pytest.mark.parametrize("command", [
+    ["python3", "-c", "import os; os.system('{v}')"], ["python", "-W", "ignore", "-c", "print({v})"], ["perl", "-e", "print {v}"],
+    ["ruby", "-e", "puts {v}"], ["node", "-e", "{v}"], ["node", "--eval={v}"], ["env", "X=1", "perl", "-we", "{v}"],
+])  # fmt: skip
+def test_a_placeholder_in_interpreter_code_is_refused(tmp_path, command):
+    path = tmp_path / "r.yaml"
+    path.write_text(f"name: r\nengine: custom\ncommand: {json.dumps(command)}\ndefaults: {{v: '1'}}\n")
+    with pytest.raises(ServelabError, match="would run its value as code"):
+        load_recipe(path)
+    data = [command[0], "script.py", "{v}"] if command[0] != "env" else ["python3", "-c", "import sys; print(sys.argv[1])", "{v}"]
+    path.write_text(f"name: r\nengine: custom\ncommand: {json.dumps(data)}\ndefaults: {{v: '1'}}\n")
+    assert load_recipe(path).resolve({"v": "$(touch x)"}).argv[-1] == "$(touch x)"  # an operand after the code is data

@@ -20,6 +20,25 @@ CLIENT_BUSY = 0.9  # servelab's process busy this share of the measured phase: i
 SHORT_WINDOW = 3.0  # a --duration window under this many request durations (E2E p50) is not yet a steady state
 
 
+ANOMALY_TEXT = {
+    "after_done": "sent data after [DONE] (ignored)",
+    "extra_choices": "sent choices beside the first of index 0 (ignored)",
+    "usage_above_max_tokens": "reported more completion tokens than max_tokens",
+    "usage_below_chunks": "reported fewer completion tokens than token chunks received",
+    "usage_above_text": "reported more completion tokens than the text received can hold",
+}
+
+
+def _anomalies(c: int, lv: LevelSummary) -> Finding:
+    """What the server sent that servelab did not believe (records.Anomaly), with the requests affected."""
+    said = "; ".join(f"{n} {ANOMALY_TEXT.get(k, k)}" for k, n in sorted(lv.stream_anomalies.items()))
+    usage = any(k.startswith("usage_") for k in lv.stream_anomalies)
+    return Finding(kind="stream_anomalies", severity="warning",
+                   message=f"c={c}: the server's stream contradicted itself in measured requests: {said}"
+                           + ("; their output tokens were counted from the stream received, not from usage" if usage else ""),
+                   evidence={"concurrency": c, "requests": lv.stream_anomalies})  # fmt: skip
+
+
 def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Finding]:
     """All findings for a run, in rule order (see the module docstring)."""
     out: list[Finding] = []
@@ -44,6 +63,14 @@ def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Fin
             out.append(Finding(kind="short_outputs", severity="warning",
                                message=f"c={c}: {lv.short_outputs} of {lv.ok} successful requests returned fewer tokens than max_tokens although ignore_eos was set: the server did not honour it, so outputs were shorter than asked (throughput and TPOT cover what came)",
                                evidence={"concurrency": c, "short_outputs": lv.short_outputs, "ok": lv.ok, "max_tokens": run.load.output_tokens}))  # fmt: skip
+        if lv.stream_anomalies:
+            out.append(_anomalies(c, lv))
+        if run.load.prefix_cache == "cold" and (s is None or s.prefix_cache_hit_rate is None) and lv.prompt_tokens \
+                and lv.client_cached_prompt_tokens / lv.prompt_tokens > PREFIX_HIT_TOLERANCE:  # fmt: skip
+            share = lv.client_cached_prompt_tokens / lv.prompt_tokens
+            out.append(Finding(kind="prefix_cache_contamination", severity="warning",
+                               message=f"c={c}: the server's usage says {share:.1%} of prompt tokens came from its prefix cache in a cold run (no /metrics to confirm): TTFT and throughput are inflated",
+                               evidence={"concurrency": c, "cached_prompt_tokens": lv.client_cached_prompt_tokens, "prompt_tokens": lv.prompt_tokens, "source": "usage"}))  # fmt: skip
         if lv.waves and lv.waves.synchronized:
             out.append(_waves(lv.concurrency, lv.waves))
         if lv.client_cpu is not None and lv.client_cpu >= CLIENT_BUSY:

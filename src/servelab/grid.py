@@ -30,6 +30,7 @@ from pathlib import Path
 
 from servelab.metrics.summary import decode_span
 from servelab.records import RequestRecord
+from servelab.untrusted import for_csv
 
 
 @dataclass(frozen=True)
@@ -165,9 +166,9 @@ def write_llama_benchy_csv(rows: list[CellStats], model: str, path: Path) -> Non
             c = s.cell
             depth = f" @ d{c.depth}" if c.depth else ""
             ttft = [_num(s.ttft_ms_mean), _num(s.ttft_ms_std)]
-            w.writerow([model, f"pp{c.pp}{depth} (c{c.concurrency})", _num(s.pp_total), _num(s.pp_total_std), _num(s.pp_req_mean),
+            w.writerow([for_csv(model), f"pp{c.pp}{depth} (c{c.concurrency})", _num(s.pp_total), _num(s.pp_total_std), _num(s.pp_req_mean),
                         _num(s.pp_req_std), "", "", "", "", *ttft, *ttft, *ttft])  # fmt: skip
-            w.writerow([model, f"tg{c.tg}{depth} (c{c.concurrency})", _num(s.tg_total), _num(s.tg_total_std), _num(s.tg_req_mean),
+            w.writerow([for_csv(model), f"tg{c.tg}{depth} (c{c.concurrency})", _num(s.tg_total), _num(s.tg_total_std), _num(s.tg_req_mean),
                         _num(s.tg_req_std), *[""] * 10])  # fmt: skip
 
 

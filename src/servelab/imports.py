@@ -28,6 +28,7 @@ from urllib.parse import urlparse
 
 from servelab.errors import ServelabError
 from servelab.grid import llama_benchy_rows, read_llama_benchy
+from servelab.redaction import dump
 from servelab.results import RunResult, read_document
 from servelab.store import Level, Run
 
@@ -63,7 +64,7 @@ def from_run(run: RunResult, origin: Path) -> Run:
         model=run.endpoint.model, engine=run.endpoint.engine, engine_version=run.endpoint.engine_version, hardware=hardware,
         host=run.environment.host, recipe=run.recipe.name if run.recipe else None, variant=run.recipe.variant if run.recipe else None,
         input_tokens=run.load.input_tokens, output_tokens=run.load.output_tokens, prefix_cache=run.load.prefix_cache,
-        document=run.model_dump_json(), levels=levels,
+        document=dump(run), levels=levels,
     )  # fmt: skip
 
 

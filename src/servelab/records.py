@@ -11,6 +11,11 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 Phase = Literal["calibration", "warmup", "measured"]
+# What a server's stream said that servelab did not believe (servelab.load.client, docs/failure-semantics.md):
+# data after [DONE] (ignored), choices other than the first of index 0 (ignored), and a
+# usage.completion_tokens above max_tokens, below the token chunks received or above the bytes received
+# (the output then counted from the stream).
+Anomaly = Literal["after_done", "extra_choices", "usage_above_max_tokens", "usage_below_chunks", "usage_above_text"]
 Status = Literal["ok", "failed", "incomplete"]
 CountSource = Literal["usage", "tokenizer", "chunks"]
 
@@ -44,6 +49,7 @@ class RequestRecord(BaseModel):
     output_tokens_source: CountSource | None = None
     reasoning_tokens: int | None = None
     reasoning_tokens_source: CountSource | None = None
+    anomalies: list[Anomaly] = Field(default_factory=list, description="What the server's stream said that was not believed (ignored, or counted from the stream instead).")
     finish_reason: str | None = None
     http_status: int | None = None
     status: Status = "ok"

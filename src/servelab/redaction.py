@@ -3,24 +3,38 @@
 A secret is known by value once servelab reads it (the API key from ``--api-key-env``, the values
 of a recipe's ``pass_env`` variables): :func:`remember`. :func:`scrub` replaces every known value,
 and text shaped like a credential whatever its source (``Bearer …``, ``Basic …``, OpenAI-style ``sk-…`` keys,
-Hugging Face ``hf_…`` tokens, the password of a ``user:password@host`` URL), with ``***``. It is
-applied to everything servelab writes or prints that a server or a user could have filled:
-request error texts, error messages, stored commands and endpoint URLs.
+Hugging Face ``hf_…`` tokens, a URL's password and its secret query values, ``key=value`` and
+``'key': 'value'`` pairs whose key names a secret), with ``***``.
+
+URLs are masked by parsing them (:func:`mask_url`, ``urllib.parse``): the password of the user
+info whatever it holds (an empty user, ``@`` or ``:`` in the password), and the values of query
+keys that name a secret (``api_key``, ``token``, ``key``, ``password`` …). Secret-named keys in
+structured data (a boot log's arguments, a recipe's ``env``) are masked by :func:`mask_keys`.
+
+The boundary: every document servelab writes (``run.json``, ``records.jsonl``, ``variant.json``,
+database rows, reports and exports built from them) is serialised through :func:`dump`, and every
+line it prints passes :func:`scrub` (``servelab.cli.common``).
 """
 
 from __future__ import annotations
 
 import re
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from pydantic import BaseModel
 
 MASK = "***"
 MIN_SECRET_LEN = 4  # shorter values would mask ordinary words and numbers
+SECRET_KEY = re.compile(r"(?i)^(?:.*[_-])?(?:api[_-]?key|key|token|secret|password|passwd|pwd|auth|authorization|credentials?|access[_-]?token)$")
+_KEY_NAMES = r"[A-Za-z_-]*(?:api[_-]?key|token|secret|password|passwd|auth)"
 SHAPES = re.compile(
-    r"(?i)(?<=\bbearer )\S+"  # Authorization: Bearer <token>
+    r"(?i)(?<=\bbearer )[^\s\"'<>]+"  # Authorization: Bearer <token>
     r"|(?<=\bbasic )[A-Za-z0-9+/]{8,}={0,2}"  # Authorization: Basic <base64 user:password>
     r"|\bsk-[A-Za-z0-9_\-]{8,}"  # OpenAI-style API keys
     r"|\bhf_[A-Za-z0-9]{8,}"  # Hugging Face tokens
 )
-URL_PASSWORD = re.compile(r"(://[^/\s:@]+:)[^/\s@]+(?=@)")  # the password of user:password@ in a URL
+KEY_VALUE = re.compile(rf"(?i)(\b{_KEY_NAMES}['\"]?\s*[=:]\s*['\"]?)([^\s&\"'<>,;]+)")  # API_KEY=…, --hf-token=…, 'api_key': '…', "token":"…"
+URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s\"'<>`]+")
 _known: set[str] = set()
 
 
@@ -30,15 +44,46 @@ def remember(value: str | None) -> None:
         _known.add(value)
 
 
+def mask_url(url: str) -> str:
+    """``url`` with its password (user kept, empty or not) and its secret-named query values
+    replaced by ``***``; parsed with ``urllib.parse``. Text that does not parse as a URL is
+    returned as it is."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+    except ValueError:
+        return url
+    if "@" in netloc:
+        userinfo, _, host = netloc.rpartition("@")  # the last @ ends the user info: a password may hold @
+        user, colon, _ = userinfo.partition(":")
+        netloc = f"{user}:{MASK}@{host}" if colon else f"{MASK}@{host}" if not user or len(user) >= 16 else f"{user}@{host}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(SECRET_KEY.match(k) for k, _ in pairs):
+            query = urlencode([(k, MASK if SECRET_KEY.match(k) else v) for k, v in pairs], safe="*")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
 def scrub(text: str) -> str:
-    """``text`` with every credential-shaped part and every known secret value replaced by ``***``
-    (a URL's ``user:password@`` becomes ``user:***@``)."""
-    text = URL_PASSWORD.sub(r"\1" + MASK, SHAPES.sub(MASK, text))
+    """``text`` with every URL masked (:func:`mask_url`), every credential-shaped part and every
+    known secret value replaced by ``***``."""
+    text = KEY_VALUE.sub(r"\1" + MASK, SHAPES.sub(MASK, URL.sub(lambda m: mask_url(m.group(0)), text)))
     for value in sorted(_known, key=len, reverse=True):
         text = text.replace(value, MASK)
     return text
 
 
-def mask_url(url: str) -> str:
-    """``url`` with the password of its ``user:password@`` part replaced by ``***`` (the user kept)."""
-    return URL_PASSWORD.sub(r"\1" + MASK, url)
+def mask_keys(data: object) -> object:
+    """``data`` (dicts, lists, strings) with the values of secret-named keys (``api_key``,
+    ``hf_token``, ``password`` …, :data:`SECRET_KEY`) replaced by ``***``; other strings scrubbed."""
+    if isinstance(data, dict):
+        return {k: MASK if isinstance(k, str) and SECRET_KEY.match(k) and v not in (None, "", False) else mask_keys(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [mask_keys(v) for v in data]
+    return scrub(data) if isinstance(data, str) else data
+
+
+def dump(doc: BaseModel, **kwargs: object) -> str:
+    """``doc`` as JSON (``model_dump_json(**kwargs)``), scrubbed: the one way servelab writes a document."""
+    return scrub(doc.model_dump_json(**kwargs))

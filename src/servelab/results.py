@@ -35,7 +35,7 @@ from servelab.engines.bootfacts import BootFacts
 from servelab.errors import ServelabError
 from servelab.metrics.summary import LevelSummary
 from servelab.records import RequestRecord
-from servelab.redaction import scrub
+from servelab.redaction import dump, scrub
 
 SCHEMA_VERSION = 1
 ABANDONED_FILE = "records.abandoned.jsonl"  # records of levels a resumed run measured again
@@ -192,13 +192,13 @@ class RunWriter:
 
     def append(self, record: RequestRecord) -> None:
         """Append one record and flush it to the OS, so a crash cannot lose it."""
-        self._records.write(record.model_dump_json(exclude_none=True) + "\n")
+        self._records.write(dump(record, exclude_none=True) + "\n")
         self._records.flush()
 
     def save(self) -> None:
         """Write ``run.json`` atomically (a reader never sees a half-written file)."""
         tmp = self.directory / "run.json.tmp"
-        tmp.write_text(self.run.model_dump_json(indent=2), encoding="utf-8")
+        tmp.write_text(dump(self.run, indent=2), encoding="utf-8")
         os.replace(tmp, self.directory / "run.json")
 
     def finish(self, *, complete: bool, reason: str | None = None) -> None:
@@ -270,9 +270,9 @@ def resume_run(run_dir: Path, load: LoadSpec, model: str, notes: list[str]) -> t
         abandoned = [r for r, k in zip(records, keep, strict=True) if not k]
         if abandoned:
             with open(run_dir / ABANDONED_FILE, "a", encoding="utf-8") as out:
-                out.writelines(r.model_dump_json(exclude_none=True) + "\n" for r in abandoned)
+                out.writelines(dump(r, exclude_none=True) + "\n" for r in abandoned)
             tmp = run_dir / (earlier.records_file + ".tmp")
-            tmp.write_text("".join(r.model_dump_json(exclude_none=True) + "\n" for r in kept), encoding="utf-8")
+            tmp.write_text("".join(dump(r, exclude_none=True) + "\n" for r in kept), encoding="utf-8")
             os.replace(tmp, run_dir / earlier.records_file)
     earlier.status, earlier.partial_reason = "partial", "resumed: still running"
     notes.append(f"resumed {run_dir}: {len(earlier.levels)} finished levels kept")

@@ -24,10 +24,10 @@ from alembic.util.exc import CommandError
 from pydantic import ValidationError
 from sqlalchemy import Float, ForeignKey, Integer, String, Text, create_engine, select
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, selectinload
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, selectinload, validates
 
 from servelab.errors import ServelabError
-from servelab.redaction import mask_url
+from servelab.redaction import mask_url, scrub
 from servelab.results import RunResult
 
 DB_ENV = "SERVELAB_DB"
@@ -92,6 +92,11 @@ class Run(Base):
     prefix_cache: Mapped[str | None] = mapped_column(String(16))
     document: Mapped[str] = mapped_column(Text)  # JSON: run.json, or the imported file's content
     levels: Mapped[list[Level]] = relationship(back_populates="run", order_by=Level.position, cascade="all, delete-orphan")
+
+    @validates("document", "origin", "host", "recipe", "variant")
+    def _no_secrets(self, key: str, value: str | None) -> str | None:
+        """Every text stored is scrubbed (servelab.redaction): an imported file's secrets never reach the database."""
+        return None if value is None else scrub(value)
 
     def doc(self) -> dict:
         """The stored document as a JSON object.

@@ -20,6 +20,7 @@ from pathlib import Path
 from servelab.errors import ServelabError
 from servelab.launch.server import RecipeServer
 from servelab.recipes import Recipe, variant_dir, variant_label
+from servelab.redaction import dump
 from servelab.results import RunResult, SweepIndex, VariantStatus
 
 
@@ -34,7 +35,7 @@ def is_complete(directory: Path) -> bool:
 def _write(path: Path, doc: SweepIndex | VariantStatus) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(doc.model_dump_json(indent=2), encoding="utf-8")
+    tmp.write_text(dump(doc, indent=2), encoding="utf-8")
     tmp.replace(path)
 
 

@@ -34,6 +34,7 @@ from servelab.records import RequestRecord
 from servelab.report.explain_table import explain_table
 from servelab.report.table import bench_table, grid_table, server_table, suite_table
 from servelab.results import RunResult, load_run
+from servelab.untrusted import for_filename
 from servelab.workloads.datasets import load_dataset
 from servelab.workloads.suites import Workload, load_workloads, pick, read_workload_file, with_builtins
 
@@ -301,7 +302,7 @@ def suite(
                     server_log=server.log_path if server else None,
                 )  # fmt: skip
                 try:
-                    bench_obj, _ = runner.run(measure(url, model, api_key, options, base / w.name, server, (None, None, "bf16")))
+                    bench_obj, _ = runner.run(measure(url, model, api_key, options, base / for_filename(w.name), server, (None, None, "bf16")))
                     rows.append((w, bench_obj.writer.run, None))
                 except DoesNotFit as exc:
                     err_console.print(f"[yellow]skipped {escape(w.name)}:[/] {escape(str(exc))}", soft_wrap=True)

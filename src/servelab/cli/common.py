@@ -24,16 +24,33 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.errors import MarkupError
 from rich.markup import escape
+from rich.text import Text
 
 from servelab.errors import ServelabError
 from servelab.imports import read_results
 from servelab.redaction import scrub
 from servelab.store import Store, database_url
+from servelab.untrusted import for_terminal
+
+class SafeConsole(Console):
+    """A console that renders every string it is given (a message, a table cell, a title) through
+    ``servelab.untrusted.for_terminal``: no control character from a model id, a server error or a
+    file reaches the terminal, and no secret is printed; a string whose Rich markup does not parse
+    is printed as text instead of raising."""
+
+    def render_str(self, text: str, **kwargs: object) -> Text:
+        text = for_terminal(text)
+        try:
+            return super().render_str(text, **kwargs)
+        except MarkupError:
+            return super().render_str(text, **{**kwargs, "markup": False})
+
 
 # Tables are wide; when output is not a terminal (a file, CI) do not squeeze them to 80 columns.
-console = Console(width=None if Console().is_terminal else 200)
-err_console = Console(stderr=True, width=None if Console(stderr=True).is_terminal else 200)
+console = SafeConsole(width=None if Console().is_terminal else 200)
+err_console = SafeConsole(stderr=True, width=None if Console(stderr=True).is_terminal else 200)
 DbOpt = Annotated[str | None, typer.Option("--db", help="Runs database: an SQLite file or a SQLAlchemy URL (postgresql+psycopg://…); default $SERVELAB_DB or the per-user data directory.")]
 
 

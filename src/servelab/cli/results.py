@@ -18,6 +18,7 @@ from servelab.imports import read_results
 from servelab.report.html import compare_page, run_page
 from servelab.report.table import bench_table
 from servelab.store import METRICS as STORE_METRICS
+from servelab.untrusted import for_csv
 
 
 def import_(
@@ -90,7 +91,7 @@ def export(
         buffer = io.StringIO(newline="")
         writer = csv.DictWriter(buffer, fieldnames=[*keys, "level", "concurrency", "rate_rps", "ok", "failed", *STORE_METRICS])
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: for_csv(v) for k, v in row.items()} for row in rows)
         text = buffer.getvalue()
     write_file(output, text, "--output")
     console.print(f"{len(rows)} rows of {len(found)} runs written to {output}")

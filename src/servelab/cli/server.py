@@ -12,6 +12,7 @@ from servelab.cli.bench import LlamaServerOpt
 from servelab.cli.common import console, fail, read_text, serve_until_ctrl_c, sigterm_as_sigint
 from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LocalServer
 from servelab.metrics.bootlog import parse_bootlog
+from servelab.redaction import dump
 from servelab.report.bootlog_table import bootlog_table
 
 
@@ -48,6 +49,6 @@ def bootlog(
     if not facts.recognised_lines:
         fail(f"{path}: no line of a vLLM, SGLang or llama.cpp startup log in it ({facts.unrecognised_lines} lines read)")
     if json_out:
-        print(facts.model_dump_json(indent=2, exclude={"unrecognised"}))
+        print(dump(facts, indent=2, exclude={"unrecognised"}))
     else:
         console.print(bootlog_table(facts))

@@ -51,6 +51,7 @@ class _Delta(TypedDict, total=False):
 
 
 class _Choice(TypedDict, total=False):
+    index: int | None
     delta: _Delta | None
     finish_reason: str | None
 
@@ -123,8 +124,13 @@ class StreamParser:
         self.error: tuple[str, str] | None = None
 
     def feed(self, data: bytes, t: float) -> None:
-        """Consume body bytes that arrived at time ``t``."""
+        """Consume body bytes that arrived at time ``t``. Nothing after ``data: [DONE]`` is read
+        (data there marks the record ``after_done``); of a chunk's choices only the first of index
+        0 counts (others mark it ``extra_choices``)."""
         if self.error is not None:
+            return
+        if self.done:
+            self._after_done(data)
             return
         buf = self.buf + data
         record = self.record
@@ -135,13 +141,15 @@ class StreamParser:
             if cut < 0:
                 break
             event, buf = buf[:cut], buf[cut + sep :]
-            for line in event.splitlines():
+            lines = event.splitlines()
+            for i, line in enumerate(lines):
                 if not line.startswith(b"data:"):
                     continue  # comments (": ping"), event:, id:, retry:
                 payload = line[5:].strip()
                 if payload == b"[DONE]":
-                    self.done = True
-                    continue
+                    self.done, self.buf = True, b""
+                    self._after_done(b"\n".join(lines[i + 1 :]) + b"\n" + buf)
+                    return
                 try:
                     obj = CHUNK.validate_json(payload)
                 except ValidationError as exc:
@@ -150,7 +158,11 @@ class StreamParser:
                 if "error" in obj:
                     self.error = ("stream_error", _error_message(payload))
                     return
-                for choice in obj.get("choices") or ():
+                choices = obj.get("choices") or ()
+                choice = next((c for c in choices if not c.get("index")), None)
+                if len(choices) > (choice is not None) and "extra_choices" not in record.anomalies:
+                    record.anomalies.append("extra_choices")
+                if choice is not None:
                     delta = choice.get("delta") or {}
                     content = delta.get("content")
                     reasoning = delta.get("reasoning_content") or delta.get("reasoning")
@@ -171,6 +183,10 @@ class StreamParser:
                 if usage:
                     _read_usage(record, usage)
         self.buf = buf
+
+    def _after_done(self, data: bytes) -> None:
+        if b"data:" in data and "after_done" not in self.record.anomalies:
+            self.record.anomalies.append("after_done")
 
 
 def _chunk_problem(exc: ValidationError, payload: bytes) -> str:

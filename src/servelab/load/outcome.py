@@ -10,6 +10,8 @@ from servelab.redaction import scrub
 from servelab.tokenizer import Tokenizer
 
 ERROR_TEXT_LIMIT = 500
+TEXT_TOKENS_PER_BYTE = 2  # usage above this many tokens per UTF-8 byte received (+ TEXT_TOKEN_MARGIN) is not believed
+TEXT_TOKEN_MARGIN = 16  # special tokens that decode to no text (EOS, think tags) and partial characters
 
 
 class Texts(NamedTuple):
@@ -21,9 +23,31 @@ class Texts(NamedTuple):
 
 
 
+def disbelieve_usage(record: RequestRecord, texts: Texts) -> None:
+    """Check the server's ``usage.completion_tokens`` against the stream itself; where they
+    disagree, mark the record (``anomalies``) and drop the server's count, so that the output is
+    counted from what was received. Not believed: more tokens than ``max_tokens``; fewer than the
+    token chunks received (each carries at least one); more than ``TEXT_TOKENS_PER_BYTE`` per
+    UTF-8 byte of the text received plus ``TEXT_TOKEN_MARGIN`` (a token decodes to at least one
+    byte but for special tokens: an inflated count, docs/failure-semantics.md)."""
+    n = record.output_tokens
+    if n is None or record.output_tokens_source != "usage":
+        return
+    received = len((texts.reasoning + texts.content).encode())
+    found = [kind for kind, wrong in (
+        ("usage_above_max_tokens", n > record.max_tokens),
+        ("usage_below_chunks", n < len(record.chunk_times)),
+        ("usage_above_text", n > TEXT_TOKENS_PER_BYTE * received + TEXT_TOKEN_MARGIN),
+    ) if wrong]  # fmt: skip
+    if found:
+        record.anomalies.extend(found)
+        record.output_tokens = record.output_tokens_source = None
+
+
 async def count_tokens(record: RequestRecord, texts: Texts, tokenizer: Tokenizer | None) -> None:
-    """Fill the counts the server did not send: ``tokenizer`` on the streamed text, else one token
-    per chunk; the prompt from the built length."""
+    """Fill the counts the server did not send, or sent wrong (:func:`disbelieve_usage`):
+    ``tokenizer`` on the streamed text, else one token per chunk; the prompt from the built length."""
+    disbelieve_usage(record, texts)
     content, reasoning, reasoning_chunks = texts.content, texts.reasoning, texts.reasoning_chunks
     if record.prompt_tokens is None and record.expected_prompt_tokens is not None:
         record.prompt_tokens, record.prompt_tokens_source = record.expected_prompt_tokens, "tokenizer"

@@ -94,6 +94,8 @@ class LevelSummary(BaseModel):
     waves: WaveStats | None = Field(None, description="Closed loop: how clustered the sends were (metrics/waves.py).")
     client_cpu: float | None = Field(None, description="CPU time of servelab's own process over the measured phase's wall time (1.0 = one core busy throughout).")
     short_outputs: int = Field(0, description="With ignore_eos: successful requests that returned fewer tokens than max_tokens (the server did not honour it).")
+    stream_anomalies: dict[str, int] = Field(default_factory=dict, description="Measured requests per kind of stream anomaly: what the server sent that was not believed (records.Anomaly).")
+    client_cached_prompt_tokens: int = Field(0, description="Prompt tokens the server's usage said came from its prefix cache (usage.prompt_tokens_details.cached_tokens), successful measured requests.")
     record_span: tuple[int, int] | None = Field(None, description="First and last record index of the level (warm-up included).")
     cut_short: bool = Field(False, description="The level did not finish (the server stopped answering, or Ctrl-C): it covers what ran; a resumed run measures it again.")
     decode_ceiling_tok_s: float | None = Field(
@@ -193,6 +195,8 @@ def summarize(
         prefill_tok_s=Distribution.of(
             r.prompt_tokens / (r.first_token - r.start) for r in with_ttft if r.prompt_tokens and r.first_token > r.start
         ),
+        stream_anomalies=dict(Counter(a for r in measured for a in r.anomalies)),
+        client_cached_prompt_tokens=sum(r.cached_prompt_tokens or 0 for r in ok),
     )
     return summary
 

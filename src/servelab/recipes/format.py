@@ -33,7 +33,7 @@ from servelab import engines
 from servelab.errors import ServelabError
 from servelab.process import free_port
 from servelab.recipes.flags import flag_args, parse_port
-from servelab.recipes.interpreters import script_index
+from servelab.recipes.interpreters import script_indices
 from servelab.recipes.spark_vllm_docker import from_spark_vllm_docker
 from servelab.yamlfile import Lines, line_of, read_yaml_lines
 
@@ -356,12 +356,12 @@ def _check_templates(recipe: Recipe) -> None:
         for _, name, spec, conv in fields:
             if name is not None and (not NAME_RE.fullmatch(name) or spec or conv):
                 raise ServelabError(f"{recipe.where(*loc)}: {{{name}}} is not a placeholder name; write {{{{ and }}}} for literal braces (JSON)")
-    script = script_index(recipe.command)
-    if script is not None and any(name for _, name, _, _ in string.Formatter().parse(recipe.command[script]) if name):
-        raise ServelabError(
-            f"{recipe.where('command', script)}: a placeholder inside a shell script (sh -c) would run its value as shell code; "
-            f"pass it as a positional parameter instead: [sh, -c, 'exec server --x \"$1\"', sh, '{{x}}']"
-        )
+    for script in script_indices(recipe.command):
+        if any(name for _, name, _, _ in string.Formatter().parse(recipe.command[script]) if name):
+            raise ServelabError(
+                f"{recipe.where('command', script)}: a placeholder inside a shell script (sh -c) or interpreter code (python -c, perl -e …) "
+                f"would run its value as code; pass it as a positional parameter instead: [sh, -c, 'exec server --x \"$1\"', sh, '{{x}}']"
+            )
 
 
 def _check_engine(recipe: Recipe) -> None:

@@ -20,8 +20,10 @@ from servelab.report import plots
 from servelab.report.ledger import DEFAULT_METRICS, METRICS, Entry, build, cell_text, default_baseline
 from servelab.results import load_run
 from servelab.store import Level, Run
+from servelab.untrusted import plain
 
-ENV = Environment(loader=PackageLoader("servelab", "report/templates"), autoescape=select_autoescape(default=True))
+ENV = Environment(loader=PackageLoader("servelab", "report/templates"), autoescape=select_autoescape(default=True),
+                  finalize=lambda v: plain(v) if isinstance(v, str) else v)  # escaped, and no control characters (servelab.untrusted)
 
 # Level columns of the tables (store column, title); docs/metrics.md defines each.
 COLUMNS = [

@@ -15,11 +15,13 @@ from collections.abc import Iterator
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display needed
+matplotlib.rcParams["text.parse_math"] = False  # a model id with $…$ is text, not math (servelab.untrusted)
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from servelab.records import RequestRecord  # noqa: E402
 from servelab.store import Level, Run  # noqa: E402
+from servelab.untrusted import plain  # noqa: E402
 
 
 def _png(fig: Figure) -> bytes:
@@ -33,7 +35,7 @@ def run_name(run: Run) -> str:
     """A short legend name: variant or model, engine, the tool for imported results, id prefix."""
     what = run.variant or run.model.rsplit("/", 1)[-1]
     tool = "" if run.source == "servelab" else f" ({run.source})"
-    return f"{what} · {run.engine}{tool} [{run.id[:6]}]"
+    return plain(f"{what} · {run.engine}{tool} [{run.id[:6]}]")
 
 
 def per_user(lv: Level) -> float | None:
