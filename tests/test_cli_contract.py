@@ -4,6 +4,7 @@ line that starts with ``error:`` and names the input, no traceback, and writes n
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,13 @@ def work(tmp_path_factory) -> Path:
     (root / "binary.dat").write_bytes(b"\xff\xfe\x00\x81binary")
     (root / "notes.txt").write_text("hello\n")
     (root / "empty.log").write_text("")
+    (root / "deep.jsonl").write_text('{"prompt": ' + "[" * 20000 + "]" * 20000 + "}\n")
+    (root / "deep.json").write_text('{"a": ' + "[" * 20000 + "]" * 20000 + "}")
+    (root / "zero-mix.yaml").write_text("mixes: {m: {qa: 0}}\n")
+    (root / "nan-mix.yaml").write_text("mixes: {m: {qa: .nan, code: 1}}\n")
+    (root / "sweep").mkdir()
+    (root / "sweep" / "sweep.json").write_text("{}")
+    (root / "huge-config.json").write_text('{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1e30, "vocab_size": 10, "num_attention_heads": 4}')
     return root
 
 
@@ -48,6 +56,14 @@ CASES = [
     ("bench --request-timeout 0", "--request-timeout"),
     ("bench --client-procs 0", "--client-procs"),
     ("bench --no-such-option", "--no-such-option"),
+    ("bench --concurrency ²", "--concurrency"),
+    ("bench --output {W}/sweep", "holds a sweep"),
+    ("grid --output {W}/run", "holds a run"),  # a digit int() refuses
+    ("bench --concurrency 99999999999999999999", "--concurrency"),
+    ("bench --chat-template-kwargs " + '{"a":' + "[" * 20000 + "]" * 20000 + "}", "--chat-template-kwargs"),
+    ("bench --dataset {W}/deep.jsonl", "nested deeper"),
+    ("bench --workloads-file {W}/zero-mix.yaml --mix m", "mix"),
+    ("bench --workloads-file {W}/nan-mix.yaml --mix m", "mix"),
     ("suite --only nope", "nope"),
     ("suite --runs 0", "--runs"),
     ("grid --pp x", "--pp"),
@@ -79,6 +95,7 @@ CASES = [
     ("explain {W}/binary.dat", "binary.dat"),
     ("plan --model qwen3-8b --tp 3", "--tp 3"),
     ("plan --model {W}/binary.dat", "binary.dat"),
+    ("plan --model {W}/huge-config.json", "num_hidden_layers"),  # 1e30 layers: refused, not planned for ever
     ("plan --from-log {W}/missing.log", "--from-log"),
     ("plan --from-log {W}/notes.txt", "--from-log"),
     ("plan cudagraph --capture-sizes 1,x", "--capture-sizes"),
@@ -94,6 +111,7 @@ CASES = [
     ("import {W}/missing.json", "missing.json"),
     ("import {W}/binary.dat", "binary.dat"),
     ("import {W}/notes.txt", "notes.txt"),
+    ("import {W}/deep.json", "nested deeper"),
     ("runs --db nope://x", "--db"),
     ("show no-such-run", "no-such-run"),
     ("show 1%", "1%"),
@@ -112,7 +130,7 @@ def snapshot(root: Path) -> dict[str, int]:
     return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*")}
 
 
-@pytest.mark.parametrize(("args", "needle"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("args", "needle"), CASES, ids=[c[0][:80] for c in CASES])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(work, args, needle):
     before = snapshot(work)
     res = CliRunner().invoke(app, args.replace("{W}", str(work)).split())
@@ -172,3 +190,23 @@ def test_a_read_only_database_after_a_run_only_warns(tmp_path, monkeypatch):
         res = bench(url, tmp_path / "run", requests=4)
     assert res.exit_code == 0 and "not stored in the runs database" in res.output, res.output
     assert (tmp_path / "run" / "run.json").exists()
+
+
+def test_a_huge_boot_log_line_is_read_in_linear_time(tmp_path):
+    """One 760 KB line took 28 s with patterns quadratic in the line length; lines are now capped."""
+    log = tmp_path / "server.log"
+    log.write_text("INFO 11-20 10:00:00 [utils.py:1] non-default args: {'model': '" + "x" * 760_000 + "\n" + "INFO 11-20 10:00:01 [gpu_worker.py:1] Available KV cache memory: 10.5 GiB\n")
+    start = time.perf_counter()
+    res = CliRunner().invoke(app, ["bootlog", str(log), "--json"])
+    assert res.exit_code == 0 and time.perf_counter() - start < 5, res.output[:300]
+
+
+def test_the_leaderboard_takes_any_concurrency_text(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from servelab.store import Store
+    from servelab.ui import make_app
+
+    client = TestClient(make_app(Store(f"sqlite:///{tmp_path / 'runs.db'}")))
+    for value in ("²", "1" * 5000, "-1", "x"):
+        assert client.get("/", params={"concurrency": value}).status_code == 200, value

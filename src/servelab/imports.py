@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from servelab import jsonfile
 from servelab.errors import ServelabError
 from servelab.grid import llama_benchy_rows, read_llama_benchy
 from servelab.redaction import dump
@@ -198,10 +199,7 @@ def read_results(path: Path) -> list[Run]:
     digest = hashlib.sha256(raw).hexdigest()[:16]
     if path.suffix.lower() in (".csv", ".md"):
         return [from_llama_benchy_table(path, digest)]
-    try:
-        data: Any = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise ServelabError(f"{path}: not JSON, CSV or Markdown; servelab reads run directories, vllm bench serve JSON and llama-benchy JSON/CSV") from None
+    data: Any = jsonfile.loads(raw, str(path), "not JSON, CSV or Markdown: servelab reads run directories, vllm bench serve JSON and llama-benchy JSON/CSV")
     if isinstance(data, dict) and "schema_version" in data and "levels" in data and path.name == "run.json":
         return [from_run(read_document(RunResult, path), path.parent)]
     if isinstance(data, dict) and "model_id" in data and "output_throughput" in data:

@@ -53,7 +53,7 @@ def _max_num_seqs(recipe: Recipe, argv: list[str]) -> list[LintFinding]:
             "same recipe runs a different batch on each machine; requests beyond it wait in the queue and their TTFT "
             f"includes the wait. Set {flag} explicitly.",
         )]  # fmt: skip
-    if value is not None and value.isdigit() and int(value) < peak:
+    if value is not None and value.isdecimal() and int(value) < peak:
         return [LintFinding(
             "max-num-seqs", "warning", f"{flag} {value} is below the plan's {peak} requests in flight",
             f"Only {value} requests run at once; the other {peak - int(value)} queue in the server, so the levels above "
@@ -114,7 +114,7 @@ def _max_model_len(recipe: Recipe, resolved: Resolved, hw: Hardware | None) -> l
     argv, engine = resolved.argv, engines.get(recipe.engine)
     flags = engine.flags
     raw = flag_value(argv, flags.max_model_len) if flags.max_model_len else None
-    if hw is None or recipe.model is None or raw is None or not raw.isdigit():
+    if hw is None or recipe.model is None or raw is None or not raw.isdecimal():
         return []
     try:
         spec = load_model(recipe.model, online=False)

@@ -8,7 +8,7 @@ Hugging Face ``hf_…`` tokens, a URL's password and its secret query values, ``
 
 URLs are masked by parsing them (:func:`mask_url`, ``urllib.parse``): the password of the user
 info whatever it holds (an empty user, ``@`` or ``:`` in the password), and the values of query
-keys that name a secret (``api_key``, ``token``, ``key``, ``password`` …). Secret-named keys in
+keys that name a secret (:data:`SECRET_NAMES`, whole names: ``hf_token`` is one, ``first_token`` is not). Secret-named keys in
 structured data (a boot log's arguments, a recipe's ``env``) are masked by :func:`mask_keys`.
 
 The boundary: every document servelab writes (``run.json``, ``records.jsonl``, ``variant.json``,
@@ -25,15 +25,19 @@ from pydantic import BaseModel
 
 MASK = "***"
 MIN_SECRET_LEN = 4  # shorter values would mask ordinary words and numbers
-SECRET_KEY = re.compile(r"(?i)^(?:.*[_-])?(?:api[_-]?key|key|token|secret|password|passwd|pwd|auth|authorization|credentials?|access[_-]?token)$")
-_KEY_NAMES = r"[A-Za-z_-]*(?:api[_-]?key|token|secret|password|passwd|auth)"
+SECRET_NAMES = ("api_key", "apikey", "x_api_key", "token", "access_token", "auth_token", "bearer_token", "hf_token",
+                "hugging_face_hub_token", "huggingface_token", "secret", "secret_key", "client_secret", "aws_secret_access_key",
+                "password", "passwd", "pwd", "auth", "authorization", "credentials", "key")  # whole names only: first_token is no secret
+_NAMES = "|".join(n.replace("_", "[_-]") for n in sorted(SECRET_NAMES, key=len, reverse=True))
+SECRET_KEY = re.compile(rf"(?i)(?:--)?(?:{_NAMES})")  # a key (dict, query, env, flag) naming a secret, matched whole (fullmatch)
+_TEXT_NAMES = "|".join(n.replace("_", "[_-]") for n in sorted(SECRET_NAMES, key=len, reverse=True) if "_" in n or n in ("apikey", "password", "passwd"))
 SHAPES = re.compile(
     r"(?i)(?<=\bbearer )[^\s\"'<>]+"  # Authorization: Bearer <token>
     r"|(?<=\bbasic )[A-Za-z0-9+/]{8,}={0,2}"  # Authorization: Basic <base64 user:password>
     r"|\bsk-[A-Za-z0-9_\-]{8,}"  # OpenAI-style API keys
     r"|\bhf_[A-Za-z0-9]{8,}"  # Hugging Face tokens
 )
-KEY_VALUE = re.compile(rf"(?i)(\b{_KEY_NAMES}['\"]?\s*[=:]\s*['\"]?)([^\s&\"'<>,;]+)")  # API_KEY=…, --hf-token=…, 'api_key': '…', "token":"…"
+KEY_VALUE = re.compile(rf"(?i)((?<![\w-])(?:--)?(?:{_TEXT_NAMES})['\"]?\s*[=:]\s*['\"]?)([^\s&\"'<>,;]+)")  # in free text the unambiguous names only ("token: 212" is a log's prose): API_KEY=…, --hf-token=…, 'api_key': '…'
 URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s\"'<>`]+")
 _known: set[str] = set()
 
@@ -60,8 +64,8 @@ def mask_url(url: str) -> str:
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
-        if any(SECRET_KEY.match(k) for k, _ in pairs):
-            query = urlencode([(k, MASK if SECRET_KEY.match(k) else v) for k, v in pairs], safe="*")
+        if any(SECRET_KEY.fullmatch(k) for k, _ in pairs):
+            query = urlencode([(k, MASK if SECRET_KEY.fullmatch(k) else v) for k, v in pairs], safe="*")
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
@@ -78,7 +82,7 @@ def mask_keys(data: object) -> object:
     """``data`` (dicts, lists, strings) with the values of secret-named keys (``api_key``,
     ``hf_token``, ``password`` …, :data:`SECRET_KEY`) replaced by ``***``; other strings scrubbed."""
     if isinstance(data, dict):
-        return {k: MASK if isinstance(k, str) and SECRET_KEY.match(k) and v not in (None, "", False) else mask_keys(v) for k, v in data.items()}
+        return {k: MASK if isinstance(k, str) and SECRET_KEY.fullmatch(k) and v not in (None, "", False) else mask_keys(v) for k, v in data.items()}
     if isinstance(data, list | tuple):
         return [mask_keys(v) for v in data]
     return scrub(data) if isinstance(data, str) else data

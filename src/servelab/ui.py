@@ -37,7 +37,7 @@ def make_app(store: Store) -> FastAPI:
         order = order if order in ("asc", "desc") else ("desc" if sort in HIGHER_IS_BETTER else "asc")
         filters = {"model": model, "engine": engine, "hardware": hardware, "concurrency": concurrency}
         runs = store.runs(model=model or None, engine=engine or None, hardware=hardware or None)
-        rows = leaderboard_rows(runs, int(concurrency) if concurrency.isdigit() else None, sort, order)
+        rows = leaderboard_rows(runs, int(concurrency) if concurrency.isdecimal() and len(concurrency) <= 9 else None, sort, order)  # "²" is a digit int() refuses
 
         def sort_url(key: str) -> str:
             flip = "asc" if (key == sort and order == "desc") else ("desc" if key == sort else ("desc" if key in HIGHER_IS_BETTER else "asc"))

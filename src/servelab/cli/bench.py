@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from servelab import engines
 from servelab.bench import Bench, DoesNotFit
 from servelab.cli.common import (
-    console, default_run_dir, err_console, event_loop_runner, fail, parse_duration, parse_float_list, parse_int_list, parse_json_object,
+    check_output_kind, console, default_run_dir, err_console, event_loop_runner, fail, parse_duration, parse_float_list, parse_int_list, parse_json_object,
     remember, sigterm_as_sigint,
 )  # fmt: skip
 from servelab.endpoint import Endpoint, discover
@@ -202,6 +202,7 @@ def bench(
     sigterm_as_sigint()
     run_dir = output
     try:
+        check_output_kind(output, "run")
         if requests is not None and duration is not None:
             raise ServelabError("give either --requests or --duration, not both")
         mix_weights, workloads = resolve_mix(mix, workloads_file)
@@ -292,6 +293,7 @@ def suite(
     try:
         chosen = pick(only, load_workloads(workloads_file)[0])
         api_key = os.environ.get(api_key_env) or None
+        check_output_kind(output, "suite")
         base = output or default_run_dir("suite")
         with ExitStack() as stack, event_loop_runner() as runner:
             url, server, _ = _endpoint(stack, url, base, parallel, ctx_size, llama_server)
@@ -350,6 +352,7 @@ def grid(
         order = cells(parse_int_list(pp, "--pp"), parse_int_list(tg, "--tg"), parse_int_list(depth, "--depth", minimum=0),
                       parse_int_list(concurrency, "--concurrency"), seed)  # fmt: skip
         api_key = os.environ.get(api_key_env) or None
+        check_output_kind(output, "grid")
         base = output or default_run_dir("grid")
         with ExitStack() as stack, event_loop_runner() as runner:
             url, server, _ = _endpoint(stack, url, base, parallel, ctx_size, llama_server)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import math
 import os
 import re
@@ -28,6 +27,7 @@ from rich.errors import MarkupError
 from rich.markup import escape
 from rich.text import Text
 
+from servelab import jsonfile
 from servelab.errors import ServelabError
 from servelab.imports import read_results
 from servelab.redaction import scrub
@@ -109,6 +109,21 @@ def write_file(path: Path, text: str, option: str) -> None:
         raise ServelabError(f"{option} {path}: cannot write it ({exc.strerror or exc})") from None
 
 
+OUTPUT_MARKERS = {"run": "run.json", "sweep": "sweep.json", "grid": "grid.csv"}  # what each command leaves at the top of its --output
+
+
+def check_output_kind(path: Path | None, kind: str) -> None:
+    """Refuse an ``--output`` that already holds another command's results (a sweep directory for
+    bench, a bench run for grid …): resuming there would mix them.
+
+    Raises:
+        ServelabError: naming the directory, what it holds and what was asked.
+    """
+    for other, marker in OUTPUT_MARKERS.items():
+        if path is not None and other != kind and (path / marker).is_file():
+            raise ServelabError(f"--output {path}: holds a {other} ({marker}), not a {kind}; give another directory")
+
+
 def parse_int_list(value: str, option: str, minimum: int = 1) -> list[int]:
     """``"1,2,4"`` → ``[1, 2, 4]``; every item an integer ≥ ``minimum`` (0 or 1).
 
@@ -116,7 +131,7 @@ def parse_int_list(value: str, option: str, minimum: int = 1) -> list[int]:
         ServelabError: naming ``option`` and the bad item.
     """
     items = [v.strip() for v in value.split(",") if v.strip()]
-    if not items or not all(v.isdigit() and int(v) >= minimum for v in items):
+    if not items or not all(v.isdecimal() and len(v) <= 9 and int(v) >= minimum for v in items):  # isdecimal: '²' is a digit int() refuses
         kind = "positive integers" if minimum > 0 else "integers ≥ 0"
         raise ServelabError(f"{option} {value!r}: give {kind} separated by commas, e.g. {minimum},2,4")
     return [int(v) for v in items]
@@ -157,10 +172,7 @@ def parse_json_object(value: str | None, option: str) -> dict | None:
     """
     if value is None:
         return None
-    try:
-        obj = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise ServelabError(f"{option}: not valid JSON ({exc.msg}); e.g. '{{\"enable_thinking\": false}}'") from None
+    obj = jsonfile.loads(value, option)
     if not isinstance(obj, dict):
         raise ServelabError(f"{option}: give a JSON object, e.g. '{{\"enable_thinking\": false}}'")
     return obj

@@ -268,6 +268,6 @@ def positive_int(value: object) -> int | None:
         return None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isdecimal():
         value = int(value)
     return value if isinstance(value, int) and value > 0 else None

@@ -23,13 +23,14 @@ KV capacity: ``kv_cache_tokens`` is the cache's cells (the context all slots sha
 
 from __future__ import annotations
 
-import json
 import re
 
+from servelab import jsonfile
 from servelab.argv import has_flag
 from servelab.engines.base import Engine, Gauges, JsonGet, JsonPost, LintFinding, positive_int
 from servelab.engines.bootfacts import BootFacts, Rule, set_fact, set_facts
 from servelab.engines.counters import Scrapes, ServerStats
+from servelab.errors import ServelabError
 
 NAME = "llama.cpp"
 PREFIX = re.compile(r"^(?:\[\d+\] )?(\d+)\.(\d\d)\.(\d{3})\.(\d{3}) ([IWEDT]) (.*)$")
@@ -48,8 +49,8 @@ def strip_prefix(line: str) -> tuple[str, float | None, str] | None:
         return m.group(3), float(ts.group(1)) if ts else None, LEVELS.get(m.group(1), "INFO")
     if line.startswith("{") and '"function"' in line:
         try:
-            obj = json.loads(line)
-        except ValueError:
+            obj = jsonfile.loads(line, "a log line")
+        except ServelabError:
             return None
         if not isinstance(obj, dict) or not isinstance(obj.get("msg", obj.get("message")), str):
             return None

@@ -264,15 +264,15 @@ class VLLM(Engine):
         conc = concurrencies
         k = spec_tokens(argv)
         seqs = flag_value(argv, "--max-num-seqs")
-        seqs_n = int(seqs) if seqs and seqs.isdigit() else None
+        seqs_n = int(seqs) if seqs and seqs.isdecimal() else None
         if seqs_n:  # no decode batch is larger than max_num_seqs, whatever the plan's concurrency
             conc = sorted({min(c, seqs_n) for c in conc})
         given = flag_values(argv, "--cudagraph-capture-sizes") or flag_values(argv, "--cuda-graph-sizes")
-        if given and all(v.isdigit() for v in given):
+        if given and all(v.isdecimal() for v in given):
             sizes, source = sorted({int(v) for v in given}), "the recipe's capture sizes"
         else:
             tokens = flag_value(argv, "--max-num-batched-tokens")
-            tokens_n = int(tokens) if tokens and tokens.isdigit() else 2048
+            tokens_n = int(tokens) if tokens and tokens.isdecimal() else 2048
             sizes, source = default_capture_sizes(seqs_n or SMALL_TIER_MAX_NUM_SEQS, tokens_n, k), "vLLM's default capture sizes"
         padded = [p for p in padding(sizes, conc, k) if p.graph_size is None or p.waste > 0]
         if not padded:

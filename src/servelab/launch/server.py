@@ -147,7 +147,7 @@ class RecipeServer:
             try:
                 out = subprocess.run(self._ray_probe(), capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
                 lines = out.stdout.strip().splitlines()
-                if out.returncode == 0 and lines and lines[-1].isdigit():
+                if out.returncode == 0 and lines and lines[-1].isdecimal():
                     seen = f"{lines[-1]} of {len(c.hosts)} nodes"
                     if int(lines[-1]) >= len(c.hosts):
                         return

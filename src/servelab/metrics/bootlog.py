@@ -8,6 +8,8 @@ colours, a syslog/journald or docker-compose prefix, process prefixes such as
 engine whose prefix matches strips its own. Every rule that matches a line applies (one line may
 hold two facts); a fact keeps its first value unless its rule says otherwise (tensor-parallel
 ranks repeat lines). Lines no pattern knows are kept (up to ``KEEP_UNRECOGNISED``) and counted.
+A line is read up to ``MAX_LINE`` characters (the facts sit in their first few hundred; the
+patterns stay linear in the log's size however long a line is).
 Formats and the real logs they come from: tests/fixtures/bootlogs/INDEX.yaml.
 """
 
@@ -20,6 +22,7 @@ from servelab.engines.bootfacts import BootFacts
 from servelab.redaction import mask_keys, scrub
 
 KEEP_UNRECOGNISED = 200
+MAX_LINE = 16_384  # characters read of one log line (vLLM's longest, its config dump, is ~6,000)
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 PROCESS_PREFIX = re.compile(r"^(?:\([\w:.\-]+ pid=\d+\)\s*)+")
@@ -46,6 +49,7 @@ def parse_bootlog(text: str) -> BootFacts:
     hints: dict[str, int] = {}
     first_ts = last_ts = None
     for raw in text.splitlines():
+        raw = raw[:MAX_LINE]
         if not raw.strip():
             continue
         msg, hint, ts, level = _clean(raw, engines)

@@ -156,8 +156,7 @@ def parse_config(cfg: dict, name: str = "model") -> ModelSpec:
     cfg = text_config(cfg)
     mt = str(cfg.get("model_type", ""))
     try:
-        H, L, V = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
-        nh = cfg["num_attention_heads"]
+        H, V, nh, _ = (cfg[k] for k in ("hidden_size", "vocab_size", "num_attention_heads", "num_hidden_layers"))
     except KeyError as exc:
         raise ServelabError(f"config of {name} lacks {exc.args[0]!r}; give a Hugging Face config.json") from None
     nkv = _get(cfg, "num_key_value_heads", default=nh)

@@ -27,8 +27,9 @@ from huggingface_hub.utils import logging as hub_logging
 from huggingface_hub.utils import validate_repo_id
 from huggingface_hub import constants as hub_constants
 from huggingface_hub import errors as hub_errors
-from pydantic import BaseModel, NonNegativeInt, PositiveInt, ValidationError
+from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, ValidationError
 
+from servelab import jsonfile
 from servelab.errors import ServelabError
 from servelab.plan.families import parse_config, text_config
 from servelab.specs import ModelSpec
@@ -37,15 +38,18 @@ HUB_FILES = ("config.json", "hf_quant_config.json")  # what servelab takes from 
 
 
 class CoreConfig(BaseModel):
-    """The fields every supported config.json has, checked before a user's file is parsed."""
+    """The fields every supported config.json has, checked before a user's file is parsed, within
+    physical bounds (the largest published models are 10–100× below each: a config with
+    ``num_hidden_layers: 1e30`` is refused, not planned for ever)."""
 
-    hidden_size: PositiveInt
-    num_hidden_layers: PositiveInt
-    vocab_size: PositiveInt
-    num_attention_heads: PositiveInt
-    num_key_value_heads: PositiveInt | None = None
-    head_dim: PositiveInt | None = None
-    intermediate_size: NonNegativeInt | None = None
+    hidden_size: PositiveInt = Field(le=1_000_000)
+    num_hidden_layers: PositiveInt = Field(le=100_000)
+    vocab_size: PositiveInt = Field(le=100_000_000)
+    num_attention_heads: PositiveInt = Field(le=100_000)
+    num_key_value_heads: PositiveInt | None = Field(None, le=100_000)
+    head_dim: PositiveInt | None = Field(None, le=100_000)
+    intermediate_size: NonNegativeInt | None = Field(None, le=100_000_000)
+    max_position_embeddings: PositiveInt | None = Field(None, le=1 << 40)
 
 
 def catalog() -> dict[str, Path]:
@@ -144,11 +148,10 @@ def hub_reachable() -> bool:
 
 def _read(path: Path, ref: str, name: str) -> ModelSpec:
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ServelabError(f"--model {ref}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise ServelabError(f"--model {ref}: not a text file (not UTF-8); give a config.json") from None
+    cfg = jsonfile.loads(text, f"--model {ref}")
     try:
         CoreConfig.model_validate(text_config(cfg) if isinstance(cfg, dict) else cfg)
         spec = parse_config(cfg, name=name)

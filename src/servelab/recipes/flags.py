@@ -11,7 +11,7 @@ SECRET_WORDS = ("key", "token", "secret", "password")
 
 
 def parse_port(value: str) -> int:
-    if not value.isdigit() or not 0 < int(value) < 65536:
+    if not value.isdecimal() or not 0 < int(value) < 65536:
         raise ServelabError(f"port {value!r} is not a TCP port; pass --set port=8000")
     return int(value)
 

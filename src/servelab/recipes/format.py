@@ -277,7 +277,7 @@ class Recipe(BaseModel):
             if name not in used and name not in ("port", "tensor_parallel", "model"):
                 argv += flag_args(name, value)
         tp = merged["tensor_parallel"]
-        if not tp.isdigit() or int(tp) < 1:
+        if not tp.isdecimal() or int(tp) < 1:
             raise ServelabError(f"tensor_parallel {tp!r} is not a positive integer")
         argv += engine.parallel_flags(argv, int(tp), self.expert_parallel, self.backend())
         head = self.cluster.hosts[0] if self.cluster else "127.0.0.1"

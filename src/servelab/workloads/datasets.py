@@ -10,10 +10,10 @@ One JSON object per line, either
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from servelab import jsonfile
 from servelab.errors import ServelabError
 
 
@@ -43,10 +43,7 @@ def load_dataset(path: Path) -> list[DatasetEntry]:
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ServelabError(f"--dataset {path} line {n}: not JSON ({exc.msg})") from None
+        obj = jsonfile.loads(line, f"--dataset {path} line {n}")
         if not isinstance(obj, dict):
             raise ServelabError(f"--dataset {path} line {n}: expected a JSON object")
         limit = obj.get("output_tokens", obj.get("max_tokens"))

@@ -18,10 +18,11 @@ User file (``--workloads-file FILE``)::
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from servelab.errors import ServelabError
 from servelab.yamlfile import read_yaml
@@ -32,8 +33,8 @@ class Workload(BaseModel, extra="forbid"):
 
     name: str = ""
     purpose: str = ""
-    input_tokens: int = Field(gt=0, description="Prompt tokens, chat template included.")
-    max_tokens: int = Field(gt=0)
+    input_tokens: int = Field(gt=0, le=10_000_000, description="Prompt tokens, chat template included.")
+    max_tokens: int = Field(gt=0, le=10_000_000)
     lang: Literal["en", "hu"] = "en"
     instruction: str = Field("", description="Text before the corpus slice.")
     question: str = Field("", description="Text after the corpus slice.")
@@ -72,6 +73,15 @@ class WorkloadFile(BaseModel, extra="forbid"):
 
     workloads: dict[str, Workload] = Field(default_factory=dict)
     mixes: dict[str, dict[str, float]] = Field(default_factory=dict)
+
+    @field_validator("mixes")
+    @classmethod
+    def _weights(cls, mixes: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        """Each weight finite and ≥ 0, each mix's sum > 0 (a draw needs one)."""
+        for name, weights in mixes.items():
+            if any(not math.isfinite(w) or w < 0 for w in weights.values()) or not sum(weights.values()) > 0:
+                raise ValueError(f"mix {name!r}: give finite weights ≥ 0 with a sum above 0")
+        return mixes
 
 
 def read_workload_file(path: Path, option: str = "--workloads-file") -> WorkloadFile:
