@@ -28,6 +28,7 @@ def work(tmp_path_factory) -> Path:
     (root / "notes.txt").write_text("hello\n")
     (root / "empty.log").write_text("")
     (root / "deep.jsonl").write_text('{"prompt": ' + "[" * 20000 + "]" * 20000 + "}\n")
+    (root / "deep.yaml").write_text("a: " + "[" * 3000 + "]" * 3000 + "\n")
     (root / "deep.json").write_text('{"a": ' + "[" * 20000 + "]" * 20000 + "}")
     (root / "zero-mix.yaml").write_text("mixes: {m: {qa: 0}}\n")
     (root / "nan-mix.yaml").write_text("mixes: {m: {qa: .nan, code: 1}}\n")
@@ -88,6 +89,7 @@ CASES = [
     ("predict --model qwen3-8b --vary gpus=2", "--vary"),
     ("predict --model qwen3-8b --plot {W}/curve.png --overlay {W}/binary.dat", "binary.dat"),
     ("predict --model qwen3-8b --calibration {W}/binary.dat", "binary.dat"),
+    ("predict --model qwen3-8b --calibration {W}/deep.yaml", "nested deeper"),
     ("predict --model qwen3-next-80b-a3b --hardware h200", "does not fit"),
     ("explain {W}/missing", "missing"),
     ("calibrate {W}/missing", "missing"),

@@ -167,9 +167,10 @@ def test_report_of_an_open_loop_run_prints_no_warning(tmp_path):
     assert res.exit_code == 0 and res.exception is None, (res.output, res.exception)
 
 
-def test_sigterm_stops_a_background_run_that_inherited_sigint_ignored(tmp_path):
-    """A script's background job starts with SIGINT ignored; SIGTERM (forwarded as SIGINT) must still
-    stop it and leave the partial run."""
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_stops_a_background_run_that_inherited_sigint_ignored(tmp_path, signame):
+    """A script's background job starts with SIGINT ignored; SIGTERM, or SIGHUP from a dropped ssh
+    session (forwarded as SIGINT), must still stop it and leave the partial run."""
     import signal
 
     out = tmp_path / "run"
@@ -183,7 +184,7 @@ def test_sigterm_stops_a_background_run_that_inherited_sigint_ignored(tmp_path):
         while not ((out / "records.jsonl").exists() and len((out / "records.jsonl").read_text().splitlines()) >= 3):
             assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() is not None else "timeout"
             time.sleep(0.05)  # polling a condition
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(getattr(signal, signame))
         output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, output
     run = json.loads((out / "run.json").read_text())
@@ -227,3 +228,14 @@ def test_cached_tokens_on_a_cold_run_are_contamination_without_metrics(tmp_path)
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     (finding,) = [f for f in run["findings"] if f["kind"] == "prefix_cache_contamination"]
     assert finding["evidence"]["source"] == "usage" and finding["evidence"]["cached_prompt_tokens"] > 0, res.output
+
+
+def test_a_full_disk_names_the_file(tmp_path):
+    """Records written to a full disk (/dev/full: every write is ENOSPC) end in one line naming the file."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "records.jsonl").symlink_to("/dev/full")
+    with fault_server() as url:
+        res = bench(url, out, requests=4)
+    lines = [line for line in res.output.splitlines() if line.strip().startswith("error:")]
+    assert res.exit_code == 2 and lines and "records.jsonl" in lines[-1] and "No space left" in lines[-1], res.output

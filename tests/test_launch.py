@@ -7,8 +7,10 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -196,3 +198,27 @@ cluster:
         assert server.server_procs[0].argv[-2:] == ["--distributed-executor-backend", "ray"]
     assert not any(p.alive() for p in server.cluster_procs + server.server_procs)
     assert "Ray runtime started" in (tmp_path / "logs" / "ray-head.log").read_text()
+
+
+def test_sigkill_of_servelab_still_stops_the_server_it_launched(tmp_path):
+    """SIGKILL cannot be caught: the server's lifeline (servelab.process) stops it when servelab is
+    gone. The server here (Python's http.server) has no watchdog of its own."""
+    server_code = "import http.server, sys; http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()"
+    recipe = write(tmp_path, f"""\
+name: plain
+engine: custom
+command: [{sys.executable}, -c, "{server_code}", "{{port}}"]
+ready: {{url: "http://127.0.0.1:{{port}}/", timeout_s: 60}}
+""")
+    proc = subprocess.Popen([sys.executable, "-m", "servelab", "launch", str(recipe)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = next(line.split("serving at", 1)[1].split()[0] for line in proc.stdout if "serving at" in line)
+    port = int(url.rstrip("/").rsplit(":", 1)[1].split("/")[0])
+    proc.kill()  # SIGKILL: no handler runs
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 40
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) != 0:
+                break  # the server is gone
+        assert time.monotonic() < deadline, "the launched server outlived servelab's SIGKILL"
+        time.sleep(0.1)  # polling a condition

@@ -1,4 +1,11 @@
-"""The one error type that reaches users as a single clear line (never a traceback)."""
+"""The one error type that reaches users as a single clear line (never a traceback), and
+:func:`writing`, which makes a failed write name its file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 
 class ServelabError(Exception):
@@ -7,3 +14,15 @@ class ServelabError(Exception):
     The message is one line that names the input and the fix. The CLI prints it and exits with
     code 2; library callers may catch it like any exception.
     """
+
+
+@contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Name ``path`` in an ``OSError`` raised inside (a full disk, ENOSPC, is raised by a write
+    with no file name), so that the one-line error says which file could not be written."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename:
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None

@@ -28,6 +28,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from servelab.errors import writing
 from servelab.metrics.summary import decode_span
 from servelab.records import RequestRecord
 from servelab.untrusted import for_csv
@@ -132,7 +133,7 @@ CSV_COLUMNS = ("pp", "tg", "depth", "concurrency", "requests", "failed", "prefil
 
 def write_csv(rows: list[CellStats], path: Path) -> None:
     """The grid as CSV, one line per cell (columns ``CSV_COLUMNS``, speeds in tok/s)."""
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with writing(path), open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(CSV_COLUMNS)
         for s in rows:
@@ -159,7 +160,7 @@ def _num(value: float | None) -> str:
 def write_llama_benchy_csv(rows: list[CellStats], model: str, path: Path) -> None:
     """The grid as llama-benchy's ``--format csv``: a pp row and a tg row per cell (no peak figures:
     servelab has none; TTFT goes in ttfr, est_ppt and e2e_ttft alike)."""
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with writing(path), open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(LLAMA_BENCHY_COLUMNS)
         for s in rows:

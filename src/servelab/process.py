@@ -4,6 +4,13 @@ its own process group, its output in a log file, readiness over HTTP, and a clea
 Processes are started from argument lists (``subprocess.Popen`` without a shell), in a new
 session, so a stop reaches every child (``os.killpg``) and the user's Ctrl-C reaches servelab
 alone, which then stops them in order.
+
+Each one also gets a lifeline (:data:`WATCHER`): a small process in its own session that waits on
+a pipe only servelab holds. When servelab ends in any way, SIGKILL and a crash included, the kernel
+closes the pipe; unless servelab said it stopped the process itself, the watcher then runs the
+stop command (``docker stop``: a container outlives its client) and SIGTERM, then SIGKILL, to the
+process group. (``PR_SET_PDEATHSIG`` would miss the container and fires when the starting thread
+ends.) Nothing stays behind holding a GPU.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +32,32 @@ from servelab.errors import ServelabError
 STOP_TIMEOUT_S = 30.0  # SIGTERM, then SIGKILL after this long (vLLM needs a few seconds to free the GPU)
 LOG_TAIL_LINES = 15
 POLL_S = 0.2  # readiness polling interval (not synchronisation: readiness is the HTTP answer)
+
+
+WATCHER = """
+import os, signal, subprocess, sys, time
+pgid, timeout, stop = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
+if sys.stdin.buffer.read():  # EOF: servelab has ended; b"stopped" first: it stopped the process itself
+    sys.exit(0)
+if stop:
+    try:
+        subprocess.run(stop, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+    except Exception:
+        pass
+def alive():
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except OSError:
+        return False
+if alive():
+    os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if alive():
+        os.killpg(pgid, signal.SIGKILL)
+"""
 
 
 def free_port() -> int:
@@ -68,6 +102,7 @@ class Proc:
         self.env = env or {}
         self.stop_argv = list(stop_argv) if stop_argv else None
         self.process: subprocess.Popen | None = None
+        self.watcher: subprocess.Popen | None = None
 
     def start(self) -> Proc:
         """Start it.
@@ -84,6 +119,10 @@ class Proc:
                 )  # fmt: skip
         except OSError as exc:
             raise ServelabError(f"cannot start {self.name} ({self.argv[0]}): {exc.strerror}") from None
+        self.watcher = subprocess.Popen(
+            [sys.executable, "-c", WATCHER, str(self.process.pid), str(STOP_TIMEOUT_S), *(self.stop_argv or [])],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
         return self
 
     def alive(self) -> bool:
@@ -117,6 +156,18 @@ class Proc:
         except (ProcessLookupError, PermissionError):
             pass
         self.process.wait()
+        self._release_watcher()
+
+    def _release_watcher(self) -> None:
+        """Tell the lifeline the process was stopped here, so it exits without acting."""
+        if self.watcher is not None and self.watcher.stdin is not None:
+            try:
+                self.watcher.stdin.write(b"stopped")
+                self.watcher.stdin.close()
+            except OSError:
+                pass
+            self.watcher.wait()
+            self.watcher = None
 
 
 def http_ok(url: str, timeout_s: float = 2.0) -> bool:

@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field, ValidationError
 from servelab import __version__
 from servelab.endpoint import EndpointInfo
 from servelab.engines.bootfacts import BootFacts
-from servelab.errors import ServelabError
+from servelab.errors import ServelabError, writing
 from servelab.metrics.summary import LevelSummary
 from servelab.records import RequestRecord
 from servelab.redaction import dump, scrub
@@ -192,13 +192,15 @@ class RunWriter:
 
     def append(self, record: RequestRecord) -> None:
         """Append one record and flush it to the OS, so a crash cannot lose it."""
-        self._records.write(dump(record, exclude_none=True) + "\n")
-        self._records.flush()
+        with writing(self.directory / self.run.records_file):
+            self._records.write(dump(record, exclude_none=True) + "\n")
+            self._records.flush()
 
     def save(self) -> None:
         """Write ``run.json`` atomically (a reader never sees a half-written file)."""
         tmp = self.directory / "run.json.tmp"
-        tmp.write_text(dump(self.run, indent=2), encoding="utf-8")
+        with writing(tmp):
+            tmp.write_text(dump(self.run, indent=2), encoding="utf-8")
         os.replace(tmp, self.directory / "run.json")
 
     def finish(self, *, complete: bool, reason: str | None = None) -> None:
@@ -207,7 +209,8 @@ class RunWriter:
         self.run.partial_reason = None if complete or reason is None else scrub(reason)
         self.run.ended_at = datetime.now(timezone.utc).isoformat()
         self.save()
-        self._records.close()
+        with writing(self.directory / self.run.records_file):
+            self._records.close()
 
 
 @contextmanager

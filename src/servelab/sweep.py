@@ -17,7 +17,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
-from servelab.errors import ServelabError
+from servelab.errors import ServelabError, writing
 from servelab.launch.server import RecipeServer
 from servelab.recipes import Recipe, variant_dir, variant_label
 from servelab.redaction import dump
@@ -35,7 +35,8 @@ def is_complete(directory: Path) -> bool:
 def _write(path: Path, doc: SweepIndex | VariantStatus) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(dump(doc, indent=2), encoding="utf-8")
+    with writing(tmp):
+        tmp.write_text(dump(doc, indent=2), encoding="utf-8")
     tmp.replace(path)
 
 

@@ -2,6 +2,7 @@
 
 Aliases (``*name``) are refused: an alias "bomb" expands exponentially and a self-referencing
 alias is a cycle, and servelab's files need neither (anchors alone are harmless and allowed).
+Nesting deeper than ``MAX_DEPTH`` is refused too (PyYAML's composer recurses per level).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import yaml
 
 from servelab.errors import ServelabError
 
+MAX_DEPTH = 64  # nesting levels read (the composer recurses once per level)
 Lines = dict[tuple, int]  # key path (e.g. ("bench", "concurrency", 0)) → 1-based line in the file
 
 
@@ -34,9 +36,13 @@ def read_yaml_lines(path: Path, option: str) -> tuple[Any, Lines]:
     """
     try:
         text = path.read_text(encoding="utf-8")
-        alias = next((e for e in yaml.parse(text, Loader=yaml.SafeLoader) if isinstance(e, yaml.AliasEvent)), None)
-        if alias is not None:
-            raise ServelabError(f"{option} {path}: line {alias.start_mark.line + 1}: YAML aliases (*{alias.anchor}) are not supported; write the value out")
+        level = 0
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):  # the event parser is iterative: checks before the recursive composer
+            if isinstance(event, yaml.AliasEvent):
+                raise ServelabError(f"{option} {path}: line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are not supported; write the value out")
+            level += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
+            if level > MAX_DEPTH:
+                raise ServelabError(f"{option} {path}: line {event.start_mark.line + 1}: nested deeper than {MAX_DEPTH} levels; servelab reads no such file")
         return yaml.safe_load(text), _lines(yaml.compose(text, Loader=yaml.SafeLoader), ())
     except OSError as exc:
         raise ServelabError(f"{option} {path}: {exc.strerror}") from None

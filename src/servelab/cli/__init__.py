@@ -8,6 +8,7 @@ and Click's own usage errors are one line too (:class:`OneLineUsageErrors`).
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -20,11 +21,39 @@ from servelab.cli import bench, plan, predict, recipes, results, server
 from servelab.cli.common import console, err_console, one_line_errors
 
 
+MAX_INT = 10_000_000  # no integer option means more (tokens, requests, runs); one with its own max keeps it
+UNBOUNDED = {"seed"}
+
+
+def _bounded_numbers(group: Any) -> None:
+    """Every option of every command refuses a non-finite number (``inf``, ``nan``, ``1e309``) and an
+    integer above ``MAX_INT`` (or its own max) as a usage error naming it: a value no run can mean
+    would otherwise be planned or allocated (a billion-token prompt, 10²⁰ requests)."""
+    for command in group.commands.values():
+        if hasattr(command, "commands"):
+            _bounded_numbers(command)
+        for param in command.params:
+            if getattr(param.process_value, "bounded", False):
+                continue
+
+            def process_value(ctx: Any, value: Any, _orig: Any = param.process_value, _param: Any = param) -> Any:
+                out = _orig(ctx, value)
+                if isinstance(out, float) and not math.isfinite(out):
+                    raise typer.BadParameter(f"{value!r} is not a finite number", ctx=ctx, param=_param)
+                if isinstance(out, int) and not isinstance(out, bool) and out > MAX_INT and _param.name not in UNBOUNDED:
+                    raise typer.BadParameter(f"{out} is above {MAX_INT:,}: give a number a run can mean", ctx=ctx, param=_param)
+                return out
+
+            process_value.bounded = True  # type: ignore[attr-defined]
+            param.process_value = process_value
+
+
 class OneLineUsageErrors(TyperGroup):
     """Click's usage errors (a bad option value, an unknown option, a missing argument) as one line
     naming the option and where its help is, instead of a usage box; exit code 2 as before."""
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        _bounded_numbers(self)
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         try:

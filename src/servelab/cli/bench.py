@@ -14,8 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from servelab import engines
 from servelab.bench import Bench, DoesNotFit
 from servelab.cli.common import (
-    check_output_kind, console, default_run_dir, err_console, event_loop_runner, fail, parse_duration, parse_float_list, parse_int_list, parse_json_object,
-    remember, sigterm_as_sigint,
+    MAX_STREAMS, check_output_kind, console, default_run_dir, err_console, event_loop_runner, fail, parse_duration, parse_float_list, parse_int_list, parse_json_object,
+    remember, sigterm_as_sigint, write_file,
 )  # fmt: skip
 from servelab.endpoint import Endpoint, discover
 from servelab.errors import ServelabError
@@ -168,13 +168,13 @@ def bench(
     tokenizer: TokenizerOpt = None,
     concurrency: Annotated[str, typer.Option(help="Concurrency levels: requests kept in flight, e.g. 1,2,4,8.")] = "1,2,4",
     mix: Annotated[str | None, typer.Option(help="Draw each request from a weighted mix of named workloads: uniform_short, mixed_typical, long_only, a mix of --workloads-file, or a YAML file with one mix.")] = None,
-    workers: Annotated[int | None, typer.Option(min=1, help="One level with this many requests in flight (the usual pairing with --mix and --duration).")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, max=MAX_STREAMS, help="One level with this many requests in flight (the usual pairing with --mix and --duration).")] = None,
     workloads_file: Annotated[Path | None, typer.Option(help="YAML with your own workloads and mixes.")] = None,
     dataset: Annotated[Path | None, typer.Option(help="JSONL of prompts ({\"prompt\", \"output_tokens\"?}) or ShareGPT conversations, used in file order.")] = None,
     rate: Annotated[str | None, typer.Option(help="Open loop instead: arrival rates in requests/s, e.g. 0.5,1,2 (one level each; --concurrency is then unused).")] = None,
     closed_loop: Annotated[Literal["stagger", "burst"], typer.Option(help="Closed loop: stagger = ramp the streams up over one request's duration and measure the steady state; burst = start them together (waves may stay synchronized).")] = "stagger",
     burstiness: Annotated[float, typer.Option(min=0.01, help="Open loop: gamma shape of the arrival gaps; 1 = Poisson, < 1 burstier.")] = 1.0,
-    max_concurrency: Annotated[int | None, typer.Option(min=1, help="Open loop: at most this many requests in flight; the rest wait on the client side (reported apart from TTFT).")] = None,
+    max_concurrency: Annotated[int | None, typer.Option(min=1, max=MAX_STREAMS, help="Open loop: at most this many requests in flight; the rest wait on the client side (reported apart from TTFT).")] = None,
     requests: Annotated[int | None, typer.Option(min=1, help="Measured requests per level (default 8 per slot up to 512, 4 per slot above, at least 8; 4 on the embedded server).")] = None,
     duration: Annotated[str | None, typer.Option(help="Measure each level for a duration instead (90s, 2m); in-flight requests at the end count as incomplete.")] = None,
     warmup: Annotated[int | None, typer.Option(min=0, help="Warm-up requests per level, not counted (default one per slot).")] = None,
@@ -210,7 +210,7 @@ def bench(
         if requests is None and duration is None:
             requests = load["requests"]
         options = BenchOptions(
-            concurrency=[workers] if workers else parse_int_list(concurrency, "--concurrency"),
+            concurrency=[workers] if workers else parse_int_list(concurrency, "--concurrency", maximum=MAX_STREAMS),
             mix=mix_weights,
             workloads=workloads,
             dataset=load_dataset(dataset) if dataset else None,
@@ -350,7 +350,7 @@ def grid(
     rows: list[CellStats] = []
     try:
         order = cells(parse_int_list(pp, "--pp"), parse_int_list(tg, "--tg"), parse_int_list(depth, "--depth", minimum=0),
-                      parse_int_list(concurrency, "--concurrency"), seed)  # fmt: skip
+                      parse_int_list(concurrency, "--concurrency", maximum=MAX_STREAMS), seed)  # fmt: skip
         api_key = os.environ.get(api_key_env) or None
         check_output_kind(output, "grid")
         base = output or default_run_dir("grid")
@@ -376,7 +376,7 @@ def grid(
                     raise
                 except ServelabError as exc:  # recorded, and the grid goes on
                     out.mkdir(parents=True, exist_ok=True)
-                    (out / "error.txt").write_text(str(exc) + "\n")
+                    write_file(out / "error.txt", str(exc) + "\n", "--output")
                     err_console.print(f"[red]{cell.name} failed:[/] {escape(str(exc))}", soft_wrap=True)
                     continue
                 rows.append(cell_stats(cell, load_run(out)[1]))

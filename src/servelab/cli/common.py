@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import math
 import os
@@ -34,11 +35,52 @@ from servelab.redaction import scrub
 from servelab.store import Store, database_url
 from servelab.untrusted import for_terminal
 
+class _Survivable:
+    """A console's file that outlives its reader: after the pipe closes (``servelab bench | head``)
+    or the terminal goes (SIGHUP), writes go to /dev/null, so the run still finishes, is stored,
+    and exits with its own code (Python's advice for SIGPIPE: point the descriptor at devnull)."""
+
+    GONE = (errno.EPIPE, errno.EIO)
+
+    def __init__(self, file: object) -> None:
+        self._file = file
+
+    def write(self, text: str) -> int:
+        try:
+            return self._file.write(text)
+        except OSError as exc:
+            self._gone(exc)
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._file.flush()
+        except OSError as exc:
+            self._gone(exc)
+
+    def _gone(self, exc: OSError) -> None:
+        if exc.errno not in self.GONE:
+            raise exc
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._file.fileno())
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._file, name)
+
+
 class SafeConsole(Console):
     """A console that renders every string it is given (a message, a table cell, a title) through
     ``servelab.untrusted.for_terminal``: no control character from a model id, a server error or a
     file reaches the terminal, and no secret is printed; a string whose Rich markup does not parse
-    is printed as text instead of raising."""
+    is printed as text instead of raising. Its output survives a closed pipe (:class:`_Survivable`)."""
+
+    @property
+    def file(self) -> object:
+        return _Survivable(Console.file.fget(self))
+
+    @file.setter
+    def file(self, new_file: object) -> None:
+        Console.file.fset(self, new_file)
 
     def render_str(self, text: str, **kwargs: object) -> Text:
         text = for_terminal(text)
@@ -94,14 +136,16 @@ def read_text(path: Path, option: str) -> str:
 
 def write_file(path: Path, text: str, option: str) -> None:
     """Write ``text`` to ``path`` atomically (a temporary file beside it, then ``os.replace``), so a
-    failure never leaves a half-written file.
+    failure never leaves a half-written file; secrets masked (``servelab.redaction.scrub``).
 
     Raises:
-        ServelabError: cannot write there, naming ``option`` and the path.
+        ServelabError: no file name, a directory, or cannot write there, naming ``option`` and the path.
     """
+    if not path.name or path.is_dir():
+        raise ServelabError(f"{option} {str(path)!r}: give a file name")
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(scrub(text), encoding="utf-8")
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):
@@ -124,16 +168,20 @@ def check_output_kind(path: Path | None, kind: str) -> None:
             raise ServelabError(f"--output {path}: holds a {other} ({marker}), not a {kind}; give another directory")
 
 
-def parse_int_list(value: str, option: str, minimum: int = 1) -> list[int]:
-    """``"1,2,4"`` → ``[1, 2, 4]``; every item an integer ≥ ``minimum`` (0 or 1).
+MAX_STREAMS = 100_000  # concurrency: streams one run keeps in flight (10,000 measured on one host, README)
+
+
+def parse_int_list(value: str, option: str, minimum: int = 1, maximum: int = 10_000_000) -> list[int]:
+    """``"1,2,4"`` → ``[1, 2, 4]``; every item an integer from ``minimum`` (0 or 1) to ``maximum``
+    (tokens: 10 million; ``--concurrency``: :data:`MAX_STREAMS`).
 
     Raises:
         ServelabError: naming ``option`` and the bad item.
     """
     items = [v.strip() for v in value.split(",") if v.strip()]
-    if not items or not all(v.isdecimal() and len(v) <= 9 and int(v) >= minimum for v in items):  # isdecimal: '²' is a digit int() refuses
+    if not items or not all(v.isdecimal() and len(v) <= 9 and minimum <= int(v) <= maximum for v in items):  # isdecimal: '²' is a digit int() refuses
         kind = "positive integers" if minimum > 0 else "integers ≥ 0"
-        raise ServelabError(f"{option} {value!r}: give {kind} separated by commas, e.g. {minimum},2,4")
+        raise ServelabError(f"{option} {value!r}: give {kind} up to {maximum:,} separated by commas, e.g. {minimum},2,4")
     return [int(v) for v in items]
 
 
@@ -179,14 +227,17 @@ def parse_json_object(value: str | None, option: str) -> dict | None:
 
 
 def sigterm_as_sigint() -> None:
-    """Treat SIGTERM like Ctrl-C, so a killed servelab still stops its server and saves the partial run.
+    """Treat SIGTERM and SIGHUP (a dropped ssh session) like Ctrl-C, so a killed servelab still
+    stops its server and saves the partial run. (SIGKILL cannot be caught: the servers' lifelines,
+    ``servelab.process``, stop them then.)
 
     A job a script starts in the background (``servelab bench … &``) inherits SIGINT ignored; SIGINT
     (and so SIGTERM, forwarded as SIGINT) would then do nothing, so servelab takes SIGINT back."""
     if threading.current_thread() is threading.main_thread():  # (signals can only be set there)
         if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
             signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, lambda *_: os.kill(os.getpid(), signal.SIGINT))
 
 
 def event_loop_runner() -> asyncio.Runner:

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.cli.common import DbOpt, console, parse_float_list, parse_int_list, read_text, store_at
+from servelab.cli.common import DbOpt, console, parse_float_list, parse_int_list, read_text, store_at, write_file
 from servelab.errors import ServelabError
 from servelab.explain import explain, repeatability
 from servelab.plan.checkpoint import weight_format
@@ -288,5 +288,5 @@ def calibrate_cmd(
     if cal.bw_efficiency in BW_RANGE or cal.compute_efficiency in COMPUTE_RANGE:
         console.print("[yellow]an efficiency sits at the edge of its range: these runs do not pin it down; add levels at other concurrencies (1 stream fixes the prefill efficiency)[/]")
     if out is not None:
-        out.write_text(yaml.safe_dump({cal.name: cal.model_dump(exclude={"name"})}, sort_keys=False, allow_unicode=True), encoding="utf-8")
+        write_file(out, yaml.safe_dump({cal.name: cal.model_dump(exclude={"name"})}, sort_keys=False, allow_unicode=True), "--out")
         console.print(escape(f"written to {out}: servelab predict --calibration {out}"))

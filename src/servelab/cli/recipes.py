@@ -145,7 +145,7 @@ def sweep(
         fail(f"interrupted; the server was stopped and the sweep is in {out} (rerun the same command to resume)" if out else "interrupted", 130)
     for ledger in ledgers:
         console.print(ledger_table(ledger))
-    (out / "ledger.md").write_text(ledger_markdown(ledgers), encoding="utf-8")
+    write_file(out / "ledger.md", ledger_markdown(ledgers), "--output")
     console.print(f"sweep saved in {out} (ledger: {out / 'ledger.md'})")
     remember(out)
     bad = [o.variant for o in outcomes if o.status != "complete"]
