@@ -52,7 +52,7 @@ from servelab.endpoint import Endpoint
 from servelab.load.client import StreamClient, chat_body
 from servelab.load.scheduler import closed_loop
 from servelab.load.workers import WorkerPool
-from servelab.metrics.summary import percentile
+from servelab.metrics.request import percentile
 from servelab.records import RequestRecord
 from servelab.results import EndpointInfo
 

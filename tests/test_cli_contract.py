@@ -57,7 +57,10 @@ CASES = [
     ("bench --request-timeout 0", "--request-timeout"),
     ("bench --client-procs 0", "--client-procs"),
     ("bench --no-such-option", "--no-such-option"),
-    ("bench --concurrency ²", "--concurrency"),
+    ("bench --concurrency ²", "--concurrency"),  # a digit int() refuses
+    ("bench --request-timeout 1e309", "--request-timeout"),  # inf: no float option means infinity
+    ("bench --slo ttft_p99=2x", "--slo"),
+    ("suite --slo tpot_p40=1s", "--slo"),
     ("bench --output {W}/sweep", "holds a sweep"),
     ("grid --output {W}/run", "holds a run"),  # a digit int() refuses
     ("bench --concurrency 99999999999999999999", "--concurrency"),

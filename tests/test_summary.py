@@ -2,7 +2,8 @@
 
 import pytest
 
-from servelab.metrics.summary import Distribution, percentile, summarize
+from servelab.metrics.request import percentile
+from servelab.metrics.summary import Distribution, summarize
 from servelab.records import RequestRecord
 
 

@@ -110,6 +110,7 @@ class Bench(LevelRunner):
             chat_template_kwargs=o.chat_template_kwargs,
             seed=o.seed,
             request_timeout_s=o.request_timeout_s,
+            slo=o.slo,
         )
 
     async def run(self) -> RunResult:

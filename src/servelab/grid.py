@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.errors import writing
-from servelab.metrics.summary import decode_span
+from servelab.metrics.request import decode_span
 from servelab.records import RequestRecord
 from servelab.untrusted import for_csv
 

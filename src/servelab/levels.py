@@ -23,6 +23,7 @@ from servelab.engines.counters import ServerStats
 from servelab.load.client import StreamClient, chat_body
 from servelab.load.scheduler import Phase, closed_loop, open_loop
 from servelab.metrics.gpu import GpuSampler, GpuStats
+from servelab.metrics.slo import evaluate
 from servelab.metrics.server import MetricsWatch
 from servelab.metrics.summary import LevelSummary, summarize
 from servelab.metrics.waves import wave_stats
@@ -239,6 +240,8 @@ class LevelRunner:
             summary.short_outputs = sum(
                 1 for r in measured.records if r.phase == "measured" and r.status == "ok" and (r.output_tokens or 0) < r.max_tokens
             )
+        if self.opts.slo:
+            summary.slo = evaluate(self.opts.slo, measured.records, summary.request_throughput_rps, summary.output_throughput_tok_s)
         summary.server = self.server_stats
         summary.gpu = self.gpu_stats
         summary.client_cpu = self.client_cpu

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
+from servelab.metrics.slo import Objective
 from servelab.metrics.summary import LevelSummary
 from servelab.plan.planner import bench_ceiling
 from servelab.plan.quant import QuantFormat
@@ -56,6 +57,7 @@ class BenchOptions:
     mix: dict[str, float] | None = None  # workload name → weight (``--mix``); overrides the shape above
     workloads: dict[str, Workload] | None = None  # where the mix's names are looked up
     recipe: RecipeInfo | None = None  # the recipe variant that launched the server, stored with the run
+    slo: list[Objective] | None = None  # --slo: goodput and pass/fail per level (metrics/slo.py)
 
     def shapes(self) -> list[tuple[Workload, float]]:
         """The request shapes with their weights: the mix's workloads, or one shape from the options."""

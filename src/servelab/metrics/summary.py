@@ -16,26 +16,11 @@ from pydantic import BaseModel, Field
 from servelab.engines.counters import ServerStats
 from servelab.metrics.gpu import GpuStats
 from servelab.metrics.waves import WaveStats
+from servelab.metrics.request import decode_span, e2e_ms, itl_ms, percentile, ttft_ms
+from servelab.metrics.slo import SloResult
 from servelab.records import RequestRecord
 
 PERCENTILES = (50, 90, 95, 99)
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0–100) of already sorted values, linearly interpolated.
-
-    Same convention as ``numpy.percentile(..., method="linear")`` and vLLM's benchmark
-    (docs/metrics.md, "Percentiles").
-
-    Raises:
-        ValueError: ``sorted_values`` is empty.
-    """
-    if not sorted_values:
-        raise ValueError("percentile of no values")
-    pos = (len(sorted_values) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
 class Distribution(BaseModel):
@@ -95,6 +80,7 @@ class LevelSummary(BaseModel):
     client_cpu: float | None = Field(None, description="CPU time of servelab's own process over the measured phase's wall time (1.0 = one core busy throughout).")
     short_outputs: int = Field(0, description="With ignore_eos: successful requests that returned fewer tokens than max_tokens (the server did not honour it).")
     stream_anomalies: dict[str, int] = Field(default_factory=dict, description="Measured requests per kind of stream anomaly: what the server sent that was not believed (records.Anomaly).")
+    slo: SloResult | None = Field(None, description="With --slo: goodput, attainment and each objective's check at this level (metrics/slo.py).")
     client_cached_prompt_tokens: int = Field(0, description="Prompt tokens the server's usage said came from its prefix cache (usage.prompt_tokens_details.cached_tokens), successful measured requests.")
     record_span: tuple[int, int] | None = Field(None, description="First and last record index of the level (warm-up included).")
     cut_short: bool = Field(False, description="The level did not finish (the server stopped answering, or Ctrl-C): it covers what ran; a resumed run measures it again.")
@@ -124,15 +110,6 @@ class LevelSummary(BaseModel):
         """True when any request at this level failed. (Requests still in flight at the end of a
         duration are ``incomplete``, expected and counted.) A level cut short counts as failed."""
         return self.failed_requests > 0 or self.cut_short
-
-
-def decode_span(r: RequestRecord) -> float | None:
-    """Seconds from the first to the last token-bearing chunk, or None with fewer than 2 tokens
-    (or no time between them): the denominator of TPOT and decode tok/s (docs/metrics.md)."""
-    if not r.output_tokens or r.output_tokens < 2 or len(r.chunk_times) < 2:
-        return None
-    span = r.chunk_times[-1] - r.chunk_times[0]
-    return span if span > 0 else None
 
 
 def summarize(
@@ -180,17 +157,15 @@ def summarize(
         output_throughput_tok_s=in_window / window_s if window_s else None,
         request_throughput_rps=len(finished_inside) / window_s if window_s else None,
         client_wait_ms=Distribution.of((r.start - r.queued) * 1e3 for r in measured if r.start is not None),
-        ttft_ms=Distribution.of((r.first_token - r.start) * 1e3 for r in with_ttft),
+        ttft_ms=Distribution.of(ttft_ms(r) for r in with_ttft),
         ttfc_ms=Distribution.of(
             (r.first_content - r.start) * 1e3 for r in ok if r.first_content is not None and r.start is not None
         ),
-        e2e_ms=Distribution.of((r.end - r.start) * 1e3 for r in ok if r.end is not None and r.start is not None),
+        e2e_ms=Distribution.of(v for r in ok if (v := e2e_ms(r)) is not None),
         tpot_ms=Distribution.of(
             spans[id(r)] * 1e3 / (r.output_tokens - 1) for r in ok if spans[id(r)] is not None
         ),
-        itl_ms=Distribution.of(
-            (b - a) * 1e3 for r in ok for a, b in zip(r.chunk_times, r.chunk_times[1:], strict=False)
-        ),
+        itl_ms=Distribution.of(v for r in ok for v in itl_ms(r)),
         decode_tok_s=Distribution.of((r.output_tokens - 1) / spans[id(r)] for r in ok if spans[id(r)] is not None),
         prefill_tok_s=Distribution.of(
             r.prompt_tokens / (r.first_token - r.start) for r in with_ttft if r.prompt_tokens and r.first_token > r.start

@@ -53,13 +53,25 @@ def bench_table(run: RunResult) -> Table:
         "output tok/s",
         "req/s",
         "window s",
-    ] + (["% of ceiling"] if run.ceiling else [])
+    ] + (["% of ceiling"] if run.ceiling else []) + (["goodput req/s", "goodput tok/s", "SLO met", "SLO"] if run.load.slo else [])
+    if run.load.slo:
+        table.caption = escape(caption + "; SLO " + ", ".join(f"{o.key} ≤ {o.target_ms:g} ms" for o in run.load.slo) + " (goodput: docs/metrics.md)")
     for name in columns:
         table.add_column(name, justify="right")
     for lv in run.levels:
         row = _row(lv, open_loop) + ([_num(lv.pct_of_ceiling, 0) + " %" if lv.pct_of_ceiling is not None else "–"] if run.ceiling else [])
-        table.add_row(*row, style="red" if lv.failed else None)
+        table.add_row(*row, *(_slo_cells(lv) if run.load.slo else []), style="red" if lv.failed else None)
     return table
+
+
+def _slo_cells(lv: LevelSummary) -> list[str]:
+    """Goodput (req/s, tok/s), the share of requests that met every objective, and pass or the objectives missed."""
+    s = lv.slo
+    if s is None:
+        return ["–"] * 4
+    missed = [f"{c.key} {_num(c.measured_ms, 1)} ms" for c in s.checks if not c.passed]
+    verdict = "[green]pass[/]" if s.passed else "[red]miss:[/] " + escape(", ".join(missed))
+    return [_num(s.goodput_rps, 2), _num(s.goodput_tok_s), f"{s.attainment:.0%}" if s.attainment is not None else "–", verdict]
 
 
 def _row(lv: LevelSummary, open_loop: bool = False) -> list[str]:
