@@ -60,6 +60,7 @@ CASES = [
     ("bench --concurrency ²", "--concurrency"),  # a digit int() refuses
     ("bench --request-timeout 1e309", "--request-timeout"),  # inf: no float option means infinity
     ("bench --slo ttft_p99=2x", "--slo"),
+    ("capacity --slo nope", "--slo"),
     ("suite --slo tpot_p40=1s", "--slo"),
     ("bench --output {W}/sweep", "holds a sweep"),
     ("grid --output {W}/run", "holds a run"),  # a digit int() refuses

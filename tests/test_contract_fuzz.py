@@ -4,7 +4,8 @@ escape sequences, markup, '²', huge, negative and non-finite numbers, path esca
 canary secrets, hostile files), against the fault server lying in the modes of
 docs/failure-semantics.md. Asserted for every run: the exit code is 0, 1, 2 or 130; no traceback;
 no canary in any byte written; nothing written outside the workspace (``--output``, the database).
-Commands that serve until stopped (serve-local, ui, launch, sweep) are left to their own tests."""
+Commands that serve until stopped (serve-local, ui, launch, sweep) or measure many levels (capacity)
+are left to their own tests and the contract table."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from servelab.cli import app
 from test_fault_suite import fault_server
 
 CANARY = "sk-CANARYfuzz0123456789"
-SERVING = {"serve-local", "ui", "launch", "sweep", "version"}
+SERVING = {"serve-local", "ui", "launch", "sweep", "version", "capacity"}  # serve until stopped, or (capacity) run up to 24 levels
 COMMAND = typer.main.get_command(app)
 OUTPUTS = {"--output", "-o", "--markdown", "--db", "--plot", "--log"}  # options naming where to write
 LIES = ["--dup", "--choices", "--after-done", "--inflate", "--deflate", "--cached", "--crlf", "--comments", "--split"]

@@ -1,0 +1,126 @@
+"""The capacity search: the largest load (closed-loop streams, or open-loop requests/s) whose level
+meets every SLO (``servelab capacity``; SLOs: ``servelab.metrics.slo``).
+
+From a start (``servelab predict``'s estimate when the model and hardware are known, else 1) the
+load grows ×4 until a probe misses, or shrinks ÷4 until one passes; then the bracket [pass, miss]
+is bisected at its geometric middle until ``miss ≤ pass × 1.1`` (closed loop: or one stream
+apart). The boundary (the largest passing load) is then measured ``repeats`` more times and the
+spread of their goodput reported. A probe is one bench level, long enough for a steady state
+(the caller's load: at least 3 request durations, diagnose's short_window rule). ×4 rather than ×2:
+a capacity 40× the start is bracketed in 3 probes instead of 6, and the bisection costs the same
+log₂ steps either way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from pydantic import BaseModel, Field
+
+from servelab.metrics.slo import Objective, SloResult
+from servelab.plan.predict import Point
+
+GROWTH = 4.0
+PRECISION = 1.1  # the bracket is within 10 %
+MAX_PROBES = 24  # a search that has not converged by then stops and says so
+
+
+class Probe(BaseModel):
+    """One measured load: ``load`` streams (closed loop) or requests/s (open loop), its SLO result."""
+
+    load: float
+    passed: bool
+    slo: SloResult
+    repeat: bool = Field(False, description="A re-measurement of the boundary, not a search step.")
+
+
+class Capacity(BaseModel):
+    """The search's answer: the largest passing load (None when even the smallest probe missed),
+    every probe in order, whether it converged, and the boundary's repeats."""
+
+    closed_loop: bool
+    capacity: float | None
+    probes: list[Probe]
+    converged: bool
+    bracket: tuple[float | None, float | None] = Field(description="(largest passing, smallest missing) load probed.")
+
+    @property
+    def spread(self) -> tuple[float, float] | None:
+        """(min, max) goodput req/s over the boundary's measurements (search probe and repeats)."""
+        at = [p.slo.goodput_rps for p in self.probes if p.load == self.capacity and p.slo.goodput_rps is not None]
+        return (min(at), max(at)) if at else None
+
+
+def meets(point: Point, objectives: list[Objective]) -> bool:
+    """Whether a predicted level is within every target (its TTFT, TPOT, E2E; ITL taken as TPOT:
+    the prediction has means, not percentiles, so this is an estimate to start the search from)."""
+    values = {"ttft": point.ttft_s, "tpot": point.tpot_s, "itl": point.tpot_s, "e2e": point.e2e_s}
+    return all(values[o.metric] * 1e3 <= o.target_ms for o in objectives)
+
+
+def predicted(point_at: Callable[[int], Point], objectives: list[Objective], most: int) -> tuple[int | None, Point | None]:
+    """The largest concurrency up to ``most`` whose predicted level (``point_at(c)``, servelab
+    predict) meets the objectives, by the same ×4 ladder and bisection; (None, None) if 1 does not."""
+    if not meets(point_at(1), objectives):
+        return None, None
+    lo, hi = 1, None
+    while hi is None and lo < most:
+        c = min(most, lo * int(GROWTH))
+        lo, hi = (c, hi) if meets(point_at(c), objectives) else (lo, c)
+    while hi is not None and hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if meets(point_at(mid), objectives) else (lo, mid)
+    return lo, point_at(lo)
+
+
+def search(probe: Callable[[float], SloResult], *, closed_loop: bool = True, start: float = 1.0, repeats: int = 2,
+           minimum: float | None = None) -> Capacity:  # fmt: skip
+    """Find the capacity with ``probe(load) -> SloResult`` (module docstring).
+
+    Args:
+        probe: measures one level at ``load`` (an int number of streams in closed loop).
+        start: the first load (``servelab predict``'s estimate, or 1).
+        repeats: extra measurements of the boundary.
+        minimum: the smallest load worth probing (closed loop: 1 stream; open loop: start ÷ 4⁴).
+    """
+    floor = minimum if minimum is not None else (1.0 if closed_loop else start / GROWTH**4)
+    probes: list[Probe] = []
+
+    def measure(load: float, repeat: bool = False) -> tuple[float, bool]:
+        """Probe ``load`` (rounded to whole streams in closed loop) unless it was probed already."""
+        load = float(max(1, round(load))) if closed_loop else load
+        known = next((p for p in probes if p.load == load and not p.repeat), None)
+        if known is not None and not repeat:
+            return load, known.passed
+        result = probe(int(load) if closed_loop else load)
+        probes.append(Probe(load=load, passed=result.passed, slo=result, repeat=repeat))
+        return load, result.passed
+
+    lo: float | None = None  # largest passing load
+    hi: float | None = None  # smallest missing load
+    load, passed = measure(max(start, floor))
+    if passed:
+        lo = load
+        while hi is None and len(probes) < MAX_PROBES:  # grow until a probe misses
+            load, passed = measure(load * GROWTH)
+            lo, hi = (load, hi) if passed else (lo, load)
+    else:
+        hi = load
+        while lo is None and load > floor and len(probes) < MAX_PROBES:  # shrink until one passes
+            load, passed = measure(max(floor, load / GROWTH))
+            lo, hi = (load, hi) if passed else (lo, load)
+
+    def narrow() -> bool:
+        return lo is not None and hi is not None and hi > lo * PRECISION and not (closed_loop and hi - lo <= 1)
+
+    while narrow() and len(probes) < MAX_PROBES:  # bisect at the geometric middle
+        load, passed = measure(math.sqrt(lo * hi))
+        if load in (lo, hi):
+            break
+        lo, hi = (load, hi) if passed else (lo, load)
+    converged = not narrow() and (hi is not None or len(probes) < MAX_PROBES)
+    if lo is not None:
+        for _ in range(repeats):
+            measure(lo, repeat=True)
+    return Capacity(closed_loop=closed_loop, capacity=lo, probes=probes, converged=converged, bracket=(lo, hi))

@@ -1,0 +1,150 @@
+"""``servelab capacity``: the largest concurrency (or request rate) whose level meets every SLO."""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from servelab.capacity import Capacity, predicted, search
+from servelab.cli.bench import (
+    ApiKeyEnvOpt, CtxSizeOpt, LlamaServerOpt, ModelOpt, ParallelOpt, TokenizerOpt, UrlOpt, _endpoint, measure, resolve_mix,
+)  # fmt: skip
+from servelab.cli.common import check_output_kind, console, default_run_dir, event_loop_runner, parse_duration, remember, sigterm_as_sigint
+from servelab.errors import ServelabError
+from servelab.metrics.slo import SloResult, evaluate, parse_slo
+from servelab.options import BenchOptions
+from servelab.plan.checkpoint import weight_format
+from servelab.plan.hardware import load_hardware
+from servelab.plan.model_spec import load_model
+from servelab.plan.predict import calibration, limits_for, predict, terms
+from servelab.results import load_run
+from servelab.workloads.datasets import load_dataset
+
+
+def capacity_cmd(
+    slo: Annotated[str, typer.Option(help="The objectives every probe must meet, e.g. ttft_p99=2s,tpot_p99=50ms (bench --slo's grammar).")],
+    url: UrlOpt = None,
+    model: ModelOpt = None,
+    api_key_env: ApiKeyEnvOpt = "SERVELAB_API_KEY",
+    tokenizer: TokenizerOpt = None,
+    open_loop: Annotated[bool, typer.Option("--open-loop/--closed-loop", help="Search request rates (open loop, Poisson) instead of streams (closed loop, the default).")] = False,
+    start: Annotated[float | None, typer.Option(min=0.001, help="The first load probed (default servelab predict's estimate with --hardware, else 1).")] = None,
+    repeats: Annotated[int, typer.Option(min=0, max=10, help="Extra measurements of the boundary, for its spread.")] = 2,
+    input_tokens: Annotated[int, typer.Option(min=1, help="Prompt tokens per request, chat template included.")] = 256,
+    output_tokens: Annotated[int, typer.Option(min=1, help="max_tokens per request.")] = 128,
+    requests: Annotated[int | None, typer.Option(min=1, help="Measured requests per probe (default bench's: 8 per stream up to 512; open loop 30 s of arrivals).")] = None,
+    duration: Annotated[str | None, typer.Option(help="Measured duration per probe instead, e.g. 60s (at least 3 request durations).")] = None,
+    mix: Annotated[str | None, typer.Option(help="Draw requests from a weighted mix of workloads, as bench --mix.")] = None,
+    workloads_file: Annotated[Path | None, typer.Option(help="YAML with your own workloads and mixes.")] = None,
+    dataset: Annotated[Path | None, typer.Option(help="Prompts from a JSONL file, as bench --dataset.")] = None,
+    hardware: Annotated[str | None, typer.Option(help="Hardware profile: predict the capacity first (start there) and name the bottleneck at the boundary.")] = None,
+    model_config: Annotated[str | None, typer.Option(help="Model for the prediction (default the served name, from the catalog or the Hugging Face cache).")] = None,
+    quant: Annotated[str | None, typer.Option(help="Weight format for the prediction (default bf16 or the checkpoint's own).")] = None,
+    output: Annotated[Path | None, typer.Option(help="Directory of the probes, one run each; rerun with the same one to resume.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON: max_concurrency or max_rate, probes, slo, predicted.")] = False,
+    parallel: ParallelOpt = 4,
+    ctx_size: CtxSizeOpt = 4096,
+    llama_server: LlamaServerOpt = None,
+) -> None:
+    """Search the largest concurrency (or request rate) whose level meets every SLO: predicted start,
+    ×4 until a probe misses, bisection to 10 %, the boundary measured again."""
+    sigterm_as_sigint()
+    objectives = parse_slo(slo)
+    if requests is not None and duration is not None:
+        raise ServelabError("give either --requests or --duration, not both")
+    check_output_kind(output, "capacity")
+    mix_weights, workloads = resolve_mix(mix, workloads_file)
+    base = output or default_run_dir("capacity")
+    api_key = os.environ.get(api_key_env) or None
+    with ExitStack() as stack, event_loop_runner() as runner:
+        url, server, _ = _endpoint(stack, url, base, parallel, ctx_size, llama_server)
+        guess, point = _prediction(hardware, model_config or model, quant, objectives, input_tokens, output_tokens) if hardware and not open_loop else (None, None)
+
+        done = [0]
+
+        def probe(load: float) -> SloResult:
+            done[0] += 1
+            name = f"{done[0]:02d}-" + (f"c{int(load)}" if not open_loop else f"r{load:.4g}")
+            out = base / name  # numbered in search order: a rerun with the same --output finds its finished probes again
+            if (out / "run.json").is_file():
+                earlier, records = load_run(out)
+                if earlier.status == "complete" and earlier.levels:
+                    lv = earlier.levels[0]
+                    return lv.slo or evaluate(objectives, records, lv.request_throughput_rps, lv.output_throughput_tok_s)
+            options = BenchOptions(
+                concurrency=[] if open_loop else [int(load)], rates=[load] if open_loop else None, requests=requests,
+                duration_s=parse_duration(duration) if duration else None, input_tokens=input_tokens, output_tokens=output_tokens,
+                mix=mix_weights, workloads=workloads, dataset=load_dataset(dataset) if dataset else None, tokenizer_path=tokenizer,
+                server_log=server.log_path if server else None, slo=objectives,
+            )  # fmt: skip
+            bench, _ = runner.run(measure(url, model, api_key, options, out, server, (None, None, "bf16")))
+            run, records = load_run(out)
+            if not run.levels:
+                raise ServelabError(f"probe {name} measured nothing ({run.partial_reason or run.status}); see {out}")
+            level = run.levels[0]
+            result = level.slo or evaluate(objectives, records, level.request_throughput_rps, level.output_throughput_tok_s)
+            console.print(f"probe {escape(name)}: {'pass' if result.passed else 'miss'}" + (f", goodput {result.goodput_rps:.2f} req/s" if result.goodput_rps else ""))
+            return result
+
+        found = search(probe, closed_loop=not open_loop, start=start or guess or 1.0, repeats=repeats)
+    remember(base)
+    if json_out:
+        key = "max_rate" if open_loop else "max_concurrency"
+        print(json.dumps({key: found.capacity, "converged": found.converged, "bracket": found.bracket, "spread_goodput_rps": found.spread,
+                          "slo": {o.key: o.target_ms for o in objectives}, "predicted": guess, "bottleneck": point.bottleneck if point else None,
+                          "probes": [p.model_dump() for p in found.probes]}, indent=1))  # fmt: skip
+        return
+    console.print(_table(found, objectives))
+    console.print(_answer(found, guess, point.bottleneck if point else None), soft_wrap=True)
+
+
+def _prediction(hardware: str, model: str | None, quant: str | None, objectives: list, input_tokens: int, output_tokens: int) -> tuple[int | None, object]:
+    """``servelab predict``'s largest concurrency within the objectives, and its point there."""
+    if model is None:
+        raise ServelabError("--hardware needs the model for the prediction: give --model-config (a catalog name, config.json or Hub id)")
+    spec = load_model(model)
+    hw = load_hardware(hardware)
+    fmt = weight_format(quant, spec)
+    cal = calibration(None, spec, fmt)
+    limits = limits_for(spec, fmt, hw, tp=1, input_tokens=input_tokens, output_tokens=output_tokens)
+
+    def point_at(c: int):
+        return predict(terms(spec, fmt, hw, concurrency=c, input_tokens=input_tokens, output_tokens=output_tokens, limits=limits, tp=1, mode="stagger"),
+                       cal, concurrency=c, output_tokens=output_tokens)  # fmt: skip
+
+    return predicted(point_at, objectives, most=4 * limits.max_num_seqs)
+
+
+def _table(found: Capacity, objectives: list) -> Table:
+    """The probes in order: load, pass or miss, each objective's level percentile, goodput, attainment."""
+    t = Table(title="capacity probes (" + ", ".join(f"{o.key} ≤ {o.target_ms:g} ms" for o in objectives) + ")")
+    for col in ("#", "req/s" if not found.closed_loop else "streams", "SLO", *(o.key + " ms" for o in objectives), "goodput req/s", "met"):
+        t.add_column(col, justify="right")
+    for i, p in enumerate(found.probes, 1):
+        checks = {c.key: c for c in p.slo.checks}
+        t.add_row(f"{i}{' (again)' if p.repeat else ''}", f"{p.load:g}", "[green]pass[/]" if p.passed else "[red]miss[/]",
+                  *(f"{checks[o.key].measured_ms:,.1f}" if checks[o.key].measured_ms is not None else "–" for o in objectives),
+                  f"{p.slo.goodput_rps:,.2f}" if p.slo.goodput_rps is not None else "–", f"{p.slo.attainment:.0%}" if p.slo.attainment is not None else "–")  # fmt: skip
+    return t
+
+
+def _answer(found: Capacity, guess: int | None, bottleneck: str | None) -> str:
+    what = "streams" if found.closed_loop else "req/s"
+    if found.capacity is None:
+        return f"[red]no load meets the SLOs[/]: even {found.bracket[1]:g} {what} missed"
+    lo, hi = found.bracket
+    text = f"capacity: [bold]{found.capacity:g} {what}[/] (the smallest miss: {hi:g})" if hi is not None else f"capacity: at least {found.capacity:g} {what} (no probe missed)"
+    if found.spread:
+        text += f"; goodput at the boundary {found.spread[0]:.2f}–{found.spread[1]:.2f} req/s over {1 + sum(p.repeat for p in found.probes)} measurements"
+    if guess is not None:
+        text += f"; predicted {guess} streams ({100 * (guess / found.capacity - 1):+.0f} %)" + (f", bottleneck there: {escape(bottleneck)}" if bottleneck else "")
+    if not found.converged:
+        text += " [yellow](not converged: see the probes)[/]"
+    return text

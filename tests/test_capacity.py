@@ -1,0 +1,90 @@
+"""The capacity search: its logic on probes with a known answer, and ``servelab capacity`` against a
+fake continuous-batching server whose capacity for a TPOT SLO is known (tests/batchserver.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from servelab.capacity import search
+from servelab.cli import app
+from servelab.metrics.slo import Check, SloResult
+
+SERVER = Path(__file__).parent / "batchserver.py"
+
+
+def _result(passed: bool) -> SloResult:
+    return SloResult(attainment=1.0 if passed else 0.5, good_requests=1, goodput_rps=1.0, goodput_tok_s=None,
+                     checks=[Check(key="tpot_p99", target_ms=10, measured_ms=5 if passed else 20, passed=passed)])  # fmt: skip
+
+
+@given(true=st.integers(1, 5000), start=st.sampled_from([1, 7, 100]))
+def test_the_search_brackets_the_true_capacity_within_ten_percent(true, start):
+    asked = []
+    found = search(lambda c: asked.append(c) or _result(c <= true), start=start, repeats=2)
+    lo, hi = found.bracket
+    assert found.converged and found.capacity == lo and lo <= true < hi
+    assert hi <= lo * 1.1 or hi - lo <= 1
+    assert sum(not p.repeat for p in found.probes) == len(set(asked))  # no load probed twice in the search
+    assert [p.load for p in found.probes if p.repeat] == [lo, lo]
+
+
+def test_a_load_that_never_passes_or_never_misses_is_said():
+    nothing = search(lambda c: _result(False), start=8)
+    assert nothing.capacity is None and nothing.bracket == (None, 1.0)
+    everything = search(lambda c: _result(True), start=1, repeats=0)
+    assert everything.capacity is not None and everything.bracket[1] is None and not everything.converged
+
+
+def test_open_loop_rates_are_bisected_too():
+    found = search(lambda r: _result(r <= 12.3), closed_loop=False, start=2.0, repeats=0)
+    assert found.converged and 12.3 / 1.1 <= found.capacity <= 12.3 < found.bracket[1]
+
+
+@contextmanager
+def batch_server(a: float, b: float):
+    proc = subprocess.Popen([sys.executable, str(SERVER), "--a", str(a), "--b", str(b)], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()  # blocks until it listens
+        yield f"http://127.0.0.1:{int(line.split()[1])}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_capacity_finds_a_known_capacity_within_15_percent_in_8_probes(tmp_path, monkeypatch):
+    """Steps of 2 ms + 1 ms per request in the batch: TPOT p99 ≤ 42 ms holds up to 40 streams."""
+    monkeypatch.setenv("SERVELAB_DB", str(tmp_path / "runs.db"))
+    args = ["capacity", "--slo", "tpot_p99=42ms", "--input-tokens", "64", "--output-tokens", "16", "--requests", "48", "--repeats", "1",
+            "--output", str(tmp_path / "cap"), "--json"]  # fmt: skip
+    with batch_server(0.002, 0.001) as url:
+        res = CliRunner().invoke(app, [*args, "--url", url])
+        assert res.exit_code == 0, res.output
+        doc = json.loads(res.output[res.output.index("{\n"):])
+        assert 40 * 0.85 <= doc["max_concurrency"] <= 40 * 1.15, doc["max_concurrency"]
+        search_probes = [p for p in doc["probes"] if not p["repeat"]]
+        assert len(search_probes) <= 8 and doc["converged"] and doc["slo"] == {"tpot_p99": 42.0}
+        assert sum(p["repeat"] for p in doc["probes"]) == 1 and doc["spread_goodput_rps"][0] > 0
+        again = CliRunner().invoke(app, [*args, "--url", url])  # the same --output: every probe is found on disk
+    assert again.exit_code == 0 and json.loads(again.output[again.output.index("{\n"):])["max_concurrency"] == doc["max_concurrency"]
+    assert "probe " not in again.output  # nothing measured again
+    assert len(list((tmp_path / "cap").glob("*/run.json"))) == len(doc["probes"])
+
+
+def test_capacity_needs_the_model_to_predict(tmp_path):
+    res = CliRunner().invoke(app, ["capacity", "--slo", "ttft_p99=1s", "--url", "http://127.0.0.1:9", "--hardware", "h100-sxm", "--output", str(tmp_path / "x")])
+    assert res.exit_code == 2
+
+
+@pytest.mark.parametrize("bad", ["ttft_p99=fast", "tpot_p40=1s"])
+def test_a_bad_slo_is_one_line(bad):
+    res = CliRunner().invoke(app, ["capacity", "--slo", bad])
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "--slo" in res.output
