@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from servelab import engines
 from servelab.engines.cudagraph import padding
+from servelab.metrics.repeats import TOK_S_SPREAD, TTFT_SPREAD, repeat_stats
 from servelab.metrics.summary import LevelSummary
 from servelab.metrics.waves import WaveStats
 from servelab.results import Finding, RunResult
@@ -114,7 +115,21 @@ def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Fin
             out.append(Finding(kind="prompt_count_mismatch", severity="warning",
                                message=f"c={c}: the server processed {s.prompt_tokens:.0f} prompt tokens, the client sent {lv.phase_prompt_tokens}",
                                evidence={"concurrency": c, "server_prompt_tokens": s.prompt_tokens, "client_prompt_tokens": lv.phase_prompt_tokens}))  # fmt: skip
-    out += _acceptance_trend(run) + _padding(run, capture_sizes) + _prompt_truncation(run)
+    out += _acceptance_trend(run) + _padding(run, capture_sizes) + _prompt_truncation(run) + _unstable_repeats(run)
+    return out
+
+
+def _unstable_repeats(run: RunResult) -> list[Finding]:
+    """Repeats of a level (``--repeats``) further apart than the repeatability thresholds (metrics/repeats.py)."""
+    out = []
+    for r in repeat_stats(run.levels):
+        if r.unstable:
+            where = f"{r.rate_rps:g} req/s" if r.rate_rps else f"c={r.concurrency}"
+            out.append(Finding(kind="unstable_measurement", severity="warning",
+                               message=f"{where}: its {r.runs} repeats disagree — output tok/s {r.tok_s[0]:,.1f}–{r.tok_s[1]:,.1f} ({r.tok_s_spread:.0%} of their median), "
+                                       f"TTFT p50 {r.ttft_ms[0]:,.1f}–{r.ttft_ms[1]:,.1f} ms ({r.ttft_spread:.0%}); above {TOK_S_SPREAD:.0%} / {TTFT_SPREAD:.0%} one run is not the answer: "
+                                       "measure longer (--duration) or more repeats",
+                               evidence={"concurrency": r.concurrency, "rate_rps": r.rate_rps, "runs": r.runs, "tok_s_spread": r.tok_s_spread, "ttft_spread": r.ttft_spread}))  # fmt: skip
     return out
 
 

@@ -18,11 +18,11 @@ level is noise, whatever the model says.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 from servelab.diagnose import diagnose
 from servelab.errors import ServelabError
+from servelab.metrics.repeats import RepeatStats, repeat_stats
 from servelab.plan.fit import measured_levels
 from servelab.plan.predict import Calibration, Point, predict
 from servelab.plan.quant import QuantFormat
@@ -87,28 +87,7 @@ def explain(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardware, cal
     return rows
 
 
-TOK_S_SPREAD = 0.05  # repeated runs' aggregate tok/s apart by more than this share of their median: unstable
-TTFT_SPREAD = 0.15  # … TTFT p50 (steady state on vLLM 0.25, three server starts: 2.1 % and 8.5 % at most; validation/RESULTS-waves-h100.md)
-
-
-@dataclass(frozen=True)
-class Spread:
-    """One level over repeated runs of the same load: min and max of aggregate tok/s and TTFT p50 (ms)."""
-
-    concurrency: int
-    runs: int
-    tok_s: tuple[float, float]
-    ttft_ms: tuple[float, float]
-    tok_s_spread: float  # (max − min) ÷ median
-    ttft_spread: float
-
-    @property
-    def unstable(self) -> bool:
-        """Apart by more than ``TOK_S_SPREAD`` in tok/s or ``TTFT_SPREAD`` in TTFT p50."""
-        return self.tok_s_spread > TOK_S_SPREAD or self.ttft_spread > TTFT_SPREAD
-
-
-def repeatability(runs: list[RunResult]) -> list[Spread]:
+def repeatability(runs: list[RunResult]) -> list[RepeatStats]:
     """How far repeated runs of one load disagree, per closed-loop level they share.
 
     Raises:
@@ -116,17 +95,4 @@ def repeatability(runs: list[RunResult]) -> list[Spread]:
     """
     if any(r.load != runs[0].load for r in runs[1:]):
         raise ServelabError("the runs are not of the same load (concurrency, tokens, closed loop …): repeatability compares repeats of one load")
-    by_level: dict[int, list] = {}
-    for run in runs:
-        for lv in run.levels:
-            if lv.rate_rps is None and lv.ok and lv.ttft_ms.p50:
-                by_level.setdefault(lv.concurrency, []).append(lv)
-    out = []
-    for c, levels in sorted(by_level.items()):
-        if len(levels) < 2:
-            continue
-        tok = sorted(lv.output_throughput_tok_s for lv in levels)
-        ttft = sorted(lv.ttft_ms.p50 for lv in levels)
-        out.append(Spread(c, len(levels), (tok[0], tok[-1]), (ttft[0], ttft[-1]), (tok[-1] - tok[0]) / statistics.median(tok),
-                          (ttft[-1] - ttft[0]) / statistics.median(ttft)))  # fmt: skip
-    return out
+    return [r for r in repeat_stats([lv for run in runs for lv in run.levels]) if r.rate_rps is None]

@@ -33,7 +33,7 @@ from servelab.plan.predict import calibration
 from servelab.plan.quant import get_format
 from servelab.records import RequestRecord
 from servelab.report.explain_table import explain_table
-from servelab.report.table import bench_table, grid_table, server_table, suite_table
+from servelab.report.table import bench_table, grid_table, repeats_table, server_table, suite_table
 from servelab.results import RunResult, load_run
 from servelab.untrusted import for_filename
 from servelab.workloads.datasets import load_dataset
@@ -196,6 +196,7 @@ def bench(
     ctx_size: CtxSizeOpt = DEFAULT_CTX_SIZE,
     llama_server: LlamaServerOpt = None,
     slo: SloOpt = None,
+    repeats: Annotated[int, typer.Option(min=1, max=100, help="Measure each level this many times, as separately started phases: mean ± 95 % confidence interval of tok/s, TTFT and TPOT (docs/metrics.md).")] = 1,
     hardware: Annotated[str | None, typer.Option(help="Hardware profile or YAML (see servelab plan): adds a '% of ceiling' column.")] = None,
     model_config: Annotated[str | None, typer.Option(help="Model for the ceiling: catalog name, config.json or Hub id (default the served name, from the catalog or the Hugging Face cache).")] = None,
     quant: Annotated[str | None, typer.Option(help="Weight format for the ceiling (default bf16; gguf-q4_k_m for the embedded model).")] = None,
@@ -213,11 +214,11 @@ def bench(
         if requests is None and duration is None:
             requests = load["requests"]
         options = BenchOptions(
-            concurrency=[workers] if workers else parse_int_list(concurrency, "--concurrency", maximum=MAX_STREAMS),
+            concurrency=[c for c in ([workers] if workers else parse_int_list(concurrency, "--concurrency", maximum=MAX_STREAMS)) for _ in range(repeats)],
             mix=mix_weights,
             workloads=workloads,
             dataset=load_dataset(dataset) if dataset else None,
-            rates=parse_float_list(rate, "--rate") if rate else None,
+            rates=[r for r in parse_float_list(rate, "--rate") for _ in range(repeats)] if rate else None,
             closed_loop=closed_loop,
             burstiness=burstiness,
             max_concurrency=max_concurrency,
@@ -250,6 +251,8 @@ def bench(
         fail(f"interrupted; the partial run is in {run_dir}" if run_dir and (run_dir / "run.json").exists() else "interrupted", 130)
     run = bench_obj.writer.run
     console.print(bench_table(run))
+    if (repeated := repeats_table(run)) is not None:
+        console.print(repeated)
     if (server := server_table(run)) is not None:
         console.print(server)
     colors = {"info": "cyan", "warning": "yellow", "error": "red"}

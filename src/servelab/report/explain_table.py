@@ -6,7 +6,8 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.explain import TOK_S_SPREAD, TTFT_SPREAD, Row, Spread
+from servelab.explain import Row
+from servelab.metrics.repeats import TOK_S_SPREAD, TTFT_SPREAD, RepeatStats
 from servelab.plan.predict import Calibration
 
 
@@ -23,7 +24,7 @@ def explain_table(rows: list[Row], title: str, cal: Calibration) -> Table:
     return table
 
 
-def repeat_table(spreads: list[Spread]) -> Table:
+def repeat_table(spreads: list[RepeatStats]) -> Table:
     """Per level: min – max of repeated runs' aggregate tok/s and TTFT p50, unstable ones marked."""
     table = Table(title="repeatability: the same load, repeated")
     for col in ("streams", "runs", "tok/s min – max", "spread", "TTFT p50 ms min – max", "spread", ""):
@@ -31,5 +32,5 @@ def repeat_table(spreads: list[Spread]) -> Table:
     for sp in spreads:
         table.add_row(str(sp.concurrency), str(sp.runs), f"{sp.tok_s[0]:,.0f} – {sp.tok_s[1]:,.0f}", f"{sp.tok_s_spread:.1%}",
                       f"{sp.ttft_ms[0]:,.1f} – {sp.ttft_ms[1]:,.1f}", f"{sp.ttft_spread:.1%}", "[red]unstable measurement[/]" if sp.unstable else "")  # fmt: skip
-    table.caption = f"unstable: tok/s apart by more than {TOK_S_SPREAD:.0%} or TTFT p50 by more than {TTFT_SPREAD:.0%} of their median (servelab/explain.py)"
+    table.caption = f"unstable: tok/s apart by more than {TOK_S_SPREAD:.0%} or TTFT p50 by more than {TTFT_SPREAD:.0%} of their median (servelab/metrics/repeats.py)"
     return table

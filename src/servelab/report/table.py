@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.markup import escape
 
+from servelab.metrics.repeats import TOK_S_SPREAD, TTFT_SPREAD, Interval, repeat_stats
 from servelab.metrics.summary import Distribution, LevelSummary
 from servelab.results import RunResult
 
@@ -89,6 +90,25 @@ def _row(lv: LevelSummary, open_loop: bool = False) -> list[str]:
         _num(lv.request_throughput_rps, 2),
         _num(lv.window_s, 2),
     ]
+
+
+def repeats_table(run: RunResult) -> Table | None:
+    """Levels measured more than once (``--repeats``): mean ± 95 % confidence interval of output
+    tok/s, TTFT and TPOT percentiles (ms), and the unstable flag (metrics/repeats.py); None without any."""
+    stats = repeat_stats(run.levels)
+    if not stats:
+        return None
+    t = Table(title="repeats: mean ± 95 % confidence interval (Student's t)", caption=f"unstable: tok/s apart by more than {TOK_S_SPREAD:.0%} or TTFT p50 by more than {TTFT_SPREAD:.0%} of their median")
+    for col in ("level", "runs", "output tok/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", ""):
+        t.add_column(col, justify="right")
+
+    def ci(i: Interval | None, digits: int = 1) -> str:
+        return "–" if i is None else f"{i.mean:,.{digits}f} ± {i.half_width:,.{digits}f}"
+
+    for r in stats:
+        t.add_row(f"{r.rate_rps:g} req/s" if r.rate_rps else f"c={r.concurrency}", str(r.runs), ci(r.output_tok_s), ci(r.ttft_p50_ms), ci(r.ttft_p99_ms),
+                  ci(r.tpot_p50_ms, 2), ci(r.tpot_p99_ms, 2), "[red]unstable[/]" if r.unstable else "")  # fmt: skip
+    return t
 
 
 def server_table(run: RunResult) -> Table | None:
