@@ -73,3 +73,51 @@ def test_a_bench_with_slos_reports_goodput_from_the_requests_that_met_them(tmp_p
     assert slo["goodput_rps"] == pytest.approx(run["levels"][0]["request_throughput_rps"] * 8 / 12)
     assert [c["passed"] for c in slo["checks"]] == [False, True]
     assert "goodput req/s" in " ".join(res.output.split())
+
+
+def test_goodput_reaches_the_database_the_export_and_the_leaderboard(tmp_path, monkeypatch):
+    import csv
+
+    from fastapi.testclient import TestClient
+
+    from servelab.store import Store
+    from servelab.ui import make_app
+    from typer.testing import CliRunner
+
+    from servelab.cli import app
+
+    db = tmp_path / "runs.db"
+    monkeypatch.setenv("SERVELAB_DB", str(db))
+    with fault_server("--slow", "3:1", "--slow-s", "0.3") as url:
+        assert bench(url, tmp_path / "run", "--slo", "ttft_p90=150ms", concurrency=1, requests=12).exit_code == 0
+    (run,) = Store(f"sqlite:///{db}").runs()
+    (level,) = run.levels
+    assert level.slo_attainment == pytest.approx(8 / 12) and level.goodput_rps > 0
+    res = CliRunner().invoke(app, ["export", "--output", str(tmp_path / "x.csv")])
+    assert res.exit_code == 0
+    (row,) = list(csv.DictReader((tmp_path / "x.csv").open()))
+    assert float(row["goodput_rps"]) == pytest.approx(level.goodput_rps)
+    page = TestClient(make_app(Store(f"sqlite:///{db}"))).get("/", params={"sort": "goodput_rps"})
+    assert page.status_code == 200 and "goodput req/s" in page.text
+
+
+def test_a_database_of_the_first_revision_is_upgraded(tmp_path):
+    import sqlite3
+
+    from alembic import command
+    from alembic.config import Config
+    from importlib.resources import files
+
+    from servelab.store import Store
+
+    from sqlalchemy import create_engine
+
+    path = tmp_path / "old.db"
+    cfg = Config()
+    cfg.set_main_option("script_location", str(files("servelab") / "migrations"))
+    with create_engine(f"sqlite:///{path}").begin() as conn:  # a database as servelab before revision 0002 left it
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0001")
+    assert "goodput_rps" not in {r[1] for r in sqlite3.connect(path).execute("PRAGMA table_info(levels)")}
+    Store(f"sqlite:///{path}").runs()  # opening it upgrades it
+    assert "goodput_rps" in {r[1] for r in sqlite3.connect(path).execute("PRAGMA table_info(levels)")}

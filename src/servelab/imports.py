@@ -56,6 +56,8 @@ def from_run(run: RunResult, origin: Path) -> Run:
             tpot_ms_p50=lv.tpot_ms.p50, tpot_ms_p99=lv.tpot_ms.p99, tpot_ms_mean=lv.tpot_ms.mean,
             itl_ms_p50=lv.itl_ms.p50, itl_ms_p99=lv.itl_ms.p99, e2e_ms_p50=lv.e2e_ms.p50, e2e_ms_p99=lv.e2e_ms.p99,
             e2e_ms_mean=lv.e2e_ms.mean, decode_tok_s_p50=lv.decode_tok_s.p50, decode_tok_s_mean=lv.decode_tok_s.mean,
+            goodput_rps=lv.slo.goodput_rps if lv.slo else None, goodput_tok_s=lv.slo.goodput_tok_s if lv.slo else None,
+            slo_attainment=lv.slo.attainment if lv.slo else None,
         )
         for i, lv in enumerate(run.levels)
     ]  # fmt: skip

@@ -33,7 +33,8 @@ from servelab.results import RunResult
 DB_ENV = "SERVELAB_DB"
 # Per-level figures kept in the database (docs/metrics.md defines each; *_mean for tools that report means only).
 METRICS = ["output_tok_s", "request_rps", "ttft_ms_p50", "ttft_ms_p99", "ttft_ms_mean", "tpot_ms_p50", "tpot_ms_p99", "tpot_ms_mean",
-           "itl_ms_p50", "itl_ms_p99", "e2e_ms_p50", "e2e_ms_p99", "e2e_ms_mean", "decode_tok_s_p50", "decode_tok_s_mean"]  # fmt: skip
+           "itl_ms_p50", "itl_ms_p99", "e2e_ms_p50", "e2e_ms_p99", "e2e_ms_mean", "decode_tok_s_p50", "decode_tok_s_mean",
+           "goodput_rps", "goodput_tok_s", "slo_attainment"]  # fmt: skip
 
 
 class Base(DeclarativeBase):
@@ -67,6 +68,9 @@ class Level(Base):
     e2e_ms_mean: Mapped[float | None] = mapped_column(Float)
     decode_tok_s_p50: Mapped[float | None] = mapped_column(Float)
     decode_tok_s_mean: Mapped[float | None] = mapped_column(Float)
+    goodput_rps: Mapped[float | None] = mapped_column(Float)  # with --slo (migration 0002)
+    goodput_tok_s: Mapped[float | None] = mapped_column(Float)
+    slo_attainment: Mapped[float | None] = mapped_column(Float)
     run: Mapped[Run] = relationship(back_populates="levels")
 
 

@@ -30,9 +30,9 @@ COLUMNS = [
     ("output_tok_s", "output tok/s"), ("request_rps", "req/s"), ("decode_tok_s_p50", "per-user tok/s p50"),
     ("decode_tok_s_mean", "per-user tok/s mean"), ("ttft_ms_p50", "TTFT p50 ms"), ("ttft_ms_p99", "TTFT p99 ms"),
     ("ttft_ms_mean", "TTFT mean ms"), ("tpot_ms_p50", "TPOT p50 ms"), ("tpot_ms_p99", "TPOT p99 ms"), ("itl_ms_p99", "ITL p99 ms"),
-    ("e2e_ms_p50", "E2E p50 ms"),
+    ("e2e_ms_p50", "E2E p50 ms"), ("goodput_rps", "goodput req/s"), ("goodput_tok_s", "goodput tok/s"), ("slo_attainment", "SLO met"),
 ]  # fmt: skip
-HIGHER_IS_BETTER = {"output_tok_s", "request_rps", "decode_tok_s_p50", "decode_tok_s_mean"}
+HIGHER_IS_BETTER = {"output_tok_s", "request_rps", "decode_tok_s_p50", "decode_tok_s_mean", "goodput_rps", "goodput_tok_s", "slo_attainment"}
 
 
 def fmt(value: float | None) -> str:

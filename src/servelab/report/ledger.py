@@ -41,6 +41,8 @@ METRICS = {
     "itl_p99": Metric("ITL p99", "ms", False, lambda lv: lv.itl_ms.p99),
     "e2e_p50": Metric("E2E latency p50", "ms", False, lambda lv: lv.e2e_ms.p50),
     "decode_tok_s_p50": Metric("decode tok/s per request p50", "tok/s", True, lambda lv: lv.decode_tok_s.p50),
+    "goodput_rps": Metric("goodput (--slo)", "req/s", True, lambda lv: lv.slo.goodput_rps if lv.slo else None),
+    "slo_attainment": Metric("share of requests within the SLOs", "", True, lambda lv: lv.slo.attainment if lv.slo else None),
 }
 DEFAULT_METRICS = ["output_tok_s", "ttft_p50", "tpot_p50", "ttft_p99"]
 
