@@ -34,7 +34,7 @@ def test_the_search_brackets_the_true_capacity_within_ten_percent(true, start):
     assert found.converged and found.capacity == lo and lo <= true < hi
     assert hi <= lo * 1.1 or hi - lo <= 1
     assert sum(not p.repeat for p in found.probes) == len(set(asked))  # no load probed twice in the search
-    assert [p.load for p in found.probes if p.repeat] == [lo, lo]
+    assert [p.load for p in found.probes if p.repeat] == [lo, lo] and found.boundary_passes == (3, 3)
 
 
 def test_a_load_that_never_passes_or_never_misses_is_said():

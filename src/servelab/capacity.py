@@ -46,6 +46,13 @@ class Capacity(BaseModel):
     bracket: tuple[float | None, float | None] = Field(description="(largest passing, smallest missing) load probed.")
 
     @property
+    def boundary_passes(self) -> tuple[int, int]:
+        """(passed, measured) at the capacity: the search probe and its repeats. Fewer passes than
+        measurements: the boundary is within the run-to-run noise of the SLO."""
+        at = [p for p in self.probes if p.load == self.capacity]
+        return sum(p.passed for p in at), len(at)
+
+    @property
     def spread(self) -> tuple[float, float] | None:
         """(min, max) goodput req/s over the boundary's measurements (search probe and repeats)."""
         at = [p.slo.goodput_rps for p in self.probes if p.load == self.capacity and p.slo.goodput_rps is not None]

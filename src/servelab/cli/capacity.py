@@ -98,6 +98,7 @@ def capacity_cmd(
     if json_out:
         key = "max_rate" if open_loop else "max_concurrency"
         print(json.dumps({key: found.capacity, "converged": found.converged, "bracket": found.bracket, "spread_goodput_rps": found.spread,
+                          "boundary_passes": found.boundary_passes,
                           "slo": {o.key: o.target_ms for o in objectives}, "predicted": guess, "bottleneck": point.bottleneck if point else None,
                           "probes": [p.model_dump() for p in found.probes]}, indent=1))  # fmt: skip
         return
@@ -142,7 +143,10 @@ def _answer(found: Capacity, guess: int | None, bottleneck: str | None) -> str:
     lo, hi = found.bracket
     text = f"capacity: [bold]{found.capacity:g} {what}[/] (the smallest miss: {hi:g})" if hi is not None else f"capacity: at least {found.capacity:g} {what} (no probe missed)"
     if found.spread:
-        text += f"; goodput at the boundary {found.spread[0]:.2f}–{found.spread[1]:.2f} req/s over {1 + sum(p.repeat for p in found.probes)} measurements"
+        passed, measured = found.boundary_passes
+        text += f"; goodput at the boundary {found.spread[0]:.2f}–{found.spread[1]:.2f} req/s over {measured} measurements"
+        if passed < measured:
+            text += f", [yellow]{passed} of {measured} met the SLOs[/]: the boundary is within the run-to-run noise"
     if guess is not None:
         text += f"; predicted {guess} streams ({100 * (guess / found.capacity - 1):+.0f} %)" + (f", bottleneck there: {escape(bottleneck)}" if bottleneck else "")
     if not found.converged:
