@@ -99,3 +99,18 @@ def test_compare_names_a_path_that_is_not_a_run(tmp_path):
     (tmp_path / "run.json").write_text('{"levels": 3}')
     res = cli.invoke(app, ["compare", str(tmp_path)])
     assert res.exit_code == 2 and f"{tmp_path / 'run.json'}: not a servelab run.json" in " ".join(res.output.split())
+
+
+def test_repeated_levels_are_means_and_overlapping_intervals_are_within_noise():
+    """bench --repeats 3 on both sides: the cells are means ± their 95 % interval; a difference whose
+    intervals overlap is marked "within noise", one whose intervals are apart is not."""
+    base = run("a", level(8, 100.0, 50.0), level(8, 104.0, 50.0), level(8, 102.0, 50.0))
+    noisy = run("b", level(8, 99.0, 50.0), level(8, 108.0, 50.0), level(8, 103.0, 50.0))
+    apart = run("c", level(8, 150.0, 50.0), level(8, 151.0, 50.0), level(8, 152.0, 50.0))
+    single = run("d", level(8, 90.0, 50.0))
+    ledger = build([Entry(r.recipe.variant, r, "complete") for r in (base, noisy, apart, single)], METRICS["output_tok_s"])
+    (_, b), (_, n), (_, c), (_, s) = ledger.rows
+    assert b[0].value == pytest.approx(102.0) and b[0].interval is not None
+    assert n[0].significant is False and c[0].significant is True and s[0].significant is None
+    text = ledger_markdown([ledger])
+    assert "within noise" in text and text.count("within noise") == 1

@@ -17,6 +17,7 @@ from rich.markup import escape
 from tabulate import tabulate
 
 from servelab.errors import ServelabError
+from servelab.metrics.repeats import Interval, interval
 from servelab.metrics.summary import LevelSummary
 from servelab.results import RunResult, SweepIndex, VariantStatus, read_document
 
@@ -108,10 +109,12 @@ def _level(lv: LevelSummary) -> tuple[tuple, str]:
 class Cell:
     """One value of the ledger."""
 
-    value: float | None
+    value: float | None  # the level's value, or its mean over repeats (bench --repeats)
     delta_pct: float | None = None  # vs the baseline at the same level
     best: bool = False
     failed: bool = False  # requests failed at this level
+    interval: Interval | None = None  # 95 % confidence interval over repeats (metrics/repeats.py), 2 or more
+    significant: bool | None = None  # both sides repeated: the intervals do not overlap (None: cannot tell)
 
 
 @dataclass
@@ -132,7 +135,12 @@ def build(entries: list[Entry], metric: Metric, baseline: int = 0) -> Ledger:
             key, title = _level(lv)
             keys[key] = title
     order = sorted(keys)
-    table: list[dict[tuple, LevelSummary]] = [{_level(lv)[0]: lv for lv in (e.run.levels if e.run else [])} for e in entries]
+    table: list[dict[tuple, list[LevelSummary]]] = []
+    for e in entries:
+        grouped: dict[tuple, list[LevelSummary]] = {}
+        for lv in e.run.levels if e.run else []:
+            grouped.setdefault(_level(lv)[0], []).append(lv)
+        table.append(grouped)
     base = table[baseline]
     rows: list[tuple[str, list[Cell] | str]] = []
     for e, levels in zip(entries, table, strict=True):
@@ -141,11 +149,11 @@ def build(entries: list[Entry], metric: Metric, baseline: int = 0) -> Ledger:
             continue
         cells = []
         for key in order:
-            lv = levels.get(key)
-            value = metric.get(lv) if lv else None
-            ref = metric.get(base[key]) if key in base else None
+            value, spread = _mean(metric, levels.get(key, []))
+            ref, ref_spread = _mean(metric, base.get(key, []))
             delta = 100.0 * (value - ref) / ref if value is not None and ref else None
-            cells.append(Cell(value, delta, failed=bool(lv and lv.failed)))
+            significant = None if spread is None or ref_spread is None else not spread.overlaps(ref_spread)
+            cells.append(Cell(value, delta, failed=any(lv.failed for lv in levels.get(key, [])), interval=spread, significant=significant))
         rows.append((e.label + ("" if e.status == "complete" else f" ({e.status})"), cells))
     for col in range(len(order)):
         column = [cells[col] for _, cells in rows if not isinstance(cells, str) and cells[col].value is not None]
@@ -157,16 +165,26 @@ def build(entries: list[Entry], metric: Metric, baseline: int = 0) -> Ledger:
     return Ledger(metric, [keys[k] for k in order], rows, baseline)
 
 
+def _mean(metric: Metric, levels: list[LevelSummary]) -> tuple[float | None, Interval | None]:
+    """A level's value, or over its repeats their mean and 95 % confidence interval."""
+    values = [v for lv in levels if (v := metric.get(lv)) is not None]
+    if not values:
+        return None, None
+    ci = interval(values)
+    return ci.mean, ci if len(values) > 1 else None
+
+
 def cell_text(cell: Cell, is_base: bool) -> str:
-    """A ledger cell as text: value, then (base) or (Δ%), then † when requests failed."""
+    """A ledger cell as text: value (± its interval over repeats), then (base) or (Δ%, "within
+    noise" when both sides were repeated and their intervals overlap), then † when requests failed."""
     if cell.value is None:
         return "–"
     digits = 1 if abs(cell.value) >= 10 else 2
-    text = f"{cell.value:,.{digits}f}"
+    text = f"{cell.value:,.{digits}f}" + (f" ± {cell.interval.half_width:,.{digits}f}" if cell.interval else "")
     if is_base:
         text += " (base)"
     elif cell.delta_pct is not None:
-        text += f" ({cell.delta_pct:+.1f}%)"
+        text += f" ({cell.delta_pct:+.1f}%{', within noise' if cell.significant is False else ''})"
     return text + ("†" if cell.failed else "")
 
 
