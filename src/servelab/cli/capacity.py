@@ -137,7 +137,7 @@ def _table(found: Capacity, objectives: list) -> Table:
 
 
 def _answer(found: Capacity, guess: int | None, bottleneck: str | None) -> str:
-    what = "streams" if found.closed_loop else "req/s"
+    what = ("stream" if found.capacity == 1 else "streams") if found.closed_loop else "req/s"
     if found.capacity is None:
         return f"[red]no load meets the SLOs[/]: even {found.bracket[1]:g} {what} missed"
     lo, hi = found.bracket
