@@ -49,7 +49,8 @@ from rich.console import Console
 from rich.table import Table
 
 from servelab.endpoint import Endpoint
-from servelab.load.client import StreamClient, chat_body
+from servelab.load.body import request_body
+from servelab.load.client import StreamClient
 from servelab.load.scheduler import closed_loop
 from servelab.load.workers import WorkerPool
 from servelab.metrics.request import percentile
@@ -243,7 +244,7 @@ async def drive(url: str, concurrency: int, tokens: int, count: int | None, seco
     def make(_: int) -> tuple[RequestRecord, bytes]:
         i = next(counter)
         rec = RequestRecord(index=i, concurrency=concurrency, phase="measured", max_tokens=tokens, queued=time.perf_counter() - origin)
-        return rec, chat_body(endpoint, f"req-{i}", max_tokens=tokens, ignore_eos=False, cold=True)
+        return rec, request_body(endpoint, f"req-{i}", max_tokens=tokens, ignore_eos=False, cold=True)
 
     async def alive() -> bool:
         return True

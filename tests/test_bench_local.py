@@ -36,6 +36,9 @@ class Hooks:
     def phase_started(self, *args):
         pass
 
+    def prompt_built(self, done):
+        pass
+
     def record_done(self, record):
         self.records.append(record)
         measured = [r for r in self.records if r.phase == "measured"]

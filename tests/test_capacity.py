@@ -88,3 +88,36 @@ def test_capacity_needs_the_model_to_predict(tmp_path):
 def test_a_bad_slo_is_one_line(bad):
     res = CliRunner().invoke(app, ["capacity", "--slo", bad])
     assert res.exit_code == 2 and res.output.count("\n") == 1 and "--slo" in res.output
+
+
+def test_capacity_of_sessions_searches_the_sessions_kept_open(tmp_path, monkeypatch):
+    """--sessions: each probe keeps that many two-turn conversations open; the steps' TPOT bound
+    (2 ms + 1 ms per request ≤ 42 ms: 40 in flight) bounds the sessions too (a little above: a
+    session counts its next turn between answers, not in the batch)."""
+    monkeypatch.setenv("SERVELAB_DB", str(tmp_path / "runs.db"))
+    args = ["capacity", "--slo", "tpot_p99=42ms", "--sessions", "--turns", "2", "--input-tokens", "32", "--turn-input-tokens", "16",
+            "--output-tokens", "16", "--repeats", "0", "--output", str(tmp_path / "cap"), "--json"]  # fmt: skip
+    with batch_server(0.002, 0.001) as url:
+        res = CliRunner().invoke(app, [*args, "--url", url])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output[res.output.index("{\n"):])
+    assert 40 * 0.85 <= doc["max_sessions"] <= 40 * 1.3 and doc["converged"], doc
+    run = json.loads(next((tmp_path / "cap").glob("*/run.json")).read_text())
+    assert run["load"]["sessions"] and run["load"]["turns"] == 2 and run["levels"][0]["sessions"]["turns"][1]["turn"] == 1
+
+
+def test_capacity_of_a_trace_searches_its_speed(tmp_path, monkeypatch):
+    """--trace: the load is the replay's time scale; a faster replay keeps more requests in flight
+    and misses the TPOT objective, a slower one meets it."""
+    monkeypatch.setenv("SERVELAB_DB", str(tmp_path / "runs.db"))
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(f'{{"timestamp": {i * 40}, "input_length": 40, "output_length": 16}}\n' for i in range(80)))  # 25 req/s for 3.2 s
+    args = ["capacity", "--slo", "tpot_p99=12ms", "--trace", str(trace), "--repeats", "0", "--output", str(tmp_path / "cap"), "--json"]
+    with batch_server(0.002, 0.001) as url:
+        res = CliRunner().invoke(app, [*args, "--url", url])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output[res.output.index("{\n"):])
+    passed = [p["load"] for p in doc["probes"] if p["passed"]]
+    missed = [p["load"] for p in doc["probes"] if not p["passed"]]
+    assert doc["max_time_scale"] == max(passed) and missed and min(missed) > max(passed), doc
+    assert {p.name[3] for p in (tmp_path / "cap").iterdir()} == {"x"}  # probes named by their speed-up

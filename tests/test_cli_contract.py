@@ -34,6 +34,8 @@ def work(tmp_path_factory) -> Path:
     (root / "nan-mix.yaml").write_text("mixes: {m: {qa: .nan, code: 1}}\n")
     (root / "sweep").mkdir()
     (root / "sweep" / "sweep.json").write_text("{}")
+    (root / "bad-trace.jsonl").write_text('{"timestamp": 0, "input_length": 10, "output_length": 2}\n{"timestamp": 1, "input_length": "x"}\n')
+    (root / "columns.csv").write_text("time,tokens\n1,2\n")
     (root / "huge-config.json").write_text('{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1e30, "vocab_size": 10, "num_attention_heads": 4}')
     return root
 
@@ -60,6 +62,22 @@ CASES = [
     ("bench --concurrency ²", "--concurrency"),  # a digit int() refuses
     ("bench --request-timeout 1e309", "--request-timeout"),  # inf: no float option means infinity
     ("bench --slo ttft_p99=2x", "--slo"),
+    ("bench --endpoint responses", "--endpoint"),
+    ("bench --sessions 0", "--sessions"),
+    ("bench --sessions 2,x", "--sessions"),
+    ("bench --turns 3", "--turns"),
+    ("bench --sessions 2 --think-time soon", "--think-time"),
+    ("bench --sessions 2 --think-time 2h", "--think-time"),
+    ("bench --sessions 2 --endpoint completions", "--endpoint chat"),
+    ("bench --sessions 2 --rate 1", "--rate"),
+    ("bench --trace {W}/missing.jsonl", "missing.jsonl"),
+    ("bench --trace {W}/binary.dat", "binary.dat"),
+    ("bench --trace {W}/bad-trace.jsonl", "line 2"),
+    ("bench --trace {W}/deep.jsonl", "nested deeper"),
+    ("bench --trace {W}/columns.csv", "no column"),
+    ("bench --trace {W}/bad-trace.jsonl --duration 5s", "--duration"),
+    ("bench --trace {W}/bad-trace.jsonl --time-scale 0", "--time-scale"),
+    ("bench --trace {W}/bad-trace.jsonl --trace-format csv", "--trace-format"),
     ("capacity --slo nope", "--slo"),
     ("suite --slo tpot_p40=1s", "--slo"),
     ("bench --output {W}/sweep", "holds a sweep"),

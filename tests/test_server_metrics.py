@@ -59,6 +59,9 @@ def test_sglang_deltas():
 
 
 class Hooks:
+    def prompt_built(self, done):
+        pass
+
     def phase_started(self, *a):
         pass
 

@@ -19,7 +19,7 @@ from conftest import read_jsonl, run, scrape, scrape_idle
 from servelab.bench import BenchOptions
 from servelab.endpoint import discover
 from servelab.load import workers
-from servelab.load.client import chat_body
+from servelab.load.body import request_body
 from servelab.load.scheduler import closed_loop
 from servelab.load.workers import ClientWorkersGone, auto_procs
 from servelab.records import RequestRecord
@@ -135,7 +135,7 @@ def test_a_duration_ends_on_time_and_keeps_every_request(monkeypatch):
 
         def make(i):
             rec = RequestRecord(index=i, concurrency=32, phase="measured", max_tokens=4, queued=time.perf_counter() - origin)
-            return rec, chat_body(endpoint, "hello", max_tokens=4, ignore_eos=False, cold=True)
+            return rec, request_body(endpoint, "hello", max_tokens=4, ignore_eos=False, cold=True)
 
         async def alive():
             return True

@@ -21,16 +21,20 @@ from servelab.diagnose import diagnose
 from servelab.endpoint import Endpoint
 from servelab.errors import ServelabError
 from servelab.levels import LevelRunner
-from servelab.load.client import StreamClient, chat_body
+from servelab.load.body import request_body
+from servelab.load.client import StreamClient
 from servelab.load.ray_workers import RayBackend
 from servelab.load.scheduler import ServerGone
 from servelab.load.workers import WorkerPool, auto_procs
 from servelab.metrics.bootlog import parse_bootlog
 from servelab.options import BenchHooks, BenchOptions
-from servelab.results import CeilingInfo, LoadSpec, PromptCheck, RunResult, RunWriter, levels_to_run, resume_run, run_lock
+from servelab.replay import TracePrompts
+from servelab.results import CeilingInfo, LoadSpec, PromptCheck, RunResult, RunWriter, TraceInfo, levels_to_run, resume_run, run_lock
+from servelab.sessions import SessionPlayer
 from servelab.tokenizer import LocalTokenizer, ServerTokenizer, Tokenizer
-from servelab.workloads.corpus import PromptBuilder
+from servelab.workloads.corpus import Prompt, PromptBuilder
 from servelab.workloads.suites import Workload
+from servelab.workloads.traces import Trace
 
 CALIBRATION_TOKENS = 32
 CALIBRATION_ATTEMPTS = 3  # tries of the calibration request before the server counts as unusable
@@ -88,6 +92,8 @@ class Bench(LevelRunner):
     ) -> None:
         super().__init__(endpoint, options, hooks, alive)
         self.run_dir = run_dir
+        self.trace: Trace | None = None  # --trace: the requests that fit the server
+        self.trace_info: TraceInfo | None = None
 
     def _load_spec(self) -> LoadSpec:
         o = self.opts
@@ -111,6 +117,12 @@ class Bench(LevelRunner):
             seed=o.seed,
             request_timeout_s=o.request_timeout_s,
             slo=o.slo,
+            endpoint=o.api,
+            sessions=o.session_mode,
+            turns=o.turns,
+            turn_input_tokens=o.turn_input_tokens,
+            think_time=o.think_time.label() if o.session_mode else None,
+            trace=self.trace_info,
         )
 
     async def run(self) -> RunResult:
@@ -125,7 +137,9 @@ class Bench(LevelRunner):
                 measured yet).
             asyncio.CancelledError / KeyboardInterrupt: after saving the run as partial.
         """
-        if self.opts.dataset is None:
+        if self.opts.trace is not None:
+            self._fit_trace()
+        elif self.opts.dataset is None:
             self._fit_shapes()
         else:  # fitted entry by entry once the template is known
             self.shapes = [(Workload(name="dataset", input_tokens=1, max_tokens=self.opts.output_tokens), 1.0)]
@@ -151,21 +165,27 @@ class Bench(LevelRunner):
                 run, self._index = resumed
             else:
                 run = RunResult(endpoint=self.endpoint.info, load=self._load_spec(), notes=list(self.notes), recipe=o.recipe)
-            asked = [(rate, o.max_concurrency or 0) for rate in o.rates] if o.rates else [(None, c) for c in o.concurrency]
+            if self.trace is not None:
+                asked = [(self.trace.rate_rps, 0)]
+            elif o.rates:
+                asked = [(rate, o.max_concurrency or 0) for rate in o.rates]
+            else:
+                asked = [(None, c) for c in o.concurrency]
             todo = levels_to_run(asked, run.levels)
             if o.ceiling is not None:
                 c = o.ceiling
                 run.ceiling = CeilingInfo(model=c.spec.name, hardware=c.hardware.name, quant=c.fmt.name, context_tokens=self.decode_context)
             self.writer = RunWriter(self.run_dir, run)
             origin = time.perf_counter()
-            connections = o.max_concurrency or (256 if o.rates else max(o.concurrency))
+            connections = o.max_concurrency or (256 if o.rates or self.trace else max(o.concurrency))
             procs = o.client_procs or (None if o.ray_address else auto_procs(connections))
             if procs == 1 and o.ray_address is None:
-                client = StreamClient(self.endpoint, origin=origin, connections=connections, request_timeout_s=o.request_timeout_s, tokenizer=tokenizer)
+                client = StreamClient(self.endpoint, origin=origin, connections=connections, request_timeout_s=o.request_timeout_s, tokenizer=tokenizer,
+                                      api=o.api)  # fmt: skip
             else:
                 backend = RayBackend(o.ray_address) if o.ray_address is not None else None
                 client = WorkerPool(self.endpoint, origin=origin, connections=connections, request_timeout_s=o.request_timeout_s,
-                                    procs=procs, tokenizer=tokenizer, on_note=run.notes.append, backend=backend)  # fmt: skip
+                                    procs=procs, tokenizer=tokenizer, on_note=run.notes.append, backend=backend, api=o.api)  # fmt: skip
             try:
                 async with client:
                     run.environment.client_procs = client.procs if isinstance(client, WorkerPool) else 1
@@ -179,9 +199,16 @@ class Bench(LevelRunner):
                         await self._fit_dataset(builder, tokenizer)
                         run.notes = list(self.notes)
                     warm_prompt = await self._build(self.shapes[0][0], f"[{self.tag}]") if o.prefix_cache == "warm" else None
+                    trace_prompts = await self._trace_prompts(builder) if self.trace is not None and todo else []
+                    if o.session_mode:
+                        await self._start_sessions(tokenizer)
                     for i in todo:
                         rate, level = asked[i]
-                        if rate is not None:
+                        if self.trace is not None:
+                            await self._trace_level(client, self.trace, trace_prompts)
+                        elif o.session_mode:
+                            await self._session_level(client, level)
+                        elif rate is not None:
                             await self._rate_level(client, rate, warm_prompt)
                         else:
                             await self._level(client, level, warm_prompt)
@@ -222,10 +249,10 @@ class Bench(LevelRunner):
         """
         o = self.opts
         prompt = await builder.build(CALIBRATION_TOKENS, f"[{self.tag}-calibration]")
-        body = chat_body(self.endpoint, prompt.text, max_tokens=1, ignore_eos=False, cold=True,
-                         chat_template_kwargs=o.chat_template_kwargs)  # fmt: skip
+        body = request_body(self.endpoint, prompt.text, max_tokens=1, ignore_eos=False, cold=True, api=o.api,
+                            chat_template_kwargs=o.chat_template_kwargs)  # fmt: skip
         for _ in range(CALIBRATION_ATTEMPTS):  # a server that drops one request is not unusable
-            rec = self._record(0, "calibration", prompt, 1)
+            rec = self._record(0, "calibration", prompt.tokens, 1)
             rec.queued = time.perf_counter() - client.origin
             await client.send(rec, body)
             self._on_record(rec)
@@ -238,14 +265,56 @@ class Bench(LevelRunner):
                 b.use_template(0, templated=False)
             return PromptCheck(template_overhead_tokens=0, overhead_source="unknown: the server reports no usage")
         overhead = rec.prompt_tokens - prompt.tokens
-        smallest = min(shape.input_tokens for shape, _ in self.shapes)
-        if o.dataset is None and overhead + CALIBRATION_TOKENS >= smallest:
+        singles = [shape.input_tokens for shape, _ in self.shapes if not shape.multi_turn]
+        smallest = min(singles) if singles and o.dataset is None and o.trace is None else None
+        if smallest is not None and overhead + CALIBRATION_TOKENS >= smallest:
             raise ServelabError(f"--input-tokens {smallest} is too small: the chat template alone adds {overhead} tokens")
-        templated = await builder.tokenizer.chat_count(prompt.text, o.chat_template_kwargs) == rec.prompt_tokens
+        # the completions API applies no template: its overhead is the special tokens the server adds (BOS)
+        templated = o.api == "chat" and await builder.tokenizer.chat_count(prompt.text, o.chat_template_kwargs) == rec.prompt_tokens
         for b in self.builders.values():
             b.use_template(overhead, templated=templated, chat_template_kwargs=o.chat_template_kwargs)
         source = "server chat-template tokenization, checked by a calibration request" if templated else "usage of a calibration request"
+        if o.api == "completions":
+            source = "usage of a calibration request (completions API: no chat template, the server's special tokens)"
         return PromptCheck(template_overhead_tokens=overhead, overhead_source=source)
+
+    def _fit_trace(self) -> None:
+        """Keep the trace's requests that fit the server's context (the rest left out with a note).
+
+        Raises:
+            DoesNotFit: none fits.
+        """
+        trace = self.opts.trace
+        limit = self.endpoint.info.max_model_len
+        kept = [r for r in trace.requests if limit is None or r.input_tokens + r.output_tokens <= limit]
+        if len(kept) < len(trace.requests):
+            self.notes.append(f"{len(trace.requests) - len(kept)} of {len(trace.requests)} trace requests left out: prompt + output above the {limit}-token context")
+        if not kept:
+            raise DoesNotFit(f"no request of the trace fits the server's {limit}-token context")
+        self.trace = Trace(trace.path, trace.format, kept, trace.skipped_lines)
+        self.shapes = [(Workload(name="trace", input_tokens=min(r.input_tokens for r in kept), max_tokens=1), 1.0)]
+        self.decode_context = round(statistics.fmean(r.input_tokens + r.output_tokens / 2 for r in kept))
+        self.trace_info = TraceInfo(file=trace.path.name, format=trace.format, time_scale=self.opts.trace_time_scale, requests=len(kept),
+                                    skipped_lines=trace.skipped_lines, duration_s=self.trace.duration_s, prefix_share=self.trace.prefix_share())  # fmt: skip
+
+    async def _trace_prompts(self, builder: PromptBuilder) -> list[Prompt]:
+        """The trace's prompts, built before the replay (servelab.replay), with a progress bar; the
+        mean deviation of their lengths from the trace's goes in the run."""
+        assert self.trace is not None and self.writer is not None
+        self.hooks.phase_started(0, "building prompts", len(self.trace.requests), None)
+        prompts = await TracePrompts(builder, self.tag, self.opts.seed).build(self.trace, self.hooks.prompt_built)
+        info = self.writer.run.load.trace
+        if info is not None:
+            info.input_deviation_tokens = statistics.fmean(abs(p.tokens - r.input_tokens) for p, r in zip(prompts, self.trace.requests, strict=True))
+        return prompts
+
+    async def _start_sessions(self, tokenizer: Tokenizer) -> None:
+        """Set up the session player: bare-text builders per corpus language (servelab.sessions)."""
+        plain = {}
+        for lang in {shape.lang for shape, _ in self.shapes}:
+            plain[lang] = PromptBuilder(tokenizer, seed=self.opts.seed + 2, lang=lang)
+            await plain[lang].prepare()
+        self.player = SessionPlayer(self.endpoint, self.opts, tokenizer, plain, self.tag, self.ignore_eos, self._record, self._build)
 
     def _fit_shapes(self) -> None:
         """Keep the request shapes that fit the server's context; drop the rest of a mix with a warning.
@@ -257,7 +326,7 @@ class Bench(LevelRunner):
         fitting = []
         for shape, weight in shapes:
             try:
-                check_fits(self.endpoint, shape.input_tokens, self.opts.output_range(shape.max_tokens)[1])
+                check_fits(self.endpoint, shape.input_tokens + shape.system_tokens, self.opts.output_range(shape.max_tokens)[1])
                 fitting.append((shape, weight))
             except DoesNotFit as exc:
                 if len(shapes) == 1:

@@ -6,7 +6,8 @@
 - ``vllm bench serve --save-result`` JSON (vLLM's ``vllm/benchmarks/serve.py``): one level per
   file, labelled by ``max_concurrency`` (or the request rate); TTFT / TPOT / ITL / E2E from its
   ``median_*_ms`` (p50), ``p99_*_ms`` and ``mean_*_ms``; decode tok/s per request p50 = 1000 ÷
-  median TPOT; the engine is what its ``backend`` names.
+  median TPOT; the engine is what its ``backend`` names, and the API (``traffic``: completions or
+  chat) is the one that backend sends to.
 - llama-benchy 0.4.0 ``--format json`` or ``--format csv``: one level per test (pp, tg, depth,
   concurrency); output tok/s = tg t/s (total) mean, decode tok/s per request = tg t/s (req) mean,
   TTFT = e2e_ttft mean. llama-benchy reports means only, so its levels fill the ``*_mean`` columns.
@@ -67,7 +68,7 @@ def from_run(run: RunResult, origin: Path) -> Run:
         model=run.endpoint.model, engine=run.endpoint.engine, engine_version=run.endpoint.engine_version, hardware=hardware,
         host=run.environment.host, recipe=run.recipe.name if run.recipe else None, variant=run.recipe.variant if run.recipe else None,
         input_tokens=run.load.input_tokens, output_tokens=run.load.output_tokens, prefix_cache=run.load.prefix_cache,
-        document=dump(run), levels=levels,
+        traffic=run.load.traffic, document=dump(run), levels=levels,
     )  # fmt: skip
 
 
@@ -78,6 +79,11 @@ def _float(data: dict, key: str, path: Path) -> float | None:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
         raise ServelabError(f"{path}: '{key}' is {value!r}, not a number ≥ 0")
     return float(value) if math.isfinite(value) else None
+
+
+# vllm bench serve's --backend (or endpoint_type) → the API it sent to (vLLM vllm/benchmarks/lib/endpoint_request_func.py,
+# ASYNC_REQUEST_FUNCS: "vllm" and "openai" post to /v1/completions, "openai-chat" to /v1/chat/completions).
+VLLM_BENCH_API = {"vllm": "completions", "openai": "completions", "openai-chat": "chat"}
 
 
 def from_vllm_bench(data: dict, path: Path, digest: str) -> Run:
@@ -112,7 +118,7 @@ def from_vllm_bench(data: dict, path: Path, digest: str) -> Run:
         hardware="unknown", host=None, recipe=None, variant=data.get("label"),
         input_tokens=round(lengths[0] / completed) if isinstance(lengths[0], int) and completed else None,
         output_tokens=round(lengths[1] / completed) if isinstance(lengths[1], int) and completed else None,
-        prefix_cache=None, document=json.dumps({k: v for k, v in data.items() if not isinstance(v, list)}), levels=[level],
+        prefix_cache=None, traffic=VLLM_BENCH_API.get(backend), document=json.dumps({k: v for k, v in data.items() if not isinstance(v, list)}), levels=[level],
     )  # fmt: skip
 
 

@@ -15,23 +15,27 @@ import random
 import secrets
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 
 from servelab import engines
 from servelab.endpoint import Endpoint
 from servelab.engines.counters import ServerStats
-from servelab.load.client import StreamClient, chat_body
-from servelab.load.scheduler import Phase, closed_loop, open_loop
+from servelab.load.body import request_body
+from servelab.load.client import StreamClient
+from servelab.load.scheduler import Phase, Send, closed_loop, open_loop, session_loop
 from servelab.metrics.gpu import GpuSampler, GpuStats
 from servelab.metrics.slo import evaluate
 from servelab.metrics.server import MetricsWatch
 from servelab.metrics.summary import LevelSummary, summarize
+from servelab.metrics.turns import session_stats
 from servelab.metrics.waves import wave_stats
 from servelab.options import BenchHooks, BenchOptions
 from servelab.records import RequestRecord
 from servelab.results import RunWriter
+from servelab.sessions import SessionPlayer
 from servelab.workloads.corpus import Prompt, PromptBuilder
 from servelab.workloads.suites import Workload
+from servelab.workloads.traces import Trace
 
 BUILD_PARALLELISM = 8
 
@@ -73,18 +77,21 @@ class LevelRunner:
         self.client_cpu: float | None = None
         self.cut: tuple[int, float | None, list[RequestRecord]] | None = None
         self._index = 0  # the next record's index (a resumed run goes on from its last one)
+        self.sent: list[RequestRecord] = []  # the current phase's records as they are made
+        self.player: SessionPlayer | None = None  # plays the sessions of a session-mode run (servelab.bench sets it up)
         self._level_start = 0
 
-    def _record(self, concurrency: int, phase: str, prompt: Prompt, max_tokens: int) -> RequestRecord:
+    def _record(self, concurrency: int, phase: str, expected_tokens: int | None, max_tokens: int) -> RequestRecord:
         rec = RequestRecord(
             index=self._index,
             concurrency=concurrency,
             phase=phase,
-            expected_prompt_tokens=prompt.tokens,
+            expected_prompt_tokens=expected_tokens,
             max_tokens=max_tokens,
             queued=0.0,
         )
         self._index += 1
+        self.sent.append(rec)
         return rec
 
     def _on_record(self, record: RequestRecord) -> None:
@@ -132,11 +139,10 @@ class LevelRunner:
         rate: float | None = None,
         stagger_s: float = 0.0,
     ) -> Phase:
+        """One phase of single requests: a closed loop of ``level`` streams, or open-loop arrivals at ``rate``."""
         o = self.opts
         self.hooks.phase_started(level, phase, count, duration_s)
         prompts = await self._prompts(pool, warm)
-        watch = MetricsWatch(self.endpoint.info.metrics_url if phase == "measured" else None, self.endpoint.info.engine, self.endpoint.headers())
-        records: list[RequestRecord] = []  # as sent, for the GPU energy per token even if the phase fails
 
         def make(i: int) -> tuple[RequestRecord, bytes]:
             prompt, shape = prompts[i % len(prompts)]
@@ -144,37 +150,99 @@ class LevelRunner:
                 # Duration runs that outlive the prompt pool: a fresh nonce keeps every prompt unique;
                 # its token count may then differ by a token or two, which the prompt check reports.
                 prompt = Prompt(prompt.text.replace(f"[{self.tag}-", f"[{self.tag}-r{i}-", 1), prompt.tokens)
-            rec = self._record(level, phase, prompt, o.draw_output(shape.max_tokens, self._index))
+            rec = self._record(level, phase, prompt.tokens, o.draw_output(shape.max_tokens, self._index))
             rec.workload = shape.name or None
-            records.append(rec)
             rec.queued = time.perf_counter() - client.origin
-            body = chat_body(self.endpoint, prompt.text, max_tokens=rec.max_tokens, ignore_eos=self.ignore_eos,
-                             cold=o.prefix_cache == "cold", chat_template_kwargs=o.chat_template_kwargs)  # fmt: skip
-            return rec, body
+            return rec, self._body(prompt.text, rec.max_tokens)
 
+        if rate is None:
+            load = closed_loop(client, make, concurrency=level, count=count, duration_s=duration_s, stagger_s=stagger_s,
+                               on_record=self._on_record, alive=self.alive)  # fmt: skip
+        else:
+            load = open_loop(client, make, rate=rate, burstiness=o.burstiness, count=count, duration_s=duration_s,
+                             max_concurrency=o.max_concurrency, seed=o.seed, on_record=self._on_record, alive=self.alive)  # fmt: skip
+        return await self._sampled(level, phase, rate, load)
+
+    def _body(self, prompt: str, max_tokens: int, cold: bool | None = None) -> bytes:
+        """A single request's body under the run's options (API, exact output, template kwargs); the
+        prefix cache cold as ``--prefix-cache`` says unless ``cold`` is given."""
+        o = self.opts
+        cold = o.prefix_cache == "cold" if cold is None else cold
+        return request_body(self.endpoint, prompt, max_tokens=max_tokens, ignore_eos=self.ignore_eos, api=o.api, cold=cold,
+                            chat_template_kwargs=o.chat_template_kwargs)  # fmt: skip
+
+    async def _sampled(self, level: int, phase: str, rate: float | None, load: Coroutine[None, None, Phase]) -> Phase:
+        """Run a phase's ``load``; around a measured one, sample the server's /metrics and the GPU."""
+        watch = MetricsWatch(self.endpoint.info.metrics_url if phase == "measured" else None, self.endpoint.info.engine, self.endpoint.headers())
+        self.sent = []  # as sent, for the GPU energy per token even if the phase fails
         gpu = GpuSampler()
-        await watch.start()
+        try:
+            await watch.start()
+        except BaseException:
+            load.close()
+            raise
         cpu0, wall0 = time.process_time(), time.perf_counter()
         if phase == "measured":
             gpu.start()
-            self.cut = (level, rate, records)  # until the phase ends: what a cut-short level's summary covers
+            self.cut = (level, rate, self.sent)  # until the phase ends: what a cut-short level's summary covers
         try:
-            if rate is None:
-                result = await closed_loop(
-                    client, make, concurrency=level, count=count, duration_s=duration_s, stagger_s=stagger_s,
-                    on_record=self._on_record, alive=self.alive,
-                )  # fmt: skip
-            else:
-                result = await open_loop(
-                    client, make, rate=rate, burstiness=o.burstiness, count=count, duration_s=duration_s,
-                    max_concurrency=o.max_concurrency, seed=o.seed, on_record=self._on_record, alive=self.alive,
-                )  # fmt: skip
+            result = await load
         finally:
             self.client_cpu = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
             self.server_stats = await watch.stop()
-            self.gpu_stats = await gpu.stop(sum(r.output_tokens or 0 for r in records))
+            self.gpu_stats = await gpu.stop(sum(r.output_tokens or 0 for r in self.sent))
         self.cut = None
         return result
+
+    async def _session_phase(self, client: StreamClient, level: int, phase: str, count: int | None, duration_s: float | None) -> Phase:
+        """One phase of ``level`` sessions kept open (servelab.sessions); their end reasons in ``player.ended``."""
+        assert self.player is not None
+        player = self.player
+        player.ended.clear()
+        self.hooks.phase_started(level, phase, count, duration_s)
+
+        async def play(session: int, send: Send) -> None:
+            await player.play(player.draw(self.shapes, session), session, send, level, phase)
+
+        load = session_loop(client, play, concurrency=level, count=count, duration_s=duration_s, on_record=self._on_record, alive=self.alive)
+        return await self._sampled(level, phase, None, load)
+
+    async def _session_level(self, client: StreamClient, level: int) -> None:
+        """A level of ``level`` sessions kept open: warm-up sessions (default one per stream), then
+        the measured ones (``--requests`` sessions, default one per stream, or ``--duration``)."""
+        o = self.opts
+        self._level_start = self._index
+        n_warm = o.warmup if o.warmup is not None else level
+        if n_warm:
+            await self._session_phase(client, level, "warmup", n_warm, None)
+        count = None if o.duration_s is not None else (o.requests or level)
+        measured = await self._session_phase(client, level, "measured", count, o.duration_s)
+        summary = summarize(level, measured.records, measured.window)
+        assert self.player is not None
+        summary.sessions = session_stats(measured.records, self.player.ended)
+        self._conclude_level(summary, measured, level)
+
+    async def _trace_level(self, client: StreamClient, trace: Trace, prompts: list[Prompt]) -> None:
+        """The trace replayed as one open-loop level: request i sent at its time with ``prompts[i]``;
+        with Mooncake block ids the server may cache (the blocks are shared on purpose, servelab.replay)."""
+        self._level_start = self._index
+        cold = trace.prefix_share() is None
+        self.hooks.phase_started(0, "measured", len(prompts), None)
+
+        def make(i: int) -> tuple[RequestRecord, bytes]:
+            r = trace.requests[i]
+            rec = self._record(0, "measured", prompts[i].tokens, r.output_tokens)
+            return rec, self._body(prompts[i].text, r.output_tokens, cold)
+
+        load = open_loop(client, make, rate=1.0, count=len(prompts), arrivals=(r.at_s for r in trace.requests),
+                         on_record=self._on_record, alive=self.alive)  # fmt: skip
+        measured = await self._sampled(0, "measured", None, load)
+        summary = summarize(0, measured.records, measured.window)
+        summary.rate_rps = trace.rate_rps
+        starts = sorted(r.start for r in measured.records if r.start is not None)
+        if len(starts) > 1 and starts[-1] > starts[0]:
+            summary.achieved_rate_rps = (len(starts) - 1) / (starts[-1] - starts[0])
+        self._conclude_level(summary, measured, max(1, round((summary.rate_rps or 0) * (summary.e2e_ms.mean or 0) / 1e3)))
 
     def save_cut_level(self) -> None:
         """After the server went away or Ctrl-C in a measured phase: summarise what that phase ran

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
+from servelab.load.body import Api
 from servelab.metrics.slo import Objective
 from servelab.metrics.summary import LevelSummary
 from servelab.plan.planner import bench_ceiling
@@ -21,7 +22,9 @@ from servelab.records import RequestRecord
 from servelab.results import RecipeInfo
 from servelab.specs import Hardware, ModelSpec
 from servelab.workloads.datasets import DatasetEntry
+from servelab.workloads.sessions import ThinkTime
 from servelab.workloads.suites import Workload
+from servelab.workloads.traces import Trace
 
 
 @dataclass
@@ -58,13 +61,25 @@ class BenchOptions:
     workloads: dict[str, Workload] | None = None  # where the mix's names are looked up
     recipe: RecipeInfo | None = None  # the recipe variant that launched the server, stored with the run
     slo: list[Objective] | None = None  # --slo: goodput and pass/fail per level (metrics/slo.py)
+    api: Api = "chat"  # --endpoint: /v1/chat/completions or /v1/completions (raw prompts, no chat template)
+    turns: int = 1  # --sessions: requests per session (> 1: each level plays sessions, servelab.sessions)
+    turn_input_tokens: int | None = None  # --turn-input-tokens: text tokens of each later user message
+    think_time: ThinkTime = field(default_factory=ThinkTime)  # --think-time: pause before a session's next turn
+    sessions: bool = False  # --sessions: the concurrency levels are sessions kept open
+    trace: Trace | None = None  # --trace: one open-loop level replaying these requests at their times
+    trace_time_scale: float = 1.0  # --time-scale the trace's times were divided by
+
+    @property
+    def session_mode(self) -> bool:
+        """Each level plays sessions (servelab.sessions): --sessions, or a multi-turn workload in the mix."""
+        return self.sessions or any(shape.multi_turn for shape, _ in self.shapes())
 
     def shapes(self) -> list[tuple[Workload, float]]:
         """The request shapes with their weights: the mix's workloads, or one shape from the options."""
         if self.mix:
             return [(self.workloads[name], weight) for name, weight in self.mix.items()]
-        single = Workload(name="", input_tokens=self.input_tokens, max_tokens=self.output_tokens, lang=self.lang,
-                          instruction=self.instruction, question=self.question)  # fmt: skip
+        single = Workload(name="session" if self.sessions else "", input_tokens=self.input_tokens, max_tokens=self.output_tokens, lang=self.lang,
+                          instruction=self.instruction, question=self.question, turns=self.turns, turn_input_tokens=self.turn_input_tokens)  # fmt: skip
         return [(single, 1.0)]
 
     def output_range(self, max_tokens: int) -> tuple[int, int]:
@@ -116,4 +131,5 @@ class BenchHooks(Protocol):
 
     def phase_started(self, concurrency: int, phase: str, total: int | None, duration_s: float | None) -> None: ...
     def record_done(self, record: RequestRecord) -> None: ...
+    def prompt_built(self, done: int) -> None: ...
     def level_done(self, summary: LevelSummary) -> None: ...

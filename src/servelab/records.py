@@ -33,6 +33,8 @@ class RequestRecord(BaseModel):
     concurrency: int = Field(description="Concurrency level the request belongs to.")
     phase: Phase
     workload: str | None = Field(None, description="Named workload of a mix, when the run used one.")
+    session: int | None = Field(None, description="Multi-turn session the request belongs to (sessions, agentic), numbered in its level.")
+    turn: int | None = Field(None, description="The request's turn in its session, from 0; its prompt holds every earlier turn.")
     expected_prompt_tokens: int | None = Field(None, description="Prompt tokens servelab built, chat template included.")
     max_tokens: int
     queued: float = Field(description="When the scheduler handed the request to the client (s).")

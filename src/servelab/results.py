@@ -88,6 +88,39 @@ class LoadSpec(BaseModel):
     seed: int
     request_timeout_s: float
     slo: list[Objective] | None = Field(None, description="--slo: the objectives each level was checked against.")
+    endpoint: Literal["chat", "completions"] = Field("chat", description="The API the requests used: /v1/chat/completions, or /v1/completions (raw prompts, no chat template).")
+    sessions: bool = Field(False, description="Each concurrency level is that many sessions kept open (--sessions, or a multi-turn workload in the mix: servelab.sessions).")
+    turns: int = Field(1, description="--sessions: requests per session.")
+    turn_input_tokens: int | None = Field(None, description="--sessions: text tokens of each later user message (None: input_tokens).")
+    think_time: str | None = Field(None, description="--sessions: pause before each later turn, as given (2s, exp:2s).")
+    trace: TraceInfo | None = Field(None, description="--trace: the trace replayed as one open-loop level.")
+
+    @property
+    def traffic(self) -> str:
+        """The API and the kind of load in a few words: ``chat``, ``completions``, ``chat sessions``,
+        ``chat trace mooncake`` (the runs database's ``traffic`` column)."""
+        kind = " sessions" if self.sessions else f" trace {self.trace.format}" if self.trace is not None else ""
+        return self.endpoint + kind
+
+    @property
+    def reuse_expected(self) -> bool:
+        """The load reuses prompt prefixes on purpose: sessions resend their conversation (and may
+        share a system prompt), a trace's requests share the blocks it says they share. Prefix-cache
+        hits are then measured, not contamination."""
+        return self.sessions or (self.trace is not None and bool(self.trace.prefix_share))
+
+
+class TraceInfo(BaseModel):
+    """The trace a run replayed (servelab.workloads.traces); the file's name only, never its directory."""
+
+    file: str
+    format: Literal["mooncake", "azure", "servelab"]
+    time_scale: float = Field(description="Trace times were divided by this (2: twice as fast).")
+    requests: int
+    skipped_lines: int = Field(0, description="Malformed lines skipped (--skip-bad).")
+    duration_s: float = Field(description="First to last scheduled arrival after time scaling, s.")
+    prefix_share: float | None = Field(None, description="The trace's own share of repeated prompt tokens (docs/metrics.md \"Trace replay\"); None without block ids.")
+    input_deviation_tokens: float | None = Field(None, description="Mean |built − trace| prompt tokens (block seams, the chat template's minimum).")
 
 
 class PromptCheck(BaseModel):

@@ -94,6 +94,7 @@ class Run(Base):
     input_tokens: Mapped[int | None] = mapped_column(Integer)
     output_tokens: Mapped[int | None] = mapped_column(Integer)
     prefix_cache: Mapped[str | None] = mapped_column(String(16))
+    traffic: Mapped[str | None] = mapped_column(Text)  # API and kind of load: chat, completions, chat sessions, chat trace mooncake (migration 0003)
     document: Mapped[str] = mapped_column(Text)  # JSON: run.json, or the imported file's content
     levels: Mapped[list[Level]] = relationship(back_populates="run", order_by=Level.position, cascade="all, delete-orphan")
 

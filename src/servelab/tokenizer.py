@@ -67,13 +67,17 @@ class ServerTokenizer:
         return next((t for t in (out.content, out.prompt, out.text) if t is not None), "")
 
     async def chat_count(self, text: str, chat_template_kwargs: dict | None = None) -> int | None:
-        """Tokens of ``text`` sent as one user message, chat template included, as the server counts
-        them (the engine's ``chat_count``); None for engines without such an endpoint.
+        """Tokens of ``text`` sent as one user message, chat template included (:meth:`count_messages`)."""
+        return await self.count_messages([{"role": "user", "content": text}], chat_template_kwargs)
+
+    async def count_messages(self, messages: list[dict], chat_template_kwargs: dict | None = None) -> int | None:
+        """Prompt tokens of a conversation (``{"role", "content"}`` messages), chat template
+        included, as the server counts them (the engine's ``chat_count``); None for engines without
+        such an endpoint.
 
         Raises:
             ServelabError: the server failed or answered a shape the engine does not read.
         """
-        messages = [{"role": "user", "content": text}]
         extra = {"chat_template_kwargs": chat_template_kwargs} if chat_template_kwargs else {}
         try:
             count = await self.engine.chat_count(self._post, self.endpoint.info.model, messages, extra)
@@ -131,6 +135,11 @@ class LocalTokenizer:
 
     async def chat_count(self, text: str, chat_template_kwargs: dict | None = None) -> int | None:
         """A bare tokenizer file knows no chat template: always None (the measured overhead is used)."""
+        return None
+
+    async def count_messages(self, messages: list[dict], chat_template_kwargs: dict | None = None) -> int | None:
+        """A bare tokenizer file knows no chat template: always None (a session's later turns are
+        then counted by the server's usage alone)."""
         return None
 
 

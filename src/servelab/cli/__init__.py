@@ -17,7 +17,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from servelab import __version__
-from servelab.cli import bench, capacity, plan, predict, recipes, results, server
+from servelab.cli import bench, capacity, grid, plan, predict, recipes, results, server
 from servelab.cli.common import console, err_console, one_line_errors
 
 
@@ -73,7 +73,7 @@ class OneLineUsageErrors(TyperGroup):
 
 app = typer.Typer(help="Measure OpenAI-compatible LLM inference servers correctly.", no_args_is_help=True, add_completion=False, cls=OneLineUsageErrors)
 COMMANDS = {
-    "bench": bench.bench, "serve-local": server.serve_local, "suite": bench.suite, "grid": bench.grid,
+    "bench": bench.bench, "serve-local": server.serve_local, "suite": bench.suite, "grid": grid.grid,
     "lint": recipes.lint, "launch": recipes.launch, "sweep": recipes.sweep, "compare": recipes.compare,
     "import": results.import_, "runs": results.runs, "show": results.show, "export": results.export, "report": results.report,
     "ui": results.ui, "bootlog": server.bootlog, "predict": predict.predict_cmd, "explain": predict.explain_cmd, "calibrate": predict.calibrate_cmd,

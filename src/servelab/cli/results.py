@@ -82,7 +82,7 @@ def export(
         fail(f"--output {output}: give a .csv or .json file name")
     found = _filtered(db, model, engine, hardware, source)
     keys = ["id", "source", "origin", "started_at", "status", "model", "engine", "engine_version", "hardware", "host", "recipe", "variant",
-            "input_tokens", "output_tokens", "prefix_cache"]  # fmt: skip
+            "input_tokens", "output_tokens", "prefix_cache", "traffic"]  # fmt: skip
     rows = [{**{k: getattr(r, k) for k in keys}, "level": lv.label, "concurrency": lv.concurrency, "rate_rps": lv.rate_rps, "ok": lv.ok,
              "failed": lv.failed, **{m: getattr(lv, m) for m in STORE_METRICS}} for r in found for lv in r.levels]  # fmt: skip
     if output.suffix.lower() == ".json":

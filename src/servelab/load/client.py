@@ -37,6 +37,7 @@ from typing_extensions import TypedDict
 
 from servelab import engines
 from servelab.endpoint import Endpoint
+from servelab.load.body import API_PATHS, Api
 from servelab.load.outcome import ERROR_TEXT_LIMIT, Texts, count_tokens, fail, mark_incomplete
 from servelab.records import RequestRecord
 from servelab.tokenizer import Tokenizer
@@ -52,7 +53,8 @@ class _Delta(TypedDict, total=False):
 
 class _Choice(TypedDict, total=False):
     index: int | None
-    delta: _Delta | None
+    delta: _Delta | None  # chat completions
+    text: str | None  # completions (``text_completion`` chunks)
     finish_reason: str | None
 
 
@@ -72,8 +74,10 @@ class _Usage(TypedDict, total=False):
 
 
 class _Chunk(TypedDict, total=False):
-    """One ``chat.completion.chunk`` as servelab reads it (OpenAI API reference, "The chat completion
-    chunk object"); other fields are ignored. ``error``: an error event (any shape)."""
+    """One ``chat.completion.chunk`` (or, from ``/v1/completions``, one ``text_completion`` chunk,
+    whose choice carries ``text`` instead of ``delta``) as servelab reads it (OpenAI API reference,
+    "The chat completion chunk object", "The completion object"); other fields are ignored.
+    ``error``: an error event (any shape)."""
 
     choices: list[_Choice] | None
     usage: _Usage | None
@@ -103,7 +107,7 @@ def _error_message(body: bytes) -> str:
 
 
 class StreamParser:
-    """Parses an OpenAI chat-completion SSE stream into a record, as its bytes arrive.
+    """Parses an OpenAI chat-completion (or completion) SSE stream into a record, as its bytes arrive.
 
     ``feed(data, t)`` takes body bytes read at ``t`` (``perf_counter`` seconds); events may be
     split across calls. Fills ``record``'s token-chunk times (seconds since ``start``),
@@ -164,7 +168,7 @@ class StreamParser:
                     record.anomalies.append("extra_choices")
                 if choice is not None:
                     delta = choice.get("delta") or {}
-                    content = delta.get("content")
+                    content = delta.get("content") or choice.get("text")
                     reasoning = delta.get("reasoning_content") or delta.get("reasoning")
                     if content or reasoning:
                         record.chunk_times.append(t - self.start)
@@ -269,39 +273,8 @@ class TimedConnector(aiohttp.TCPConnector):
         self._factory = functools.partial(TimedResponseHandler, loop=self._loop)
 
 
-def chat_body(
-    endpoint: Endpoint,
-    text: str,
-    *,
-    max_tokens: int,
-    ignore_eos: bool,
-    cold: bool,
-    chat_template_kwargs: dict | None = None,
-) -> bytes:
-    """The JSON body of one streaming chat request, with the engine's extra fields.
-
-    - every engine: greedy (``temperature: 0``), ``stream_options.include_usage`` so the server
-      reports exact token counts in a final chunk;
-    - exact output length (``ignore_eos``) and a cold prefix cache as the engine spells them
-      (``Engine.request_fields``, ``servelab.engines``);
-    - ``chat_template_kwargs`` passed through (e.g. ``{"enable_thinking": false}``).
-    """
-    body: dict = {
-        "model": endpoint.info.model,
-        "messages": [{"role": "user", "content": text}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        **engines.get(endpoint.info.engine).request_fields(max_tokens=max_tokens, ignore_eos=ignore_eos, cold=cold),
-    }
-    if chat_template_kwargs:
-        body["chat_template_kwargs"] = chat_template_kwargs
-    return orjson.dumps(body)
-
-
 class StreamClient:
-    """Sends chat requests with ``stream: true`` and records what came back.
+    """Sends chat (or completion) requests with ``stream: true`` and records what came back.
 
     Args:
         endpoint: the discovered server.
@@ -309,6 +282,8 @@ class StreamClient:
         connections: connection-pool size; at least the highest concurrency.
         request_timeout_s: a request still streaming after this long fails with ``timeout``.
         tokenizer: counts output tokens when the server sends no ``usage``.
+        api: ``"chat"`` (``/v1/chat/completions``) or ``"completions"`` (``/v1/completions``), the
+            API the bodies of :func:`request_body` were made for.
 
     Use as ``async with StreamClient(...) as client``.
     """
@@ -321,10 +296,12 @@ class StreamClient:
         connections: int,
         request_timeout_s: float,
         tokenizer: Tokenizer | None = None,
+        api: Api = "chat",
     ) -> None:
         self.endpoint = endpoint
         self.origin = origin
-        self.url = endpoint.api_base + "/chat/completions"
+        self.api = api
+        self.url = endpoint.api_base + API_PATHS[api]
         self.tokenizer = tokenizer
         self._connections = connections
         self._timeout_s = request_timeout_s
@@ -343,8 +320,10 @@ class StreamClient:
         if self._session is not None:
             await self._session.close()
 
-    async def send(self, record: RequestRecord, body: bytes) -> RequestRecord:
-        """Send one request and fill ``record`` in place with its timings, counts and status.
+    async def send(self, record: RequestRecord, body: bytes, affinity: object = None) -> Texts | None:
+        """Send one request and fill ``record`` in place with its timings, counts and status; return
+        what the server answered (None when the request failed). ``affinity`` is unused here (one
+        process; :class:`servelab.load.workers.WorkerPool` keeps a session on one worker with it).
 
         Never raises for server or network errors: they become ``status="failed"`` with an
         ``error_kind`` (``http_<status>``, ``connect``, ``disconnected``, ``timeout``,
@@ -354,7 +333,7 @@ class StreamClient:
         texts = await self.stream(record, body)
         if texts is not None:
             await count_tokens(record, texts, self.tokenizer)
-        return record
+        return texts
 
     async def stream(self, record: RequestRecord, body: bytes) -> Texts | None:
         """:meth:`send`'s network part: fill ``record``'s timings, status and the counts the server

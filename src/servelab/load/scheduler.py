@@ -25,10 +25,11 @@ import asyncio
 import itertools
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from servelab.load.client import StreamClient
+from servelab.load.outcome import Texts
 from servelab.records import RequestRecord
 
 # Failures after which the scheduler asks whether the server is still there.
@@ -55,24 +56,47 @@ async def _send(
     on_record: Callable[[RequestRecord], None],
     alive: Callable[[], Awaitable[bool]],
     sem: asyncio.Semaphore | None = None,
-) -> None:
-    """Send one request (inside ``sem`` if given); keep its record however it ends (done, failed or
-    cancelled); after a connection-level failure ask ``alive``.
+    affinity: object = None,
+) -> Texts | None:
+    """Send one request (inside ``sem`` if given; ``affinity`` as ``StreamClient.send``); keep its
+    record however it ends (done, failed or cancelled); after a connection-level failure ask
+    ``alive``. Returns the answer (None when the request failed).
 
     Raises:
         ServerGone: the request failed to connect and the server no longer answers.
     """
     try:
         if sem is None:
-            await client.send(record, body)
+            texts = await client.send(record, body, affinity)
         else:
             async with sem:
-                await client.send(record, body)
+                texts = await client.send(record, body, affinity)
     finally:
         phase.records.append(record)
         on_record(record)
     if record.error_kind in CONNECTION_ERRORS and not await alive():
         raise ServerGone(f"the server stopped answering ({record.error_kind}: {record.error})")
+    return texts
+
+
+async def _drive(tasks: list[asyncio.Task], t_begin: float, deadline: float | None) -> None:
+    """Wait for a closed loop's workers: all of them, or until ``deadline`` (run seconds; the
+    ``t_begin`` it counts from is when the phase began), then cancel what is left.
+
+    Raises:
+        ServerGone: a worker's (re-raised).
+    """
+    try:
+        if deadline is None:
+            await asyncio.gather(*tasks)
+        else:
+            done, _ = await asyncio.wait(tasks, timeout=deadline - t_begin, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()  # re-raise ServerGone
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def closed_loop(
@@ -129,22 +153,61 @@ async def closed_loop(
                 record.phase = "warmup"
             await _send(client, record, body, phase, on_record, alive)
 
-    tasks = [asyncio.create_task(worker(k)) for k in range(concurrency)]
-    try:
-        if deadline is None:
-            await asyncio.gather(*tasks)
-            sends = [r.start for r in phase.records if r.phase == "measured" and r.start is not None]
-            if stagger_s and len(sends) > 1 and max(sends) > min(sends):
-                phase.window = (min(sends), max(sends))
-        else:
-            done, pending = await asyncio.wait(tasks, timeout=deadline - t_begin, return_when=asyncio.FIRST_EXCEPTION)
-            for task in done:
-                task.result()  # re-raise ServerGone
-            phase.window = (ramp_end, deadline)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    await _drive([asyncio.create_task(worker(k)) for k in range(concurrency)], t_begin, deadline)
+    if deadline is not None:
+        phase.window = (ramp_end, deadline)
+    else:
+        sends = [r.start for r in phase.records if r.phase == "measured" and r.start is not None]
+        if stagger_s and len(sends) > 1 and max(sends) > min(sends):
+            phase.window = (min(sends), max(sends))
+    return phase
+
+
+# A session's turns: play(j, send) plays session j, sending each turn with send(record, body, affinity).
+Send = Callable[[RequestRecord, bytes, object], Awaitable["Texts | None"]]
+
+
+async def session_loop(
+    client: StreamClient,
+    play: Callable[[int, Send], Awaitable[None]],
+    *,
+    concurrency: int,
+    count: int | None = None,
+    duration_s: float | None = None,
+    on_record: Callable[[RequestRecord], None],
+    alive: Callable[[], Awaitable[bool]],
+) -> Phase:
+    """Run one phase of closed-loop sessions: each of ``concurrency`` workers plays a session
+    (``play(j, send)``: its turns one after another, each request through ``send``), then the next,
+    until ``count`` sessions were started or ``duration_s`` passed (sessions in flight are then
+    cancelled: their request in flight is ``incomplete``). So at most ``concurrency`` sessions are
+    open, and at most that many requests in flight (fewer while sessions think between turns).
+
+    Returns:
+        The phase's records (every turn's) and, with a duration, its window.
+
+    Raises:
+        ServerGone, asyncio.CancelledError: as :func:`closed_loop`.
+    """
+    if (count is None) == (duration_s is None):
+        raise ValueError("give exactly one of count and duration_s")
+    phase = Phase()
+    sessions = itertools.count()
+    t_begin = time.perf_counter() - client.origin
+    deadline = None if duration_s is None else t_begin + duration_s
+
+    async def send(record: RequestRecord, body: bytes, affinity: object) -> Texts | None:
+        return await _send(client, record, body, phase, on_record, alive, affinity=affinity)
+
+    async def worker() -> None:
+        for j in sessions:  # shared by the workers: each session number is played once
+            if count is not None and j >= count:
+                return
+            await play(j, send)
+
+    await _drive([asyncio.create_task(worker()) for _ in range(concurrency)], t_begin, deadline)
+    if deadline is not None:
+        phase.window = (t_begin, deadline)
     return phase
 
 
@@ -167,6 +230,7 @@ async def open_loop(
     duration_s: float | None = None,
     max_concurrency: int | None = None,
     seed: int = 0,
+    arrivals: Iterable[float] | None = None,
     on_record: Callable[[RequestRecord], None],
     alive: Callable[[], Awaitable[bool]],
 ) -> Phase:
@@ -178,13 +242,17 @@ async def open_loop(
         count / duration_s: exactly one: how many requests arrive, or for how long they arrive.
         max_concurrency: cap on requests in flight; arrivals beyond it wait on the client side.
         seed: seeds the arrival times, so a run's schedule is reproducible.
+        arrivals: the arrival times themselves instead (s after the phase begins, non-decreasing; a
+            trace replay): ``rate``, ``burstiness`` and ``seed`` are then unused, and the phase ends
+            with them (or at ``count``). A request's ``queued`` is its scheduled time, so
+            ``start − queued`` is its send lag.
 
     Raises:
         ServerGone, asyncio.CancelledError: as :func:`closed_loop`.
     """
     if (count is None) == (duration_s is None):
         raise ValueError("give exactly one of count and duration_s")
-    gaps = arrival_gaps(rate, burstiness, seed)
+    times = iter(arrivals) if arrivals is not None else itertools.accumulate(arrival_gaps(rate, burstiness, seed))
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     phase = Phase()
     t_begin = time.perf_counter() - client.origin
@@ -198,12 +266,11 @@ async def open_loop(
         except ServerGone as exc:
             gone.append(exc)
 
-    arrival = t_begin
     try:
-        for i in itertools.count():
+        for i, offset in enumerate(times):
             if (count is not None and i >= count) or gone:
                 break
-            arrival += next(gaps)
+            arrival = t_begin + offset
             if deadline is not None and arrival >= deadline:
                 break
             delay = arrival - (time.perf_counter() - client.origin)

@@ -52,6 +52,7 @@ import orjson
 
 from servelab.endpoint import Endpoint, EndpointInfo
 from servelab.errors import ServelabError
+from servelab.load.body import Api
 from servelab.load.client import StreamClient
 from servelab.load.outcome import Texts, count_tokens, fail, mark_incomplete
 from servelab.records import RequestRecord
@@ -100,7 +101,8 @@ class Streamer:
         self.endpoint = Endpoint(root=e["root"], info=EndpointInfo.model_validate(e["info"]), api_key=e["api_key"], tokenize_path=e["tokenize_path"])
         remember(self.endpoint.api_key)  # so that error texts are scrubbed of it here too
         self.origin = settings["origin"]
-        self.client = StreamClient(self.endpoint, origin=self.origin, connections=settings["connections"], request_timeout_s=settings["timeout_s"])
+        self.client = StreamClient(self.endpoint, origin=self.origin, connections=settings["connections"], request_timeout_s=settings["timeout_s"],
+                                   api=settings["api"])  # fmt: skip
         self.tasks: dict[int, asyncio.Task] = {}
 
     async def __aenter__(self) -> Streamer:
@@ -276,6 +278,7 @@ class WorkerPool:
         tokenizer: counts output tokens when the server sends no ``usage``.
         on_note: told, in a sentence, where each Ray worker runs and when a worker dies.
         backend: where the workers run (default: processes of this host, :class:`ProcessBackend`).
+        api: the API the request bodies are for (``StreamClient``'s ``api``).
 
     Raises:
         ClientWorkersGone: from :meth:`send`, once every worker has died.
@@ -293,8 +296,10 @@ class WorkerPool:
         tokenizer: Tokenizer | None = None,
         on_note: Callable[[str], None] = lambda note: None,
         backend: Backend | None = None,
+        api: Api = "chat",
     ) -> None:
         self.endpoint = endpoint
+        self.api = api
         self.origin = origin
         self.tokenizer = tokenizer
         self.procs = procs
@@ -305,12 +310,13 @@ class WorkerPool:
         self._ids = itertools.count()
         self._closing = False
         self.workers: list[Worker] = []
+        self._sticky: dict[object, Worker] = {}  # affinity key (a session) → the worker that streams it (a few per session: kept for the run)
 
     def settings(self, origin: float, workers: int) -> dict:
         """A worker's first message: the endpoint, the origin on its clock, its share of connections."""
         e = self.endpoint
         return {"endpoint": {"root": e.root, "info": e.info.model_dump(mode="json"), "api_key": e.api_key, "tokenize_path": e.tokenize_path},
-                "origin": origin, "connections": math.ceil(self.connections / workers), "timeout_s": self.request_timeout_s}  # fmt: skip
+                "origin": origin, "connections": math.ceil(self.connections / workers), "timeout_s": self.request_timeout_s, "api": self.api}  # fmt: skip
 
     async def __aenter__(self) -> WorkerPool:
         try:
@@ -352,8 +358,10 @@ class WorkerPool:
                 done.set_result(None)
         worker.pending.clear()
 
-    async def send(self, record: RequestRecord, body: bytes) -> RequestRecord:
-        """As :meth:`StreamClient.send`, on the live worker with the fewest requests in flight.
+    async def send(self, record: RequestRecord, body: bytes, affinity: object = None) -> Texts | None:
+        """As :meth:`StreamClient.send`, on the live worker with the fewest requests in flight; every
+        request with the same ``affinity`` key (a multi-turn session) goes to the worker that took the
+        first, while it lives.
 
         Raises:
             ClientWorkersGone: no worker is left.
@@ -362,7 +370,11 @@ class WorkerPool:
         live = [w for w in self.workers if w.alive]
         if not live:
             raise ClientWorkersGone(f"all {self.procs} client worker processes died (see the run's notes); run with fewer --client-procs or 1")
-        worker = min(live, key=lambda w: len(w.pending))
+        worker = self._sticky.get(affinity) if affinity is not None else None
+        if worker is None or not worker.alive:
+            worker = min(live, key=lambda w: len(w.pending))
+            if affinity is not None:
+                self._sticky[affinity] = worker
         rid = next(self._ids)
         done: asyncio.Future = asyncio.get_running_loop().create_future()
         worker.pending[rid] = (record, done)
@@ -374,7 +386,7 @@ class WorkerPool:
             raise
         if texts is not None:
             await count_tokens(record, texts, self.tokenizer)
-        return record
+        return texts
 
     async def _cancel(self, worker: Worker, rid: int, record: RequestRecord) -> None:
         """Ask the worker to stop request ``rid`` and wait (at most ``CANCEL_WAIT_S``) for its record;

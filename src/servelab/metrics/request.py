@@ -1,10 +1,14 @@
-"""One request's latency metrics from its record, and the percentile convention: the single
-definitions that the level summary (``servelab.metrics.summary``) and the SLOs
-(``servelab.metrics.slo``) both use. Definitions: docs/metrics.md."""
+"""One request's latency metrics from its record, the percentile convention and the distribution
+of a metric's values: the single definitions that the level summary (``servelab.metrics.summary``),
+the per-turn figures (``servelab.metrics.turns``) and the SLOs (``servelab.metrics.slo``) all use.
+Definitions: docs/metrics.md."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import statistics
+from collections.abc import Iterable, Sequence
+
+from pydantic import BaseModel
 
 from servelab.records import RequestRecord
 
@@ -24,6 +28,31 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     lo = int(pos)
     hi = min(lo + 1, len(sorted_values) - 1)
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+PERCENTILES = (50, 90, 95, 99)
+
+
+class Distribution(BaseModel):
+    """Mean, percentiles and range of one metric over a set of values (unit in the field name that holds it)."""
+
+    n: int = 0
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    min: float | None = None
+    max: float | None = None
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> Distribution:
+        """Summarise ``values``; an empty input gives ``n=0`` and ``None`` everywhere."""
+        data = sorted(values)
+        if not data:
+            return cls()
+        pct = {f"p{q}": percentile(data, q) for q in PERCENTILES}
+        return cls(n=len(data), mean=statistics.fmean(data), min=data[0], max=data[-1], **pct)
 
 
 def ttft_ms(r: RequestRecord) -> float | None:

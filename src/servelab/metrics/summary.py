@@ -7,43 +7,18 @@ level's ``failed`` flag true, so an overloaded server cannot look better by drop
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
 from servelab.engines.counters import ServerStats
 from servelab.metrics.gpu import GpuStats
 from servelab.metrics.waves import WaveStats
-from servelab.metrics.request import decode_span, e2e_ms, itl_ms, percentile, ttft_ms
+from servelab.metrics.request import Distribution, decode_span, e2e_ms, itl_ms, ttft_ms
 from servelab.metrics.slo import SloResult
+from servelab.metrics.turns import SessionStats
 from servelab.records import RequestRecord
-
-PERCENTILES = (50, 90, 95, 99)
-
-
-class Distribution(BaseModel):
-    """Mean, percentiles and range of one metric over a set of values (unit in the field name that holds it)."""
-
-    n: int = 0
-    mean: float | None = None
-    p50: float | None = None
-    p90: float | None = None
-    p95: float | None = None
-    p99: float | None = None
-    min: float | None = None
-    max: float | None = None
-
-    @classmethod
-    def of(cls, values: Iterable[float]) -> Distribution:
-        """Summarise ``values``; an empty input gives ``n=0`` and ``None`` everywhere."""
-        data = sorted(values)
-        if not data:
-            return cls()
-        pct = {f"p{q}": percentile(data, q) for q in PERCENTILES}
-        return cls(n=len(data), mean=statistics.fmean(data), min=data[0], max=data[-1], **pct)
-
 
 class LevelSummary(BaseModel):
     """Summary of the measured requests at one concurrency level (docs/metrics.md)."""
@@ -82,6 +57,7 @@ class LevelSummary(BaseModel):
     stream_anomalies: dict[str, int] = Field(default_factory=dict, description="Measured requests per kind of stream anomaly: what the server sent that was not believed (records.Anomaly).")
     slo: SloResult | None = Field(None, description="With --slo: goodput, attainment and each objective's check at this level (metrics/slo.py).")
     client_cached_prompt_tokens: int = Field(0, description="Prompt tokens the server's usage said came from its prefix cache (usage.prompt_tokens_details.cached_tokens), successful measured requests.")
+    sessions: SessionStats | None = Field(None, description="Multi-turn sessions: how they ended and each turn's TTFT, context and prefix-cache hit rate (metrics/turns.py).")
     record_span: tuple[int, int] | None = Field(None, description="First and last record index of the level (warm-up included).")
     cut_short: bool = Field(False, description="The level did not finish (the server stopped answering, or Ctrl-C): it covers what ran; a resumed run measures it again.")
     decode_ceiling_tok_s: float | None = Field(

@@ -15,6 +15,7 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from servelab import __version__
+from servelab.metrics.turns import TurnStats
 from servelab.records import RequestRecord
 from servelab.report import plots
 from servelab.report.ledger import DEFAULT_METRICS, METRICS, Entry, build, cell_text, default_baseline
@@ -77,13 +78,25 @@ def _facts(run: Run) -> tuple[list[tuple[str, list[tuple[str, str]]]], list[dict
     return sections, doc.get("findings", []), doc.get("partial_reason") if doc.get("status") != "complete" else None
 
 
+def _turns(run: Run) -> list[tuple[int, TurnStats, str]]:
+    """The per-turn rows of a servelab run's sessions (level, turn, the level's end reasons on its first row)."""
+    if run.source != "servelab":
+        return []
+    rows = []
+    for lv in run.result().levels:
+        if lv.sessions is not None:
+            ended = ", ".join(f"{k} {n}" for k, n in lv.sessions.ended.items())
+            rows += [(lv.concurrency, t, ended if i == 0 else "") for i, t in enumerate(lv.sessions.turns)]
+    return rows
+
+
 def run_page(run: Run, links: bool = False) -> str:
     """One run: header, levels, findings, plots (throughput, latency, distributions, Pareto), environment."""
     pngs = [("throughput vs concurrency", plots.throughput([run])), ("latency vs concurrency", plots.latency([run])),
             ("latency distributions", plots.distributions(records_of(run))), ("per-user vs aggregate", plots.pareto([run]))]  # fmt: skip
     facts, findings, partial = _facts(run)
     return ENV.get_template("run.html").render(
-        title=f"servelab · {run.model} · {run.id}", run=run, rows=[(run, lv) for lv in run.levels], columns=_columns(run.levels),
+        title=f"servelab · {run.model} · {run.id}", run=run, rows=[(run, lv) for lv in run.levels], columns=_columns(run.levels), turns=_turns(run),
         show_run=False, plots=[(n, _b64(p)) for n, p in pngs if p], facts=facts, findings=findings, partial_reason=partial,
         links=links, fmt=fmt, run_label=plots.run_name, version=__version__,
     )  # fmt: skip

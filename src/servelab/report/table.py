@@ -7,7 +7,7 @@ from rich.markup import escape
 
 from servelab.metrics.repeats import TOK_S_SPREAD, TTFT_SPREAD, Interval, repeat_stats
 from servelab.metrics.summary import Distribution, LevelSummary
-from servelab.results import RunResult
+from servelab.results import LoadSpec, RunResult
 
 
 def _num(value: float | None, digits: int = 1) -> str:
@@ -26,24 +26,15 @@ def bench_table(run: RunResult) -> Table:
     """
     ep = run.endpoint
     title = f"{ep.model} · {ep.engine}{' ' + ep.engine_version if ep.engine_version else ''} · {ep.url}"
-    shape = (
-        "mix " + ", ".join(f"{name} ×{weight:g}" for name, weight in run.load.mix.items())
-        if run.load.mix
-        else f"{run.load.input_tokens} prompt tokens, {run.load.output_tokens}{f' ±{run.load.output_spread:.0%}' if run.load.output_spread else ''} max output tokens"
-    )
-    streams = ", streams staggered" if run.load.closed_loop == "stagger" and not run.load.rates else ""
-    caption = (
-        f"{shape}, prefix cache {run.load.prefix_cache}{streams}"
-        f"{', ignore_eos' if run.load.ignore_eos else ''}; latencies ms, p50 / p99"
-    )
+    caption = f"{load_text(run.load)}{', ignore_eos' if run.load.ignore_eos else ''}; latencies ms, p50 / p99"
     if run.ceiling:
         c = run.ceiling
         caption += f"; ceiling: {c.model} {c.quant} on {c.hardware} at {c.context_tokens} tokens of context (servelab plan)"
     table = Table(title=escape(title), caption=escape(caption))
     open_loop = any(lv.rate_rps for lv in run.levels)
     columns = [
-        "rate req/s (target / achieved)" if open_loop else "conc",
-        *(["client wait ms"] if open_loop else []),
+        "rate req/s (target / achieved)" if open_loop else "sessions" if run.load.sessions else "conc",
+        *(["send lag ms" if run.load.trace else "client wait ms"] if open_loop else []),
         "ok / fail / inc",
         "TTFT",
         "TPOT",
@@ -62,6 +53,46 @@ def bench_table(run: RunResult) -> Table:
     for lv in run.levels:
         row = _row(lv, open_loop) + ([_num(lv.pct_of_ceiling, 0) + " %" if lv.pct_of_ceiling is not None else "–"] if run.ceiling else [])
         table.add_row(*row, *(_slo_cells(lv) if run.load.slo else []), style="red" if lv.failed else None)
+    return table
+
+
+def load_text(load: LoadSpec) -> str:
+    """The load of a run in a phrase: the request shape (or mix, sessions, trace), the API when not
+    chat, and the prefix-cache mode."""
+    out = load.output_tokens
+    if load.trace is not None:
+        t = load.trace
+        share = f", repeats {t.prefix_share:.0%} of its prompt tokens" if t.prefix_share is not None else ""
+        shape = f"trace {t.file} ({t.format}, {t.requests} requests over {t.duration_s:,.0f} s at time scale {t.time_scale:g}{share})"
+    elif load.mix:
+        shape = "mix " + ", ".join(f"{name} ×{weight:g}" for name, weight in load.mix.items())
+    elif load.sessions:
+        shape = (f"{load.turns} turns per session: a {load.input_tokens}-token first message, {load.turn_input_tokens or load.input_tokens} "
+                 f"per later turn (text tokens), {out} max output tokens, think time {load.think_time}")  # fmt: skip
+    else:
+        shape = f"{load.input_tokens} prompt tokens, {out}{f' ±{load.output_spread:.0%}' if load.output_spread else ''} max output tokens"
+    streams = ", streams staggered" if load.closed_loop == "stagger" and not load.rates and not load.sessions and not load.trace else ""
+    api = ", completions API (no chat template)" if load.endpoint == "completions" else ""
+    cache = ("sessions reuse their own turns" if load.sessions else "its shared blocks cacheable" if load.reuse_expected
+             else f"prefix cache {load.prefix_cache}")  # fmt: skip
+    return f"{shape}{api}, {cache}{streams}"
+
+
+def turns_table(run: RunResult) -> Table | None:
+    """Per level and turn of its sessions: requests, mean context, TTFT p50 / p99 and the prefix-cache
+    hit rate from the server's usage (metrics/turns.py); None without sessions."""
+    levels = [lv for lv in run.levels if lv.sessions is not None]
+    if not levels:
+        return None
+    table = Table(title="sessions, per turn", caption="context: prompt tokens of the whole conversation (chat template included); hit rate: usage cached_tokens ÷ prompt tokens")
+    for name in ("sessions", "turn", "requests", "context tokens", "TTFT ms p50 / p99", "prefix hit rate", "sessions ended"):
+        table.add_column(name, justify="right")
+    for lv in levels:
+        ended = ", ".join(f"{k} {n}" for k, n in lv.sessions.ended.items())
+        for i, t in enumerate(lv.sessions.turns):
+            hit = f"{t.prefix_hit_rate:.1%}" if t.prefix_hit_rate is not None else "–"
+            table.add_row(str(lv.concurrency) if i == 0 else "", str(t.turn), str(t.requests), _num(t.context_tokens_mean, 0),
+                          _pair(t.ttft_ms, "p50", "p99"), hit, ended if i == 0 else "")  # fmt: skip
     return table
 
 
@@ -145,7 +176,9 @@ def server_table(run: RunResult) -> Table | None:
 
 def suite_table(rows: list, runs: int) -> Table:
     """One row per workload of ``servelab suite``: median (min–max) of per-request decode tok/s,
-    TTFT and E2E over the measured runs, and the output tokens the model actually produced."""
+    TTFT and E2E over the measured runs (a session workload: over every turn of its sessions, its
+    prompt column the context of the first and the last turn), and the output tokens the model
+    actually produced."""
     table = Table(title=f"single-stream suite ({runs} measured runs per workload after 1 warm-up; median (min–max))")
     for name in ("workload", "prompt tok", "max out", "out tok/request", "decode tok/s", "TTFT ms", "E2E ms", "ok / fail"):
         table.add_column(name, justify="right")
@@ -159,8 +192,12 @@ def suite_table(rows: list, runs: int) -> Table:
             continue
         lv = run.levels[0]
         produced = lv.output_tokens / lv.ok if lv.ok else None
+        prompt = f"{w.input_tokens:,}"
+        if lv.sessions is not None and lv.sessions.turns:  # a session: its context from the first turn to the last
+            t = lv.sessions.turns
+            prompt = f"{_num(t[0].context_tokens_mean, 0)}→{_num(t[-1].context_tokens_mean, 0)} ({len(t)} turns)"
         table.add_row(
-            w.name, f"{w.input_tokens:,}", str(w.max_tokens), _num(produced, 0), spread(lv.decode_tok_s), spread(lv.ttft_ms),
+            escape(w.name), prompt, str(w.max_tokens), _num(produced, 0), spread(lv.decode_tok_s), spread(lv.ttft_ms),
             spread(lv.e2e_ms, 0), f"{lv.ok} / {lv.failed_requests + lv.incomplete}", style="red" if lv.failed else None,
         )  # fmt: skip
     return table

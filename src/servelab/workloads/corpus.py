@@ -91,6 +91,12 @@ class PromptBuilder:
         if not self._ids:
             self._ids = await self.tokenizer.encode(corpus_text(self.lang))
 
+    def corpus_ids(self) -> list[int]:
+        """The corpus's token ids (after :meth:`prepare`)."""
+        if not self._ids:
+            raise RuntimeError("PromptBuilder.prepare() was not awaited")
+        return self._ids
+
     async def build(self, tokens: int, nonce: str = "", prefix: str = "", instruction: str = "", suffix: str = "") -> Prompt:
         """A prompt of exactly ``tokens`` tokens: ``prefix`` (deliberately shared by many prompts),
         ``nonce``, ``instruction`` (a task; after the nonce, so that it is not a cacheable prefix),
@@ -106,9 +112,7 @@ class PromptBuilder:
             ServelabError: ``tokens`` is smaller than the nonce alone, or the count does not
                 converge (a tokenizer that cannot reach that length from this corpus).
         """
-        ids = self._ids
-        if not ids:
-            raise RuntimeError("PromptBuilder.prepare() was not awaited")
+        ids = self.corpus_ids()
         offsets = [self._rng.randrange(len(ids)) for _ in range(MAX_OFFSETS)]  # drawn before any await
         head = prefix + (f"{nonce} " if nonce else "") + instruction
         head_tokens = len(await self.tokenizer.encode(head + suffix)) if head or suffix else 0

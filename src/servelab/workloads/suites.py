@@ -3,8 +3,11 @@
 A workload is a task instruction, a slice of the corpus (English or Hungarian) and a question,
 built to exactly ``input_tokens`` prompt tokens (chat template included) with ``max_tokens`` of
 output at temperature 0. Built-ins follow ../shared/MISSION.md ("single-stream suite": short Q&A,
-code, JSON extraction, a non-English summary, RAG at 8K, 32K and 128K of context). A mix is a
-weighted choice of workloads (``servelab bench --mix``).
+code, JSON extraction, a non-English summary, RAG at 8K, 32K and 128K of context), plus ``agentic``,
+a multi-turn session of a coding agent (issue 31: a long system prompt with tool definitions
+shared by every session, then short tool-result turns, the context growing each turn). A mix is a
+weighted choice of workloads (``servelab bench --mix``); a session workload in a mix is played as a
+whole session when drawn.
 
 User file (``--workloads-file FILE``)::
 
@@ -18,6 +21,7 @@ User file (``--workloads-file FILE``)::
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Literal
@@ -29,15 +33,49 @@ from servelab.yamlfile import read_yaml
 
 
 class Workload(BaseModel, extra="forbid"):
-    """One named workload (temperature 0)."""
+    """One named workload (temperature 0).
+
+    A single request (``turns`` 1, no system prompt) is built to exactly ``input_tokens`` prompt
+    tokens, chat template included. A session (``turns`` > 1 or a system prompt: servelab.sessions)
+    sizes each message in text tokens: a system prompt of ``system_tokens`` shared by every session
+    of the run, a first user message of ``input_tokens``, then per later turn the previous answer and
+    a user message of ``turn_input_tokens``; the server's template adds its own tokens, counted
+    exactly per request.
+    """
 
     name: str = ""
     purpose: str = ""
-    input_tokens: int = Field(gt=0, le=10_000_000, description="Prompt tokens, chat template included.")
+    input_tokens: int = Field(gt=0, le=10_000_000, description="Prompt tokens, chat template included (a session: the first user message's text tokens).")
     max_tokens: int = Field(gt=0, le=10_000_000)
     lang: Literal["en", "hu"] = "en"
     instruction: str = Field("", description="Text before the corpus slice.")
     question: str = Field("", description="Text after the corpus slice.")
+    turns: int = Field(1, ge=1, le=1000, description="Requests per session; each later one resends the conversation plus a new message.")
+    system_tokens: int = Field(0, ge=0, le=10_000_000, description="Text tokens of a system prompt shared by every session of a run; 0: none.")
+    system: str = Field("", description="Text that opens the system prompt (tool definitions, rules); corpus text fills it to system_tokens.")
+    turn_input_tokens: int | None = Field(None, gt=0, le=10_000_000, description="Text tokens of each later user message (default input_tokens).")
+    turn_instruction: str = Field("", description="Text that opens each later user message, e.g. 'Tool result:'.")
+
+    @property
+    def multi_turn(self) -> bool:
+        """Played as a session (servelab.sessions), not as one request."""
+        return self.turns > 1 or self.system_tokens > 0
+
+
+# The agentic workload's system prompt: a coding agent's rules and tool definitions (JSON schema, as
+# OpenAI-style tool lists carry them), written for servelab; corpus text then fills it to size.
+AGENT_TOOLS = [
+    {"name": "read_file", "description": "Read a file of the repository.", "parameters": {"path": "string", "start_line": "integer", "end_line": "integer"}},
+    {"name": "write_file", "description": "Replace a file's content.", "parameters": {"path": "string", "content": "string"}},
+    {"name": "search", "description": "Search the repository for a regular expression.", "parameters": {"pattern": "string", "glob": "string"}},
+    {"name": "run", "description": "Run a shell command in the repository and return its output.", "parameters": {"command": "string", "timeout_s": "number"}},
+]  # fmt: skip
+AGENT_SYSTEM = (
+    "You are a coding agent working in a software repository. Call one tool at a time by answering with one JSON object "
+    '{"tool": NAME, "arguments": {...}}; after the last tool result, answer the user in one short paragraph.\n\nTools:\n'
+    + json.dumps(AGENT_TOOLS, indent=1)
+    + "\n\nRepository notes:\n"
+)
 
 
 BUILTIN: dict[str, Workload] = {
@@ -59,12 +97,17 @@ BUILTIN: dict[str, Workload] = {
                  instruction="Use only the retrieved passages to answer.\n\nPassages:\n", question="\n\nQuestion: What do the passages say about keeping records?"),
         Workload(name="rag_128k", purpose="retrieved context of 128K tokens plus a question", input_tokens=131072, max_tokens=256,
                  instruction="Use only the retrieved passages to answer.\n\nPassages:\n", question="\n\nQuestion: What do the passages say about keeping records?"),
+        Workload(name="agentic", purpose="a coding agent's session: shared system prompt and tools, then short tool-result turns",
+                 system=AGENT_SYSTEM, system_tokens=1024, input_tokens=96, instruction="Task: the test suite fails after the change described below; find the cause and fix it.\n\n",
+                 turns=6, turn_input_tokens=256, turn_instruction="Tool result:\n", max_tokens=64),
     )  # fmt: skip
 }
 BUILTIN_MIXES: dict[str, dict[str, float]] = {
     "uniform_short": {"qa": 1, "code": 1, "json_kie": 1, "multilingual": 1},
     "mixed_typical": {"qa": 4, "code": 2, "json_kie": 2, "multilingual": 1, "rag_8k": 1},
     "long_only": {"rag_8k": 2, "rag_32k": 1},
+    "agentic": {"agentic": 1},  # coding agents' sessions only
+    "chat_and_agents": {"qa": 2, "code": 1, "agentic": 1},  # single requests beside agents' sessions
 }
 
 

@@ -1,0 +1,103 @@
+"""``servelab grid``: pp/tg speeds over depth × concurrency (llama-bench style), resumable."""
+
+from __future__ import annotations
+
+import os
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from servelab.cli.bench import (
+    ApiKeyEnvOpt, CtxSizeOpt, LlamaServerOpt, ModelOpt, ParallelOpt, SloOpt, TokenizerOpt, UrlOpt, _endpoint, measure,
+)  # fmt: skip
+from servelab.cli.common import (
+    MAX_STREAMS, check_output_kind, console, default_run_dir, err_console, event_loop_runner, fail, parse_int_list, remember,
+    sigterm_as_sigint, write_file,
+)  # fmt: skip
+from servelab.errors import ServelabError
+from servelab.grid import CellStats, cell_stats, cells, read_llama_benchy, write_csv, write_llama_benchy_csv
+from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL
+from servelab.metrics.slo import parse_slo
+from servelab.options import BenchOptions
+from servelab.report.table import grid_table
+from servelab.results import load_run
+
+
+def grid(
+    url: UrlOpt = None,
+    model: ModelOpt = None,
+    api_key_env: ApiKeyEnvOpt = "SERVELAB_API_KEY",
+    tokenizer: TokenizerOpt = None,
+    pp: Annotated[str, typer.Option(help="New prompt tokens per request (chat template included), e.g. 512,2048.")] = "512",
+    tg: Annotated[str, typer.Option(help="Generated tokens per request, e.g. 128.")] = "128",
+    depth: Annotated[str, typer.Option(help="Tokens of earlier conversation before the prompt, e.g. 0,4096,16384.")] = "0",
+    concurrency: Annotated[str, typer.Option(help="Concurrent requests per cell, e.g. 1,2,5,10.")] = "1",
+    runs: Annotated[int, typer.Option(min=1, help="Measured requests per stream in each cell.")] = 3,
+    seed: Annotated[int, typer.Option(help="Seed of the cell order (shuffled) and of the prompts.")] = 0,
+    output: Annotated[Path | None, typer.Option(help="Grid directory; rerun with the same one to resume (finished cells are skipped).")] = None,
+    import_llama_benchy: Annotated[Path | None, typer.Option(help="Show a llama-benchy result (its CSV or Markdown table) as a servelab grid instead of measuring.")] = None,
+    parallel: ParallelOpt = DEFAULT_PARALLEL,
+    ctx_size: CtxSizeOpt = DEFAULT_CTX_SIZE,
+    llama_server: LlamaServerOpt = None,
+    slo: SloOpt = None,
+) -> None:
+    """pp/tg speeds over depth × concurrency (llama-bench style), resumable; writes grid.csv and llama-benchy.csv."""
+    sigterm_as_sigint()
+    if import_llama_benchy is not None:
+        try:
+            imported = read_llama_benchy(import_llama_benchy)
+        except (OSError, ValueError) as exc:
+            fail(f"--import-llama-benchy: {exc}")
+        console.print(grid_table(imported))
+        if output is not None:
+            output.mkdir(parents=True, exist_ok=True)
+            write_csv(imported, output / "grid.csv")
+        return
+    rows: list[CellStats] = []
+    try:
+        order = cells(parse_int_list(pp, "--pp"), parse_int_list(tg, "--tg"), parse_int_list(depth, "--depth", minimum=0),
+                      parse_int_list(concurrency, "--concurrency", maximum=MAX_STREAMS), seed)  # fmt: skip
+        api_key = os.environ.get(api_key_env) or None
+        check_output_kind(output, "grid")
+        objectives = parse_slo(slo) if slo else None
+        base = output or default_run_dir("grid")
+        with ExitStack() as stack, event_loop_runner() as runner:
+            url, server, _ = _endpoint(stack, url, base, parallel, ctx_size, llama_server)
+            for cell in order:
+                out = base / cell.name
+                if (out / "run.json").exists():
+                    earlier, records = load_run(out)
+                    if earlier.status == "complete":
+                        console.print(f"{cell.name}: done before, skipped")
+                        rows.append(cell_stats(cell, records))
+                        continue
+                options = BenchOptions(  # `runs` batches of `concurrency` requests started together
+                    concurrency=[cell.concurrency] * runs, requests=cell.concurrency, warmup=1, input_tokens=cell.depth + cell.pp,
+                    output_tokens=cell.tg, ignore_eos=True, seed=seed, tokenizer_path=tokenizer,
+                    prefix_cache="shared-prefix" if cell.depth else "cold", shared_prefix_tokens=max(cell.depth, 1),
+                    closed_loop="burst", slo=objectives,
+                )  # fmt: skip
+                try:
+                    runner.run(measure(url, model, api_key, options, out, server, (None, None, "bf16")))
+                except KeyboardInterrupt:
+                    raise
+                except ServelabError as exc:  # recorded, and the grid goes on
+                    out.mkdir(parents=True, exist_ok=True)
+                    write_file(out / "error.txt", str(exc) + "\n", "--output")
+                    err_console.print(f"[red]{cell.name} failed:[/] {escape(str(exc))}", soft_wrap=True)
+                    continue
+                rows.append(cell_stats(cell, load_run(out)[1]))
+    except KeyboardInterrupt:
+        fail("interrupted; finished cells are saved, rerun with the same --output to resume", 130)
+    rows.sort(key=lambda s: (s.cell.pp, s.cell.tg, s.cell.depth, s.cell.concurrency))
+    write_csv(rows, base / "grid.csv")
+    served = next((load_run(base / s.cell.name)[0].endpoint.model for s in rows), "model")
+    write_llama_benchy_csv(rows, served, base / "llama-benchy.csv")
+    console.print(grid_table(rows))
+    console.print(f"cells saved in {base}; tables in {base / 'grid.csv'} and, in llama-benchy's columns, {base / 'llama-benchy.csv'}")
+    remember(base)
+    if len(rows) < len(order) or any(s.failed for s in rows):
+        fail("some cells or requests failed; rerun with the same --output to retry them", 1)

@@ -1,0 +1,205 @@
+"""Request traces to replay (``servelab bench --trace FILE``): timestamped requests read from a file.
+
+Formats (``--trace-format``; by default from the file: ``.csv`` is Azure, a JSONL line with
+``timestamp`` Mooncake, one with ``queued`` servelab's own):
+
+- **mooncake**: JSONL, one request a line: ``timestamp`` (ms since the trace began),
+  ``input_length``, ``output_length`` (tokens) and ``hash_ids``, the ids of the prompt's blocks of
+  ``MOONCAKE_BLOCK_TOKENS`` tokens; two requests that share a block id share that block's content
+  (kvcache-ai/Mooncake, ``FAST25-release/traces``, README).
+- **azure**: the Azure LLM inference trace CSV (Azure/AzurePublicDataset, ``AzureLLMInferenceDataset2023``):
+  ``TIMESTAMP`` (a date-time), ``ContextTokens``, ``GeneratedTokens``; every prompt is unique.
+- **servelab**: a run's ``records.jsonl``: its measured requests, at their ``queued`` times, with the
+  prompt (``expected_prompt_tokens``, else ``prompt_tokens``) and output (``max_tokens``) they had.
+
+A line that cannot be read stops with a one-line error naming the file and the line; with
+``skip_bad`` it is skipped and counted instead. Times are shifted so that the first request
+arrives at 0 and divided by ``time_scale`` (2 replays twice as fast).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from servelab import jsonfile
+from servelab.errors import ServelabError
+
+MOONCAKE_BLOCK_TOKENS = 512  # tokens per hash id (Mooncake trace README: "block size 512")
+MAX_TRACE_REQUESTS = 1_000_000
+MAX_TOKENS = 10_000_000
+TraceFormat = Literal["mooncake", "azure", "servelab"]
+FORMATS: tuple[str, ...] = ("mooncake", "azure", "servelab")
+
+
+class TraceRequest(BaseModel, frozen=True):
+    """One request of a trace: its arrival (s after the first), prompt and output tokens, and the
+    ids of its prompt's shared blocks (Mooncake; empty elsewhere)."""
+
+    at_s: float = Field(ge=0, allow_inf_nan=False)
+    input_tokens: int = Field(gt=0, le=MAX_TOKENS)
+    output_tokens: int = Field(gt=0, le=MAX_TOKENS)
+    hash_ids: tuple[int, ...] = ()
+
+
+@dataclass
+class Trace:
+    """A trace read from ``path``: its requests in arrival order, and the lines skipped."""
+
+    path: Path
+    format: TraceFormat
+    requests: list[TraceRequest] = field(default_factory=list)
+    skipped_lines: int = 0
+
+    @property
+    def duration_s(self) -> float:
+        """From the first arrival to the last, s."""
+        return self.requests[-1].at_s if self.requests else 0.0
+
+    @property
+    def rate_rps(self) -> float | None:
+        """Mean arrival rate, requests/s: requests ÷ duration (None for a single instant); the key of its replayed level."""
+        return len(self.requests) / self.duration_s if self.duration_s else None
+
+    def prefix_share(self) -> float | None:
+        """The trace's own share of repeated prompt tokens: for each request, the blocks of the
+        longest run of leading ``hash_ids`` that an earlier request began with too (an ideal prefix
+        cache of unbounded size would hold them), × ``MOONCAKE_BLOCK_TOKENS``, summed over the
+        trace, ÷ its prompt tokens (docs/metrics.md "Trace replay"). None without block ids."""
+        if not any(r.hash_ids for r in self.requests):
+            return None
+        seen: set[tuple[int, ...]] = set()
+        repeated = 0
+        for r in self.requests:
+            k = 0
+            while k < len(r.hash_ids) and r.hash_ids[: k + 1] in seen:
+                k += 1
+            repeated += min(k * MOONCAKE_BLOCK_TOKENS, r.input_tokens)
+            seen.update(r.hash_ids[: i + 1] for i in range(len(r.hash_ids)))
+        return repeated / sum(r.input_tokens for r in self.requests)
+
+
+class _Mooncake(BaseModel):
+    timestamp: float = Field(ge=0, allow_inf_nan=False)
+    input_length: int = Field(gt=0, le=MAX_TOKENS)
+    output_length: int = Field(gt=0, le=MAX_TOKENS)
+    hash_ids: list[int] = Field(default_factory=list, max_length=MAX_TOKENS // MOONCAKE_BLOCK_TOKENS)
+
+    @field_validator("hash_ids")
+    @classmethod
+    def _ids(cls, ids: list[int]) -> list[int]:
+        if any(i < 0 or i > 2**63 for i in ids):
+            raise ValueError("hash ids must be integers from 0 to 2^63")
+        return ids
+
+
+class _Record(BaseModel):
+    phase: str
+    queued: float = Field(allow_inf_nan=False)
+    expected_prompt_tokens: int | None = Field(None, gt=0, le=MAX_TOKENS)
+    prompt_tokens: int | None = Field(None, gt=0, le=MAX_TOKENS)
+    max_tokens: int = Field(gt=0, le=MAX_TOKENS)
+
+
+def guess_format(path: Path, first_line: str) -> TraceFormat:
+    """The format of a trace file by its name and first line (module docstring)."""
+    if path.suffix.lower() == ".csv" or first_line.lstrip().startswith("TIMESTAMP"):
+        return "azure"
+    return "servelab" if '"queued"' in first_line else "mooncake"
+
+
+def _azure_time(text: str) -> float:
+    """Seconds since the epoch of an Azure trace TIMESTAMP (``2023-11-16 18:15:46.6805900``: 7 digits
+    of fraction, which ``datetime`` reads to 6)."""
+    head, dot, frac = text.strip().partition(".")
+    return datetime.fromisoformat(head + (dot + frac[:6] if dot else "")).timestamp()
+
+
+def _rows(fmt: TraceFormat, text: str) -> list[tuple[int, object]]:
+    """(line number, the row as read) of a trace text: JSON values of non-blank lines, or CSV dicts."""
+    if fmt != "azure":
+        return [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    reader = csv.DictReader(io.StringIO(text))
+    missing = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} - set(reader.fieldnames or ())
+    if missing:
+        raise ServelabError(f"the Azure trace has no column {', '.join(sorted(missing))} (header: {', '.join(reader.fieldnames or ())!r:.120})")
+    return [(reader.line_num, row) for row in reader]
+
+
+def _parse(fmt: TraceFormat, row: object, where: str) -> TraceRequest | None:
+    """One row as a request (None: a row that is not a measured request of a servelab run).
+
+    Raises:
+        ServelabError: the row is malformed, naming ``where`` and the field.
+        ValidationError, ValueError: likewise, for the caller to word.
+    """
+    if fmt == "azure":
+        assert isinstance(row, dict)
+        return TraceRequest(at_s=_azure_time(row["TIMESTAMP"] or ""), input_tokens=row["ContextTokens"], output_tokens=row["GeneratedTokens"])
+    obj = jsonfile.loads(row, where)
+    if fmt == "mooncake":
+        m = _Mooncake.model_validate(obj)
+        return TraceRequest(at_s=m.timestamp / 1e3, input_tokens=m.input_length, output_tokens=m.output_length, hash_ids=tuple(m.hash_ids))
+    r = _Record.model_validate(obj)
+    tokens = r.expected_prompt_tokens or r.prompt_tokens
+    if r.phase != "measured" or tokens is None:
+        return None
+    return TraceRequest(at_s=max(r.queued, 0.0), input_tokens=tokens, output_tokens=r.max_tokens)
+
+
+def load_trace(path: Path, fmt: TraceFormat | None = None, *, time_scale: float = 1.0, skip_bad: bool = False) -> Trace:
+    """Read a trace file (module docstring) into requests ordered by arrival, the first at 0 s,
+    times divided by ``time_scale``.
+
+    Raises:
+        ServelabError: an unreadable file, a malformed line (its number and what is wrong) unless
+            ``skip_bad``, more than ``MAX_TRACE_REQUESTS`` requests, no request at all, or a
+            ``time_scale`` that is not a positive finite number.
+    """
+    if not (math.isfinite(time_scale) and time_scale > 0):
+        raise ServelabError(f"--time-scale {time_scale}: give a positive number (2 replays twice as fast)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ServelabError(f"--trace {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ServelabError(f"--trace {path}: not a text file (not UTF-8)") from None
+    fmt = fmt or guess_format(path, text.split("\n", 1)[0])
+    trace = Trace(path, fmt)
+    try:
+        rows = _rows(fmt, text)
+    except (ServelabError, csv.Error) as exc:
+        raise ServelabError(f"--trace {path}: {exc}") from None
+    for n, row in rows:
+        if len(trace.requests) >= MAX_TRACE_REQUESTS:
+            raise ServelabError(f"--trace {path}: more than {MAX_TRACE_REQUESTS:,} requests; cut the trace")
+        where = f"--trace {path} line {n}"
+        try:
+            request = _parse(fmt, row, where)
+        except ServelabError as exc:
+            problem = str(exc).removeprefix(where).lstrip(": ")
+        except ValidationError as exc:
+            err = exc.errors(include_url=False, include_input=False)[0]
+            problem = f"{'.'.join(str(p) for p in err['loc']) or 'the line'}: {err['msg']}"
+        except (ValueError, TypeError, KeyError) as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        else:
+            if request is not None:
+                trace.requests.append(request)
+            continue
+        if not skip_bad:
+            raise ServelabError(f"{where}: {problem} (a {fmt} trace; pass --skip-bad to skip such lines)")
+        trace.skipped_lines += 1
+    if not trace.requests:
+        raise ServelabError(f"--trace {path}: no request in it (format {fmt}{f', {trace.skipped_lines} bad lines skipped' if trace.skipped_lines else ''})")
+    trace.requests.sort(key=lambda r: r.at_s)
+    t0 = trace.requests[0].at_s
+    trace.requests = [r.model_copy(update={"at_s": (r.at_s - t0) / time_scale}) for r in trace.requests]
+    return trace
