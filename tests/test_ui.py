@@ -64,6 +64,7 @@ def browser(site):
 
 
 def cells(browser, column: int) -> list[str]:
+    """The text of one leaderboard column: 0 the tick box, then model, engine, hardware, traffic, level, the metrics."""
     from selenium.webdriver.common.by import By
 
     return [row.find_elements(By.TAG_NAME, "td")[column].text for row in browser.find_elements(By.CSS_SELECTOR, "#leaderboard tr")[1:]]
@@ -104,7 +105,7 @@ def test_leaderboard_sort_filter_run_page_and_compare(site, browser, tmp_path):
 
     navigate(browser, browser.find_element(By.ID, "sort-ttft_ms_p50"))  # lower is better: ascending first
     assert "sort=ttft_ms_p50" in browser.current_url
-    ttft_col = 5 + [k for k, _ in __import__("servelab.report.html", fromlist=["COLUMNS"]).COLUMNS].index("ttft_ms_p50")
+    ttft_col = 6 + [k for k, _ in __import__("servelab.report.html", fromlist=["COLUMNS"]).COLUMNS].index("ttft_ms_p50")
     values = [number(v) for v in cells(browser, ttft_col)]
     assert values == sorted(values) and values[0] < float("inf")
     navigate(browser, browser.find_element(By.ID, "sort-ttft_ms_p50"))  # again: descending, missing values still last
