@@ -199,7 +199,8 @@ class LevelRunner:
         assert self.player is not None
         player = self.player
         player.ended.clear()
-        self.hooks.phase_started(level, phase, count, duration_s)
+        turns = {shape.turns for shape, _ in self.shapes}
+        self.hooks.phase_started(level, phase, count * turns.pop() if count is not None and len(turns) == 1 else None, duration_s)  # requests
 
         async def play(session: int, send: Send) -> None:
             await player.play(player.draw(self.shapes, session), session, send, level, phase)

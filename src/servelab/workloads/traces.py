@@ -166,7 +166,7 @@ def load_trace(path: Path, fmt: TraceFormat | None = None, *, time_scale: float 
     if not (math.isfinite(time_scale) and time_scale > 0):
         raise ServelabError(f"--time-scale {time_scale}: give a positive number (2 replays twice as fast)")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's CSV may open with a byte-order mark
     except OSError as exc:
         raise ServelabError(f"--trace {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
