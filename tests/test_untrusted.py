@@ -81,3 +81,18 @@ def test_a_workload_named_like_a_path_stays_inside_the_output(tmp_path):
     outside = [p for p in tmp_path.rglob("*") if p.is_file() and out not in p.parents and p != workloads]
     assert not outside and not Path("/abs/escaped").exists(), outside
     assert os.listdir(out), res.output
+
+
+def test_concurrency_axes_label_their_ticks_as_numbers_with_math_text_off():
+    """Math text is off for untrusted text; a log axis's own tick labels ("$\\mathdefault{2^{4}}$")
+    must then be plain numbers, not that source printed under the plot."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 4, 8, 16], [1, 2, 3, 4, 5])
+    plots._concurrency_axes([(ax, "t")])
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    plt.close(fig)
+    assert labels and all("$" not in s and "mathdefault" not in s for s in labels), labels
+    assert {"1", "4", "16"} <= set(labels)

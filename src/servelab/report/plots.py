@@ -18,6 +18,7 @@ matplotlib.use("Agg")  # files only: no display needed
 matplotlib.rcParams["text.parse_math"] = False  # a model id with $…$ is text, not math (servelab.untrusted)
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
 from servelab.records import RequestRecord  # noqa: E402
 from servelab.store import Level, Run  # noqa: E402
@@ -74,6 +75,9 @@ def _concurrency_axes(axes: tuple) -> None:
         ax.set_xlabel("concurrency")
         ax.set_title(title)
         ax.set_xscale("log", base=2)
+        # log axes label their ticks as math text ("$2^{4}$"), which is off for untrusted text: plain numbers
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.grid(alpha=0.3)
         ax.set_ylim(bottom=0)
 
