@@ -161,7 +161,7 @@ def test_reports_and_the_leaderboard_show_sessions_and_traces(llama, tmp_path):
     assert "Sessions, per turn" in page and 'id="turns"' in page
     board = leaderboard_page(list(runs.values()), [(r, lv) for r in runs.values() for lv in r.levels], {k: "" for k in ("model", "engine", "hardware", "concurrency")},
                              "output_tok_s", "desc", lambda key: "#")  # fmt: skip
-    assert "chat sessions" in board and "chat trace azure" in board
+    assert "chat sessions" in board and "chat trace azure" in board and ">1 session<" in board  # a session level is labelled so
 
 
 def test_vllm_bench_serve_imports_record_the_api():

@@ -50,7 +50,7 @@ def from_run(run: RunResult, origin: Path) -> Run:
     hardware = run.ceiling.hardware if run.ceiling else (run.environment.host if host in ("127.0.0.1", "localhost", "::1") else "unknown")
     levels = [
         Level(
-            position=i, label=f"{lv.rate_rps:g} req/s" if lv.rate_rps is not None else f"c={lv.concurrency}",
+            position=i, label=f"{lv.rate_rps:g} req/s" if lv.rate_rps is not None else f"{lv.concurrency} session{'s' * (lv.concurrency != 1)}" if lv.sessions else f"c={lv.concurrency}",
             concurrency=lv.concurrency, rate_rps=lv.rate_rps, ok=lv.ok, failed=lv.failed_requests,
             output_tok_s=lv.output_throughput_tok_s, request_rps=lv.request_throughput_rps,
             ttft_ms_p50=lv.ttft_ms.p50, ttft_ms_p99=lv.ttft_ms.p99, ttft_ms_mean=lv.ttft_ms.mean,
