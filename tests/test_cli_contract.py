@@ -69,6 +69,7 @@ CASES = [
     ("bench --sessions 2 --think-time soon", "--think-time"),
     ("bench --sessions 2 --think-time 2h", "--think-time"),
     ("bench --sessions 2 --endpoint completions", "--endpoint chat"),
+    ("bench --mix agentic --endpoint completions", "--endpoint chat"),  # a session workload drawn from a mix: a traceback before
     ("bench --sessions 2 --rate 1", "--rate"),
     ("bench --trace {W}/missing.jsonl", "missing.jsonl"),
     ("bench --trace {W}/binary.dat", "binary.dat"),

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servelab.cli.bench import check_traffic
+from servelab.options import BenchOptions
 from servelab.errors import ServelabError
 from servelab.load.scheduler import session_loop
 from servelab.records import RequestRecord
@@ -135,11 +136,10 @@ def test_agentic_is_a_builtin_session_workload_with_its_mixes():
         ({"sessions": "2", "turns": None, "trace": Path("t")}, "either --sessions or --trace"),
         ({"sessions": "2", "turns": None, "trace": None, "rate": "1"}, "--sessions sets the load"),
         ({"sessions": None, "turns": None, "trace": Path("t"), "duration": "5s"}, "drop --duration"),
-        ({"sessions": "2", "turns": None, "trace": None, "endpoint": "completions"}, "--endpoint chat"),
     ],
 )
 def test_meaningless_combinations_are_refused(kwargs, needle):
-    full = {"rate": None, "dataset": None, "duration": None, "endpoint": "chat", **kwargs}
+    full = {"rate": None, "dataset": None, "duration": None, **kwargs}
     with pytest.raises(ServelabError, match=needle):
         check_traffic(full.pop("sessions"), full.pop("turns"), full.pop("trace"), **full)
 
@@ -200,3 +200,11 @@ def test_session_loop_with_a_duration_cuts_sessions_off():
     t0 = time.perf_counter()
     phase = asyncio.run(session_loop(Slow(), play, concurrency=2, duration_s=0.2, on_record=lambda r: None, alive=alive))
     assert time.perf_counter() - t0 < 5 and sorted(ended) == [0, 1] and phase.window is not None
+
+
+@pytest.mark.parametrize("load", [{"sessions": True, "turns": 3}, {"mix": {"agentic": 1.0}, "workloads": BUILTIN}])
+def test_sessions_on_the_completions_api_are_refused_wherever_they_come_from(load):
+    """--sessions, or a multi-turn workload drawn from a mix (a conversation cannot be a raw prompt)."""
+    with pytest.raises(ServelabError, match="--endpoint chat"):
+        BenchOptions(concurrency=[1], api="completions", **load)
+    assert BenchOptions(concurrency=[1], api="chat", **load).session_mode

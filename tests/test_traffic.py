@@ -196,3 +196,14 @@ def test_a_session_stays_on_one_client_worker():
     by_session = {s: {label for t, label in taken if t == s} for s in range(4)}
     assert all(len(labels) == 1 for labels in by_session.values()) and len(taken) == 12
     assert len(set().union(*by_session.values())) == 2
+
+
+def test_a_trace_run_resumes_in_its_own_directory(llama, tmp_path):
+    """Rerunning a replay with the same --output finds its load the same (what its prompts measured
+    is not part of the load), so a finished replay is kept, not refused as another load's."""
+    args = ["bench", "--url", llama.url, "--trace", str(TRACES / "azure.csv"), "--time-scale", "4", "--requests", "2", "--output", str(tmp_path / "run")]
+    first = cli.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert load_run(tmp_path / "run")[0].prompt_check.trace_deviation_tokens is not None
+    again = cli.invoke(app, args)
+    assert again.exit_code == 0 and "another load" not in again.output, again.output

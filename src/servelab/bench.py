@@ -299,13 +299,12 @@ class Bench(LevelRunner):
 
     async def _trace_prompts(self, builder: PromptBuilder) -> list[Prompt]:
         """The trace's prompts, built before the replay (servelab.replay), with a progress bar; the
-        mean deviation of their lengths from the trace's goes in the run."""
+        mean deviation of their lengths from the trace's goes in the run's prompt check."""
         assert self.trace is not None and self.writer is not None
         self.hooks.phase_started(0, "building prompts", len(self.trace.requests), None)
         prompts = await TracePrompts(builder, self.tag, self.opts.seed).build(self.trace, self.hooks.prompt_built)
-        info = self.writer.run.load.trace
-        if info is not None:
-            info.input_deviation_tokens = statistics.fmean(abs(p.tokens - r.input_tokens) for p, r in zip(prompts, self.trace.requests, strict=True))
+        if (check := self.writer.run.prompt_check) is not None:
+            check.trace_deviation_tokens = statistics.fmean(abs(p.tokens - r.input_tokens) for p, r in zip(prompts, self.trace.requests, strict=True))
         return prompts
 
     async def _start_sessions(self, tokenizer: Tokenizer) -> None:
@@ -314,7 +313,7 @@ class Bench(LevelRunner):
         for lang in {shape.lang for shape, _ in self.shapes}:
             plain[lang] = PromptBuilder(tokenizer, seed=self.opts.seed + 2, lang=lang)
             await plain[lang].prepare()
-        self.player = SessionPlayer(self.endpoint, self.opts, tokenizer, plain, self.tag, self.ignore_eos, self._record, self._build)
+        self.player = SessionPlayer(self.endpoint, self.opts, tokenizer, plain, self.tag, self._record, self._build, self._body)
 
     def _fit_shapes(self) -> None:
         """Keep the request shapes that fit the server's context; drop the rest of a mix with a warning.

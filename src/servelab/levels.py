@@ -163,9 +163,10 @@ class LevelRunner:
                              max_concurrency=o.max_concurrency, seed=o.seed, on_record=self._on_record, alive=self.alive)  # fmt: skip
         return await self._sampled(level, phase, rate, load)
 
-    def _body(self, prompt: str, max_tokens: int, cold: bool | None = None) -> bytes:
-        """A single request's body under the run's options (API, exact output, template kwargs); the
-        prefix cache cold as ``--prefix-cache`` says unless ``cold`` is given."""
+    def _body(self, prompt: str | list[dict], max_tokens: int, cold: bool | None = None) -> bytes:
+        """A request's body under the run's options (API, exact output, template kwargs): one prompt,
+        or a session's conversation; the prefix cache cold as ``--prefix-cache`` says unless ``cold``
+        is given."""
         o = self.opts
         cold = o.prefix_cache == "cold" if cold is None else cold
         return request_body(self.endpoint, prompt, max_tokens=max_tokens, ignore_eos=self.ignore_eos, api=o.api, cold=cold,
@@ -237,13 +238,8 @@ class LevelRunner:
 
         load = open_loop(client, make, rate=1.0, count=len(prompts), arrivals=(r.at_s for r in trace.requests),
                          on_record=self._on_record, alive=self.alive)  # fmt: skip
-        measured = await self._sampled(0, "measured", None, load)
-        summary = summarize(0, measured.records, measured.window)
-        summary.rate_rps = trace.rate_rps
-        starts = sorted(r.start for r in measured.records if r.start is not None)
-        if len(starts) > 1 and starts[-1] > starts[0]:
-            summary.achieved_rate_rps = (len(starts) - 1) / (starts[-1] - starts[0])
-        self._conclude_level(summary, measured, max(1, round((summary.rate_rps or 0) * (summary.e2e_ms.mean or 0) / 1e3)))
+        measured = await self._sampled(0, "measured", trace.rate_rps, load)
+        self._conclude_open_level(0, trace.rate_rps, measured)
 
     def save_cut_level(self) -> None:
         """After the server went away or Ctrl-C in a measured phase: summarise what that phase ran
@@ -293,13 +289,18 @@ class LevelRunner:
         count = o.requests_at_rate(rate)
         pool = count if count is not None else math.ceil(1.5 * rate * o.duration_s) + 4
         measured = await self._phase(client, cap, "measured", warm, count, o.duration_s, pool, rate=rate)
+        self._conclude_open_level(cap, rate, measured)
+
+    def _conclude_open_level(self, cap: int, rate: float | None, measured: Phase) -> None:
+        """Summarise an open-loop level (``--rate``, or a replayed trace: ``rate`` its mean): target and
+        achieved rate, and the ceiling at the mean number of streams in flight (Little's law: rate ×
+        mean E2E latency)."""
         summary = summarize(cap, measured.records, measured.window)
         summary.rate_rps = rate
         starts = sorted(r.start for r in measured.records if r.start is not None)
         if len(starts) > 1 and starts[-1] > starts[0]:
             summary.achieved_rate_rps = (len(starts) - 1) / (starts[-1] - starts[0])
-        # Ceiling at the mean number of streams in flight (Little's law: rate × mean E2E latency).
-        self._conclude_level(summary, measured, max(1, round(rate * (summary.e2e_ms.mean or 0) / 1e3)))
+        self._conclude_level(summary, measured, max(1, round((rate or 0) * (summary.e2e_ms.mean or 0) / 1e3)))
 
     def _conclude_level(self, summary: LevelSummary, measured: Phase, batch: int) -> None:
         """Attach server and GPU stats and the ceiling (at ``batch`` streams) to a level; save it."""

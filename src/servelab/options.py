@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
+from servelab.errors import ServelabError
 from servelab.load.body import Api
 from servelab.metrics.slo import Objective
 from servelab.metrics.summary import LevelSummary
@@ -68,6 +69,16 @@ class BenchOptions:
     sessions: bool = False  # --sessions: the concurrency levels are sessions kept open
     trace: Trace | None = None  # --trace: one open-loop level replaying these requests at their times
     trace_time_scale: float = 1.0  # --time-scale the trace's times were divided by
+
+    def __post_init__(self) -> None:
+        """Refuse sessions on the completions API (a conversation is chat messages), wherever the load
+        came from: ``--sessions``, or a multi-turn workload in ``--mix`` or the suite.
+
+        Raises:
+            ServelabError: naming the options and the fix.
+        """
+        if self.api == "completions" and self.session_mode:
+            raise ServelabError("--sessions and multi-turn workloads (agentic) resend a conversation of chat messages: use --endpoint chat")
 
     @property
     def session_mode(self) -> bool:

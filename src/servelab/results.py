@@ -120,7 +120,6 @@ class TraceInfo(BaseModel):
     skipped_lines: int = Field(0, description="Malformed lines skipped (--skip-bad).")
     duration_s: float = Field(description="First to last scheduled arrival after time scaling, s.")
     prefix_share: float | None = Field(None, description="The trace's own share of repeated prompt tokens (docs/metrics.md \"Trace replay\"); None without block ids.")
-    input_deviation_tokens: float | None = Field(None, description="Mean |built − trace| prompt tokens (block seams, the chat template's minimum).")
 
 
 class PromptCheck(BaseModel):
@@ -132,6 +131,9 @@ class PromptCheck(BaseModel):
     mismatched_requests: int = 0
     max_abs_deviation_tokens: int = 0
     mean_deviation_tokens: float = 0.0
+    trace_deviation_tokens: float | None = Field(
+        None, description="--trace: mean |built − trace| prompt tokens (block seams, the chat template's minimum); measured, so not part of the load a resume compares."
+    )
 
 
 class Finding(BaseModel):

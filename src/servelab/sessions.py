@@ -30,7 +30,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from servelab.endpoint import Endpoint
-from servelab.load.body import request_body
 from servelab.load.scheduler import Send
 from servelab.options import BenchOptions
 from servelab.records import RequestRecord
@@ -39,24 +38,24 @@ from servelab.workloads.corpus import Prompt, PromptBuilder
 from servelab.workloads.sessions import Conversation
 from servelab.workloads.suites import Workload
 
-# Why a session ended (LevelSummary.sessions.ended): every turn answered, the next prompt would not
-# fit the server's context, a turn failed, or the phase ended (its duration, Ctrl-C) mid-session.
-END_REASONS = ("completed", "context_limit", "failed", "cut_off")
-
-
 @dataclass
 class SessionPlayer:
     """Plays sessions (module docstring) for one run.
 
     Args:
         endpoint: the server (its ``max_model_len`` bounds a session's growth).
-        options: the run's load (ignore_eos, chat template kwargs, think time, seed).
+        options: the run's load (chat template kwargs, think time, seed, output lengths).
         tokenizer: counts whole conversations (``count_messages``).
         plain: prompt builders per corpus language that count bare text (no chat template).
         tag: the run's unique tag: it opens the shared system prompt and every session's nonce.
-        ignore_eos: exact output lengths.
         new_record: makes the next record (concurrency level, phase, expected prompt tokens, max_tokens).
         single: builds a single-turn workload's prompt (templated, token-exact, with this nonce).
+        body: a request's body under the run's options (prompt or conversation, max_tokens, cold or
+            None for ``--prefix-cache``: ``LevelRunner._body``).
+
+    ``ended`` counts why sessions ended: every turn answered (``completed``), the next prompt would
+    not fit the server's context (``context_limit``), a turn failed (``failed``), or the phase ended
+    mid-session (``cut_off``: its duration, Ctrl-C).
     """
 
     endpoint: Endpoint
@@ -64,9 +63,9 @@ class SessionPlayer:
     tokenizer: Tokenizer
     plain: dict[str, PromptBuilder]
     tag: str
-    ignore_eos: bool
     new_record: Callable[[int, str, int | None, int], RequestRecord]
     single: Callable[[Workload, str], Awaitable[Prompt]]
+    body: Callable[[str | list[dict], int, bool | None], bytes]
     ended: Counter = field(default_factory=Counter)
     _systems: dict[str, str] = field(default_factory=dict)
 
@@ -94,9 +93,7 @@ class SessionPlayer:
             prompt = await self.single(shape, nonce)
             record = self.new_record(level, phase, prompt.tokens, o.draw_output(shape.max_tokens, session))
             record.workload = shape.name or None
-            body = request_body(self.endpoint, prompt.text, max_tokens=record.max_tokens, ignore_eos=self.ignore_eos,
-                                cold=o.prefix_cache == "cold", chat_template_kwargs=o.chat_template_kwargs)  # fmt: skip
-            self.ended["completed" if await send(record, body, (level, phase, session)) is not None else "failed"] += 1
+            self.ended["completed" if await send(record, self.body(prompt.text, record.max_tokens, None), (level, phase, session)) is not None else "failed"] += 1
             return
         builder = self.plain[shape.lang]
         conv = Conversation(await self._system(shape) if shape.system_tokens else None)
@@ -120,9 +117,7 @@ class SessionPlayer:
                     break
                 record = self.new_record(level, phase, expected, max_tokens)
                 record.workload, record.session, record.turn = shape.name or None, session, turn
-                body = request_body(self.endpoint, messages, max_tokens=max_tokens, ignore_eos=self.ignore_eos, cold=False,
-                                    chat_template_kwargs=o.chat_template_kwargs)  # fmt: skip
-                texts = await send(record, body, (level, phase, session))
+                texts = await send(record, self.body(messages, max_tokens, False), (level, phase, session))
                 if texts is None:
                     reason = "failed"
                     break

@@ -173,14 +173,14 @@ EndpointOpt = Annotated[Literal["chat", "completions"], typer.Option("--endpoint
 
 
 def check_traffic(
-    sessions: str | None, turns: int | None, trace: Path | None, *, rate: str | None, dataset: Path | None, duration: str | None, endpoint: str
+    sessions: str | None, turns: int | None, trace: Path | None, *, rate: str | None, dataset: Path | None, duration: str | None
 ) -> str:
     """Which kind of load the options ask for (``requests``, ``sessions`` or ``trace``), refusing
     combinations that have no meaning, in one line naming them.
 
     Raises:
-        ServelabError: --turns/--turn-input-tokens without --sessions, sessions or a trace with
-            --rate or --dataset, a trace with --duration, or sessions on the completions API.
+        ServelabError: --turns without --sessions, sessions or a trace with --rate or --dataset, or a
+            trace with --duration (sessions on the completions API: BenchOptions refuses them).
     """
     if turns is not None and sessions is None:
         raise ServelabError("--turns goes with --sessions N (multi-turn sessions)")
@@ -191,8 +191,6 @@ def check_traffic(
         raise ServelabError(f"--{kind} sets the load itself: drop --rate and --dataset")
     if kind == "trace" and duration:
         raise ServelabError("--trace replays the whole trace at its own times: drop --duration (--requests N keeps its first N requests)")
-    if kind == "sessions" and endpoint == "completions":
-        raise ServelabError("--sessions resend a conversation of chat messages: use --endpoint chat")
     return kind
 
 
@@ -252,7 +250,7 @@ def bench(
         if requests is not None and duration is not None:
             raise ServelabError("give either --requests or --duration, not both")
         mix_weights, workloads = resolve_mix(mix, workloads_file)
-        traffic = check_traffic(sessions, turns, trace, rate=rate, dataset=dataset, duration=duration, endpoint=endpoint)
+        traffic = check_traffic(sessions, turns, trace, rate=rate, dataset=dataset, duration=duration)
         load = DEFAULT_LOAD if url else EMBEDDED_LOAD
         if requests is None and duration is None and trace is None:
             requests = load["requests"]

@@ -69,7 +69,7 @@ def capacity_cmd(
     objectives = parse_slo(slo)
     if requests is not None and duration is not None:
         raise ServelabError("give either --requests or --duration, not both")
-    check_traffic("sessions" if sessions else None, turns, trace, rate=None, dataset=dataset, duration=duration, endpoint=endpoint)
+    check_traffic("sessions" if sessions else None, turns, trace, rate=None, dataset=dataset, duration=duration)
     replayed = load_trace(trace, trace_format) if trace is not None else None  # bad lines refused before any server starts
     open_loop = open_loop or replayed is not None  # a trace's load is its speed: time scale 2 replays it twice as fast
     check_output_kind(output, "capacity")

@@ -4,7 +4,7 @@ From a level's records that carry a ``session`` and ``turn`` (servelab.sessions)
 the requests, their mean context (prompt tokens, the server's count when it sent one), TTFT, and
 the prefix-cache hit rate of that turn as the server reported it per request
 (``usage.prompt_tokens_details.cached_tokens`` ÷ prompt tokens, summed over the turn's requests).
-And per level: sessions started and how they ended (servelab.sessions.END_REASONS).
+And per level: sessions started and how they ended (``SessionPlayer.ended``, servelab.sessions).
 """
 
 from __future__ import annotations
