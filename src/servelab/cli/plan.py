@@ -15,14 +15,15 @@ from servelab.errors import ServelabError
 from servelab.metrics.bootlog import parse_bootlog
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.drafter import parse_drafter
-from servelab.plan.from_log import compare, log_inputs
-from servelab.plan.hardware import load_hardware
+from servelab.plan.from_log import compare, implied_memory_gib, log_inputs, pick_hardware
+from servelab.plan.hardware import load_hardware, profiles
 from servelab.plan.model_spec import load_model
 from servelab.plan.planner import make_plan
 from servelab.plan.quant import kv_dtype_bytes
 from servelab.plan.tensors import checkpoint_weights
 from servelab.report.plan_table import from_log_table, padding_table, plan_table
 
+DEFAULT_HARDWARE = "h100-sxm"
 plan_app = typer.Typer(help="Memory fit, KV capacity, concurrency and speed ceilings before launching a server.")
 
 
@@ -33,8 +34,10 @@ def plan(
     model: Annotated[str | None, typer.Option(help="A config.json or its directory, a catalog name (qwen3-8b, gpt-oss-120b …), or a Hugging Face Hub id (org/name: the local cache first, else config.json and the safetensors headers from the Hub, never the weights).")] = None,
     revision: Annotated[str | None, typer.Option(help="The Hub id's branch, tag or commit (default main).")] = None,
     from_log: Annotated[Path | None, typer.Option(help="A vLLM boot log: plan what it booted (model, quant, context, utilization, TP, KV dtype, max_num_seqs, max_num_batched_tokens; options given override) and show planned vs reported with the error in %.")] = None,
-    hardware: Annotated[str, typer.Option(help="Profile name (dgx-spark, h100-sxm, h200, b200, rtx-pro-6000, rtx-5090, m3-ultra, ryzen-ai-max-395) or a YAML file.")] = "h100-sxm",
-    quant: Annotated[str | None, typer.Option(help="Weight format: bf16 (default), fp8, fp8-block, mxfp8, nvfp4, nvfp4-experts, mxfp4, gptq-int4, awq-int4, gguf-q4_k_m, gguf-q8_0.")] = None,
+    hardware: Annotated[str | None, typer.Option(help="Profile name (dgx-spark, h100-sxm, h200, b200, rtx-pro-6000, rtx-5090, m3-ultra, ryzen-ai-max-395) or a YAML file (default h100-sxm; with --from-log, the profile the log's memory implies).")] = None,
+    quant: Annotated[str | None, typer.Option(help="Weight format: bf16 (default), fp8, fp8-block, mxfp8, nvfp4, nvfp4-experts, mxfp4, gptq-int4, awq-int4, gguf-q4_k_m, gguf-q8_0; a catalog model's published checkpoint of that format where there is one.")] = None,
+    checkpoint_config: Annotated[Path | None, typer.Option(help="Another checkpoint than the published one: its config.json (with quantization_config, or hf_quant_config.json beside it) or its directory (its safetensors headers, or model.safetensors.index.json, give the weights).")] = None,
+    vllm_version: Annotated[str | None, typer.Option(help="The vLLM release whose KV accounting to plan: 0.25 (default) or 0.19 (hybrids: blocks ÷ groups reported, 64-token blocks); --from-log takes the log's.")] = None,
     kv_dtype: Annotated[str | None, typer.Option(help="KV-cache dtype: auto (bf16, default) or fp8.")] = None,
     max_model_len: Annotated[int | None, typer.Option(min=1, help="Context per request (default the model's maximum).")] = None,
     gpu_memory_utilization: Annotated[float | None, typer.Option(help="Fraction of memory the server may take (vLLM's flag; default its default, 0.92 since 0.2x, capped on unified memory at what the OS leaves).")] = None,
@@ -67,18 +70,30 @@ def plan(
         max_num_seqs, max_num_batched_tokens = max_num_seqs or logged.max_num_seqs, max_num_batched_tokens or logged.max_num_batched_tokens
         speculative = speculative or logged.speculative
         prefix_caching = prefix_caching or logged.prefix_caching
+        vllm_version = vllm_version or logged.version
     if model is None:
         raise ServelabError("--model is required: a catalog name such as qwen3-8b, a config.json, or a Hub id such as Qwen/Qwen3-8B" + (" (the log names none)" if facts else ""))
     spec = load_model(model, revision)
     kv_dtype = kv_dtype or "auto"
     drafter = parse_drafter(speculative, spec, kv_dtype_bytes(kv_dtype), draft_tokens) if speculative else None
-    result = make_plan(
-        spec, weight_format(quant, spec), load_hardware(hardware), kv_dtype=kv_dtype, kv_dtype_bytes=kv_dtype_bytes(kv_dtype),
-        max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization, nodes=nodes, tp=tp,
-        concurrency=parse_int_list(concurrency, "--concurrency"), overhead_gib=overhead_gib, os_reserved_gib=os_reserved_gib,
-        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, drafter=drafter, prefix_caching=prefix_caching, draft_tokens=draft_tokens, acceptance=acceptance,
-        checkpoint=None if quant else checkpoint_weights(spec),  # --quant is a what-if: the formula
-    )  # fmt: skip
+    fmt = weight_format(quant, spec, checkpoint_config)
+    folder = checkpoint_config if checkpoint_config is None or checkpoint_config.is_dir() else checkpoint_config.parent
+    weights = checkpoint_weights(spec, folder=folder) if checkpoint_config or not quant else None  # --quant alone is a what-if: the formula
+
+    def planned(profile: str):
+        return make_plan(
+            spec, fmt, load_hardware(profile), kv_dtype=kv_dtype, kv_dtype_bytes=kv_dtype_bytes(kv_dtype),
+            max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization, nodes=nodes, tp=tp,
+            concurrency=parse_int_list(concurrency, "--concurrency"), overhead_gib=overhead_gib, os_reserved_gib=os_reserved_gib,
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, drafter=drafter, prefix_caching=prefix_caching,
+            draft_tokens=draft_tokens, acceptance=acceptance, checkpoint=weights, engine_version=vllm_version,
+        )  # fmt: skip
+
+    result = planned(hardware or DEFAULT_HARDWARE)
+    if facts is not None:
+        profile, why = pick_hardware(implied_memory_gib(facts, result.overhead_gib, result.gpu_memory_utilization), hardware, DEFAULT_HARDWARE, profiles())
+        result = planned(profile) if profile != (hardware or DEFAULT_HARDWARE) else result
+        result.notes.insert(0, why)
     checks = compare(result, facts) if facts is not None else None
     if json_out:
         doc = result.model_dump(mode="json")

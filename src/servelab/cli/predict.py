@@ -20,6 +20,7 @@ from servelab.cli.common import DbOpt, console, parse_float_list, parse_int_list
 from servelab.errors import ServelabError
 from servelab.explain import explain, repeatability
 from servelab.plan.checkpoint import weight_format
+from servelab.plan.drafter import parse_drafter
 from servelab.plan.fit import error_summary, fit, leave_one_out, measured_levels
 from servelab.plan.hardware import load_hardware, profiles
 from servelab.plan.model_spec import load_model
@@ -72,8 +73,9 @@ def predict_cmd(
     max_num_seqs: Annotated[int | None, typer.Option(min=1, help="The server's max_num_seqs (default vLLM's for the hardware).")] = None,
     max_num_batched_tokens: Annotated[int | None, typer.Option(min=1, help="The server's max_num_batched_tokens (default vLLM's for the hardware).")] = None,
     capture_sizes: Annotated[str | None, typer.Option(help="The server's CUDA-graph capture sizes (default vLLM's).")] = None,
-    draft_tokens: Annotated[int, typer.Option(min=0, help="Speculative decoding: draft tokens per step (MTP, EAGLE, n-gram).")] = 0,
-    acceptance: Annotated[float, typer.Option(min=0.0, max=1.0, help="Speculative decoding: acceptance rate per draft token.")] = 0.7,
+    speculative: Annotated[str | None, typer.Option(help="A speculative drafter: mtp:K (the model's MTP layers), eagle3:PATH or ngram:K; a model drafter's K passes per step read its weights.")] = None,
+    draft_tokens: Annotated[int, typer.Option(min=0, help="Speculative decoding: draft tokens per step (default K of --speculative; without it, drafting costs only the calibrated time per step).")] = 0,
+    acceptance: Annotated[float, typer.Option(min=0.0, max=1.0, help="Speculative decoding: acceptance rate, accepted ÷ drafted tokens (vLLM's; servelab bench reports it).")] = 0.7,
     routing: Annotated[float, typer.Option(help="MoE routing γ: a decode step's B tokens reach the experts B^γ independent tokens would; 1 = uniform (default), 0.5 fitted on published gpt-oss-120b DGX Spark runs.")] = 1.0,
     closed_loop: Annotated[Literal["stagger", "burst"], typer.Option(help="stagger: steady state (servelab bench's default); burst: each wave's requests arrive together (vllm bench serve).")] = "stagger",
     plot: Annotated[Path | None, typer.Option(help="Also draw the curves to this PNG file.")] = None,
@@ -90,6 +92,8 @@ def predict_cmd(
     sizes = parse_int_list(capture_sizes, "--capture-sizes") if capture_sizes else None
     if not 0.1 <= routing <= 1:
         raise ServelabError(f"--routing {routing:g}: give γ between 0.1 and 1 (1 = uniform routing; 0.5 fitted on gpt-oss-120b)")
+    drafter = parse_drafter(speculative, spec, 2.0, draft_tokens) if speculative else None
+    draft_tokens = draft_tokens or (drafter.num_tokens if drafter else 0)
     base = {"quant": quant, "tp": tp, "draft-tokens": draft_tokens, "acceptance": acceptance, "max-num-seqs": max_num_seqs,
             "max-num-batched-tokens": max_num_batched_tokens, "routing": routing}  # fmt: skip
     results = []
@@ -107,7 +111,7 @@ def predict_cmd(
 
         def point_at(c: int, v=v, fmt=fmt, limits=limits):
             return predict(terms(spec, fmt, hw, concurrency=c, input_tokens=input_tokens, output_tokens=output_tokens, limits=limits, tp=v["tp"],
-                                 draft_tokens=v["draft-tokens"], routing=v["routing"], mode="stagger" if rates else closed_loop), cal,
+                                 draft_tokens=v["draft-tokens"], routing=v["routing"], mode="stagger" if rates else closed_loop, drafter=drafter), cal,
                            concurrency=c, output_tokens=output_tokens, acceptance=v["acceptance"])  # fmt: skip
 
         if rates:

@@ -246,11 +246,17 @@ class Engine:
 
     def kv_layout(
         self, spec: ModelSpec, kv_bytes_per_token: float, state_bytes_per_seq: float, max_num_batched_tokens: int, speculative_tokens: int = 0,
-        prefix_caching: bool = False,
+        prefix_caching: bool = False, version: str | None = None,
     ) -> HybridLayout | None:  # fmt: skip
-        """How the engine lays out the KV cache of a model with more than one kind of cache layer
-        (per GPU; bytes), or None where the dense formula of ``servelab.plan.memory`` holds."""
+        """How the engine (of release ``version``, None: the one servelab plans by default) lays out
+        the KV cache of a model with more than one kind of cache layer (per GPU; bytes), or None where
+        the dense formula of ``servelab.plan.memory`` holds."""
         return None
+
+    def planned_version(self, version: str | None) -> str:
+        """The release whose memory accounting servelab plans for ``version`` (a release string, or
+        None: the default one)."""
+        return version or "latest"
 
     def kv_tokens(self, budget_bytes: float, per_token: float, layout: HybridLayout | None, context: int) -> int | None:
         """KV-cache tokens the engine reports for ``budget_bytes`` of KV memory (``per_token`` bytes

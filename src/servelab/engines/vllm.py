@@ -23,7 +23,7 @@ from servelab.engines.base import Engine, Flags, Gauges, JsonGet, JsonPost, Lint
 from servelab.engines.bootfacts import BootFacts, MaxConcurrency, Rule, int_list, num, set_fact, set_facts
 from servelab.engines.counters import Scrapes, ServerStats
 from servelab.engines.cudagraph import padding, recommend
-from servelab.engines.vllm_kv import BLOCK_TOKENS, HybridLayout, hybrid_layout, kv_tokens
+from servelab.engines.vllm_kv import BLOCK_TOKENS, HybridLayout, hybrid_layout, kv_tokens, rules_for
 from servelab.specs import GIB, Hardware, ModelSpec
 
 NAME = "vllm"
@@ -342,10 +342,14 @@ class VLLM(Engine):
 
     def kv_layout(
         self, spec: ModelSpec, kv_bytes_per_token: float, state_bytes_per_seq: float, max_num_batched_tokens: int, speculative_tokens: int = 0,
-        prefix_caching: bool = False,
+        prefix_caching: bool = False, version: str | None = None,
     ) -> HybridLayout | None:  # fmt: skip
         """``servelab.engines.vllm_kv.hybrid_layout``."""
-        return hybrid_layout(spec, kv_bytes_per_token, state_bytes_per_seq, max_num_batched_tokens, speculative_tokens, prefix_caching)
+        return hybrid_layout(spec, kv_bytes_per_token, state_bytes_per_seq, max_num_batched_tokens, speculative_tokens, prefix_caching, version)
+
+    def planned_version(self, version: str | None) -> str:
+        """``servelab.engines.vllm_kv.rules_for``: 0.19 for releases before 0.20, else 0.25."""
+        return rules_for(version)[0]
 
     def kv_tokens(self, budget_bytes: float, per_token: float, layout: HybridLayout | None, context: int) -> int | None:
         """``servelab.engines.vllm_kv.kv_tokens``."""

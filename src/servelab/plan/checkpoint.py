@@ -26,6 +26,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError, field_validator
@@ -173,16 +174,36 @@ def _excluded(module: str, patterns: list[str]) -> bool:
     return False
 
 
-def weight_format(quant: str | None, spec: ModelSpec) -> QuantFormat:
-    """The weight format to plan: ``quant`` (``--quant``) if given; else, for a model read from a
-    config.json (a user's file or the Hugging Face cache's copy, ``spec.config_path``), the
+def weight_format(quant: str | None, spec: ModelSpec, checkpoint_config: Path | None = None) -> QuantFormat:
+    """The weight format to plan: the quantization config of ``checkpoint_config``
+    (``--checkpoint-config``: a config.json, or a checkpoint directory holding one) if given; else
+    ``quant`` (``--quant``), planned as the catalog's published checkpoint of that format where
+    there is one (its exclusions: nvidia's Qwen3.5 NVFP4 exports keep attention, Gated DeltaNet,
+    shared experts and MTP in BF16), else the format on every linear layer; else, for a model read
+    from a config.json (a user's file or the Hugging Face cache's copy, ``spec.config_path``), the
     checkpoint's own quantization config (:func:`read_quant_config`, :func:`checkpoint_format`);
     else BF16.
 
     Raises:
-        ServelabError: an unknown ``quant``, or an unreadable quantization config.
+        ServelabError: an unknown ``quant``, an unreadable quantization config, or a
+            ``checkpoint_config`` without one.
     """
+    if checkpoint_config is not None:
+        path = checkpoint_config / "config.json" if checkpoint_config.is_dir() else checkpoint_config
+        try:
+            qc = read_quant_config(path)
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ServelabError(f"--checkpoint-config {checkpoint_config}: not a readable config.json ({type(exc).__name__}); give the checkpoint's config.json or its directory") from None
+        if not isinstance(qc, dict):
+            raise ServelabError(f"--checkpoint-config {checkpoint_config}: no quantization_config (nor hf_quant_config.json beside it); give a quantized checkpoint's config.json, or --quant")
+        fmt = checkpoint_format(spec, qc)
+        return replace(fmt, source=f"{fmt.source} ({checkpoint_config})")
     if quant:
-        return get_format(quant, spec)
+        base = get_format(quant, spec)
+        published = spec.published.get(base.name)
+        if published:
+            fmt = checkpoint_format(spec, published["quantization_config"])
+            return replace(fmt, source=f"the published checkpoint {published['repo']}: {fmt.source} ({published['source']})")
+        return base
     qc = read_quant_config(Path(spec.config_path)) if spec.config_path else None
     return checkpoint_format(spec, qc) if qc else get_format("bf16", spec)

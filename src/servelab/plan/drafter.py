@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from servelab.errors import ServelabError
 from servelab.plan.model_spec import load_model
+from servelab.plan.roofline import mtp_pass_bytes
 from servelab.specs import Layer, ModelSpec
 
 EAGLE3_DEFAULT_TOKENS = 3
@@ -40,6 +41,14 @@ class Drafter:
     weight_bytes: float
     layers: list[Layer] = field(default_factory=list)
     kv_bytes_per_token: float = 0.0
+
+    def pass_bytes(self, spec: ModelSpec, tokens: int, routing: float = 1.0) -> float:
+        """Bytes (whole model) one draft pass over ``tokens`` tokens reads: the MTP layer and the
+        shared LM head (:func:`~servelab.plan.roofline.mtp_pass_bytes`), an EAGLE-3 model's
+        weights (its own head included), nothing for n-gram."""
+        if self.method == "mtp":
+            return mtp_pass_bytes(spec, tokens, routing)
+        return self.weight_bytes
 
 
 def parse_drafter(text: str, spec: ModelSpec, kv_dtype_bytes: float, draft_tokens: int = 0) -> Drafter:

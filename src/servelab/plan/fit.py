@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from servelab.errors import ServelabError
+from servelab.plan.drafter import parse_drafter
 from servelab.plan.predict import BW_RANGE, COMPUTE_RANGE, TTFT_FIT_RUNNING, Calibration, Point, Terms, limits_for, predict, step_times, terms
 from servelab.plan.quant import QuantFormat
 from servelab.plan.roofline import spec_tokens_per_step
@@ -35,8 +36,8 @@ class Measured:
 def measured_levels(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, tp: int = 1) -> list[Measured]:
     """A run's closed-loop levels with successful requests, each with the terms of the same load and
     the server's limits as its boot log gave them (the engine's defaults otherwise); with speculative
-    decoding in the boot log, its draft tokens and each level's acceptance rate from the server's
-    counters (0 where the server gave none).
+    decoding in the boot log, its draft tokens (an MTP drafter's passes priced when the model has MTP
+    layers) and each level's acceptance rate from the server's counters (0 where the server gave none).
 
     Raises:
         ServelabError: the model does not fit (``limits_for``).
@@ -44,12 +45,13 @@ def measured_levels(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardw
     boot = run.boot
     p, o = run.load.input_tokens, run.load.output_tokens
     draft = (boot.speculative_tokens or 0) if boot else 0
+    drafter = parse_drafter(f"mtp:{draft}", spec, 2.0) if draft and boot and boot.speculative_method == "mtp" and spec.mtp_layers else None
     limits = limits_for(spec, fmt, hw, tp=tp, input_tokens=p, output_tokens=o, max_num_seqs=boot.max_num_seqs if boot else None,
                         max_num_batched_tokens=boot.max_num_batched_tokens if boot else None,
                         capture_sizes=boot.cudagraph_sizes if boot else None, draft_tokens=draft)  # fmt: skip
     return [
         Measured(lv.concurrency, terms(spec, fmt, hw, concurrency=lv.concurrency, input_tokens=p, output_tokens=o, limits=limits, tp=tp,
-                                       draft_tokens=draft, mode=run.load.closed_loop), o, lv.tpot_ms.p50 / 1e3, lv.ttft_ms.p50 / 1e3,
+                                       draft_tokens=draft, mode=run.load.closed_loop, drafter=drafter), o, lv.tpot_ms.p50 / 1e3, lv.ttft_ms.p50 / 1e3,
                  lv.output_throughput_tok_s, (lv.server.acceptance_rate or 0.0) if draft and lv.server else 0.0)  # fmt: skip
         for lv in run.levels
         if lv.rate_rps is None and lv.ok and lv.output_throughput_tok_s and lv.tpot_ms.p50 and lv.ttft_ms.p50

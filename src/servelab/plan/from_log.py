@@ -13,6 +13,12 @@ with what the engine printed (each error in %):
 - KV-cache tokens recomputed from the *reported* KV memory with the plan's layout
   (the plan engine's ``kv_tokens``, vLLM's ``servelab.engines.vllm_kv.kv_tokens``: bytes per token, blocks, hybrid groups): this isolates the
   layout from the memory model (weights, overheads).
+
+The KV accounting follows the log's engine version (vLLM: 0.19's rules before 0.20, ``servelab.engines.vllm_kv``).
+The log does not name the GPU; its memory does: the weights and KV cache it reports plus the planned
+runtime overhead, divided by its ``gpu_memory_utilization``, is the memory per GPU the engine saw
+(:func:`implied_memory_gib`). Without ``--hardware``, the profile nearest to it (within
+``HARDWARE_MATCH``) is planned, and the plan says which and why (:func:`pick_hardware`).
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ from servelab import engines
 from servelab.engines.bootfacts import BootFacts
 from servelab.errors import ServelabError
 from servelab.plan.planner import Plan
-from servelab.specs import GIB
+from servelab.specs import GIB, Hardware
+
+HARDWARE_MATCH = 0.05  # a profile whose memory is within 5 % of what the log implies is taken for the log's GPU
 
 
 class LogInputs(BaseModel):
@@ -39,6 +47,7 @@ class LogInputs(BaseModel):
     max_num_batched_tokens: int | None = None
     speculative: str | None = None  # plan's --speculative (mtp:K, ngram:K) for the log's speculative_config
     prefix_caching: bool = False
+    version: str | None = None  # the engine release the log names
 
 
 class LogCheck(BaseModel):
@@ -74,7 +83,8 @@ def log_inputs(facts: BootFacts) -> LogInputs:
         quant = "bf16"
     return LogInputs(model=model, quant=quant, max_model_len=facts.max_model_len, gpu_memory_utilization=facts.gpu_memory_utilization,
                      tp=facts.tensor_parallel_size, kv_dtype=facts.kv_cache_dtype, max_num_seqs=facts.max_num_seqs,
-                     max_num_batched_tokens=facts.max_num_batched_tokens, speculative=_speculative(facts), prefix_caching=bool(facts.prefix_caching))  # fmt: skip
+                     max_num_batched_tokens=facts.max_num_batched_tokens, speculative=_speculative(facts), prefix_caching=bool(facts.prefix_caching),
+                     version=facts.version)  # fmt: skip
 
 
 def _speculative(facts: BootFacts) -> str | None:
@@ -89,6 +99,34 @@ def _speculative(facts: BootFacts) -> str | None:
     if method in ("mtp", "ngram"):
         return f"{method}:{tokens}"
     raise ServelabError(f"the log runs speculative decoding with a {method} drafter; pass --speculative eagle3:DRAFT_CONFIG (its config.json)")
+
+
+def implied_memory_gib(facts: BootFacts, overhead_gib: float, utilization: float) -> float | None:
+    """The memory per GPU (GiB) the engine saw: (reported weights + reported KV cache +
+    ``overhead_gib``, the plan's runtime estimate) ÷ the log's ``gpu_memory_utilization``, else
+    ``utilization`` (the engine's default the plan used) (vLLM sizes the KV cache as utilization ×
+    total − weights − overheads). None when the log lacks the weights or the KV memory."""
+    if not (facts.weights_gib and facts.kv_cache_gib):
+        return None
+    return (facts.weights_gib + facts.kv_cache_gib + overhead_gib) / (facts.gpu_memory_utilization or utilization)
+
+
+def pick_hardware(implied_gib: float | None, given: str | None, default: str, profiles: dict[str, Hardware]) -> tuple[str, str]:
+    """The hardware profile to plan a log with, and a note that says which and why: ``given``
+    (``--hardware``) if any, warned when the log implies another memory; else the profile
+    nearest to ``implied_gib`` within ``HARDWARE_MATCH`` (unified-memory machines too); else ``default``."""
+    near = min(profiles.items(), key=lambda kv: abs(kv[1].memory_gib - implied_gib)) if implied_gib else None
+    off = (lambda hw: abs(hw.memory_gib - implied_gib) / implied_gib) if implied_gib else (lambda hw: 0.0)
+    implied = f"the log's weights, KV cache and the planned runtime at its utilization make ~{implied_gib:.1f} GiB per GPU" if implied_gib else ""
+    if given:
+        hw = profiles.get(given)
+        if hw is not None and implied_gib and off(hw) > HARDWARE_MATCH:
+            return given, f"hardware {given} ({hw.name}, {hw.memory_gib:g} GiB) as given, but {implied}: check --hardware"
+        return given, f"hardware {given} as given"
+    if near is not None and off(near[1]) <= HARDWARE_MATCH:
+        return near[0], f"hardware {near[0]} ({near[1].name}, {near[1].memory_gib:g} GiB), inferred: {implied}"
+    why = f"{implied}, no profile within {HARDWARE_MATCH:.0%}" if implied_gib else "the log does not give the weights and the KV memory"
+    return default, f"hardware {default}, the default: {why}; pass --hardware (a profile or a YAML file with the GPU's memory)"
 
 
 def compare(plan: Plan, facts: BootFacts) -> list[LogCheck]:

@@ -84,6 +84,7 @@ def plan_memory(
     drafter: Drafter | None = None,
     prefix_caching: bool = False,
     checkpoint_bytes: float | None = None,
+    engine_version: str | None = None,
 ) -> MemoryPlan:
     """Plan one model on one hardware profile (every GPU of a ``tp`` group alike).
 
@@ -98,6 +99,7 @@ def plan_memory(
             more recurrent state per request (the engine's ``kv_layout``).
         checkpoint_bytes: the model's weights as its safetensors headers give them (bytes, all
             ranks; ``servelab.plan.tensors``), used instead of the formula's.
+        engine_version: the engine release planned (vLLM: ``servelab.engines.vllm_kv.rules_for``).
 
     Returns:
         A :class:`MemoryPlan`; ``fits`` is False when the weights leave no KV budget or not one
@@ -144,7 +146,7 @@ def plan_memory(
         return context * per_token + sliding / kv_shard + state
 
     budget_bytes = max(budget, 0.0) * GIB
-    layout = engine.kv_layout(spec, per_token, state, mbt, drafter.num_tokens if drafter else 0, prefix_caching)
+    layout = engine.kv_layout(spec, per_token, state, mbt, drafter.num_tokens if drafter else 0, prefix_caching, engine_version)
     capacity = engine.kv_tokens(budget_bytes, per_token, layout, L)
     if layout is not None:
         max_conc = layout.concurrency(budget_bytes, L)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from servelab.engines import plan_engine
 from servelab.engines.base import RuntimeMemory
 from servelab.engines.vllm_kv import HybridLayout
 from servelab.errors import ServelabError
@@ -52,6 +53,8 @@ class Plan(BaseModel):
     weights_by_part_gib: dict[str, float] = Field(default_factory=dict, description="The headers' weights by part (embed, attention, experts, mtp, vision …), all ranks, GiB.")
     family: str = Field("", description="The model_type servelab read the config as, or 'generic'.")
     published_checkpoint_sizes: dict = Field(default_factory=dict)
+    weights_format_source: str = Field("", description="Where the weight format comes from: --quant's format, the catalog's published checkpoint, or a checkpoint's quantization config.")
+    engine_version: str = Field("", description="The engine release whose KV accounting the plan follows (vLLM: 0.25 or 0.19 rules).")
     kv_bytes_per_token: float = Field(description="Per GPU, layers whose cache grows with context.")
     state_bytes_per_seq: float = Field(description="Recurrent state per sequence per GPU (linear attention, Mamba).")
     gpu_memory_utilization: float = Field(description="Memory share planned (given, or the engine's default capped on unified memory).")
@@ -99,10 +102,12 @@ def make_plan(
     draft_tokens: int = 0,
     acceptance: float = 0.0,
     checkpoint: CheckpointWeights | None = None,
+    engine_version: str | None = None,
 ) -> Plan:
     """Plan ``spec`` in ``fmt`` on ``nodes`` × ``hw``; with ``checkpoint`` (its safetensors
     headers), the weights are the bytes vLLM loads from them (MTP layers left out: a drafter
-    adds its own).
+    adds its own); ``engine_version`` the engine release whose KV accounting is planned
+    (``servelab.engines.vllm_kv.rules_for``; None: 0.25).
 
     Raises:
         ServelabError: inconsistent parallelism (``tp`` not a multiple of ``nodes``, or not dividing the
@@ -123,7 +128,7 @@ def make_plan(
         spec, fmt, hw, kv_dtype_bytes=kv_dtype_bytes, max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
         tp=tp, concurrency=conc, overhead_gib=overhead_gib, os_reserved_gib=os_reserved_gib,
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, drafter=drafter,
-        prefix_caching=prefix_caching, checkpoint_bytes=checkpoint.loaded_bytes if checkpoint else None,
+        prefix_caching=prefix_caching, checkpoint_bytes=checkpoint.loaded_bytes if checkpoint else None, engine_version=engine_version,
     )  # fmt: skip
     rows = []
     for b in conc:
@@ -159,6 +164,7 @@ def make_plan(
         model=spec.name, hardware=hw.name, quant=fmt.name, kv_dtype=kv_dtype, nodes=nodes, tp=tp,
         total_params=spec.total_params, active_params=spec.active_params, layer_kinds=kinds,
         weights_gib=mem.weights_gib, weights_total_gib=mem.weights_total_gib, published_checkpoint_sizes=spec.published_sizes,
+        weights_format_source=fmt.source, engine_version=f"{plan_engine().title} {plan_engine().planned_version(engine_version)}",
         weights_source=f"safetensors headers ({checkpoint.files} files, {checkpoint.source})" if checkpoint else "formula",
         weights_formula_total_gib=weight_bytes(spec, fmt) / GIB, family=spec.family, checkpoint_params=checkpoint.params if checkpoint else None,
         weights_by_part_gib={k: v / GIB for k, v in sorted(checkpoint.by_part.items())} if checkpoint else {},

@@ -41,12 +41,14 @@ FLOPs when compute-bound, and on MoE models the experts the padding tokens reach
 overhead (t₀ above half the step), the TP all-reduce (above half the step), else bandwidth or
 compute (the larger term of t_d).
 
-Speculative decoding with K draft tokens at acceptance α per token: the step verifies B · (1 + K)
-tokens (padded to the capture size above them) and yields (1 − α^(K+1)) ÷ (1 − α) tokens per
-sequence (Leviathan et al. 2023), so TPOT = (t_d + t_draft) ÷ that + the prefill share, with the
-drafting time per step t_draft a calibrated constant (``draft_overhead_ms``: vLLM 0.25's n-gram
-drafter on H100 adds 2–4 ms a step, validation/RESULTS-predict.md; an MTP or EAGLE head's own
-forward pass is not modelled beyond that).
+Speculative decoding with K draft tokens at acceptance rate a (accepted ÷ drafted, as vLLM counts
+it): the step verifies B · (1 + K) tokens (padded to the capture size above them) and yields
+τ = 1 + K · a tokens per sequence (the mean acceptance length), so TPOT = (t_d + t_draft) ÷ τ +
+the prefill share. t_draft = a calibrated constant (``draft_overhead_ms``: vLLM 0.25's n-gram drafter
+on H100 adds 2–4 ms a step, validation/RESULTS-predict.md) plus, for a model drafter
+(``--speculative mtp:K`` or ``eagle3:PATH``), K passes that each read the drafter's weights
+(``servelab.plan.roofline.mtp_pass_bytes``: the MTP layer and the shared LM head) ÷ (bandwidth · η_bw)
+and pay t₀. Checked on the DGX Spark report's Qwen3.5-122B-A10B MTP-2 table (validation/RESULTS-spark.md).
 
 Assumptions (stated with every prediction): uniform MoE routing (or a routing γ, ``servelab.plan.roofline``); the engine's chunked prefill
 interleaving prefills with decode (vLLM V1); at most ``MIXED_SHARE`` of the steps carrying prompts;
@@ -69,6 +71,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from servelab.engines import plan_engine
 from servelab.errors import ServelabError
+from servelab.plan.drafter import Drafter
 from servelab.plan.memory import plan_memory
 from servelab.plan.quant import QuantFormat
 from servelab.plan.roofline import compute_dtype, decode_step, prefill, spec_tokens_per_step, weights_touched
@@ -200,6 +203,8 @@ class Terms:
     unpadded_bytes_s: float  # the same step's weights without padding, to name padding as a bottleneck
     unpadded_flops_s: float
     draft_tokens: int = 0  # speculative decoding: draft tokens per step (the step verifies B · (1 + K) tokens)
+    draft_passes: int = 0  # a model drafter's forward passes per step (K for MTP and EAGLE, 0 for n-gram), each paying t₀
+    draft_bytes_s: float = 0.0  # … the weights they read ÷ bandwidth
     allreduce_s: float = 0.0  # tensor parallel: the decode step's all-reduces (not scaled by the efficiencies)
     prefill_allreduce_s: float = 0.0  # … and one prompt's
     mode: str = "stagger"  # how the streams send (module docstring): ``stagger`` or ``burst``
@@ -213,11 +218,13 @@ class Terms:
 
 def terms(
     spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, concurrency: int, input_tokens: int, output_tokens: int, limits: Limits,
-    tp: int = 1, draft_tokens: int = 0, routing: float = 1.0, mode: str = "stagger",
+    tp: int = 1, draft_tokens: int = 0, routing: float = 1.0, mode: str = "stagger", drafter: Drafter | None = None,
 ) -> Terms:  # fmt: skip
     """The roofline terms of one level (module docstring); with ``draft_tokens`` K the step verifies
     B · (1 + K) tokens, padded to the capture size above that many tokens; ``routing`` γ: the MoE
-    experts B tokens reach (``servelab.plan.roofline``; 1 = uniform)."""
+    experts B tokens reach (``servelab.plan.roofline``; 1 = uniform); ``drafter``: a model drafter
+    whose K passes per step read its weights (its K is the draft tokens when ``draft_tokens`` is 0)."""
+    draft_tokens = draft_tokens or (drafter.num_tokens if drafter else 0)
     running = max(1, min(concurrency, limits.max_num_seqs, math.floor(limits.kv_requests) or 1))
     per_seq = 1 + draft_tokens
     padded = next((s for s in sorted(limits.capture_sizes) if s >= running * per_seq), running * per_seq)  # tokens
@@ -235,8 +242,10 @@ def terms(
     mixed_bytes = weights_touched(spec, fmt, round(running * per_seq + m * input_tokens), routing) / tp  # the whole decode batch's and the prompts'
     largest = max(limits.capture_sizes, default=0)
     unpadded_bytes = weights_touched(spec, fmt, running * per_seq, routing) / tp
+    passes = draft_tokens if drafter and drafter.method != "ngram" else 0
+    draft_bytes = passes * drafter.pass_bytes(spec, running, routing) / tp if passes and drafter else 0.0
     return Terms(padded_bytes / bw, pad.flops / peak, max(pf.flops / peak, pf.bytes / bw), running, padded, unpadded_bytes / bw,
-                 step.flops / peak, draft_tokens, allreduce_s(spec, hw, padded, tp), allreduce_s(spec, hw, input_tokens, tp),
+                 step.flops / peak, draft_tokens, passes, draft_bytes / bw, allreduce_s(spec, hw, padded, tp), allreduce_s(spec, hw, input_tokens, tp),
                  mode, k, mixed_bytes / bw, (step.flops + m * pf.flops) / peak, kv / bw, running * per_seq > largest, mixed_tokens > largest)  # fmt: skip
 
 
@@ -271,22 +280,24 @@ def step_times(t: Terms, bw, cmp, per_step: float):
     share = min(t.prompts_per_step, MIXED_SHARE)
     core = np.maximum(t.decode_bytes_s / bw, t.decode_flops_s / cmp)
     mixed = np.maximum(t.mixed_bytes_s / bw, t.mixed_flops_s / cmp)
-    decode = core + t.kv_s / bw + t.allreduce_s
+    decode = core + (t.kv_s + t.draft_bytes_s) / bw + t.allreduce_s
     riding = share * np.maximum(0.0, mixed - core) + t.prompts_per_step * t.prefill_allreduce_s
     before = _shares(t.running, t.mode)[0]
     ttft = before * (t.prefill_s / cmp + t.prefill_allreduce_s) + decode
     eager_tpot = t.decode_eager / per_step + share * (t.mixed_eager and not t.decode_eager)
-    return decode / per_step + riding, ttft, decode, (1 / per_step, 1.0), (eager_tpot, t.decode_eager + before * t.mixed_eager)
+    return decode / per_step + riding, ttft, decode, ((1 + t.draft_passes) / per_step, 1.0), (eager_tpot, t.decode_eager + before * t.mixed_eager)
 
 
 def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int, acceptance: float = 0.0) -> Point:
-    """A level's prediction from its terms and a calibration; with draft tokens, ``acceptance`` α
-    per draft token (module docstring)."""
-    overhead = (cal.step_overhead_ms + (cal.draft_overhead_ms if t.draft_tokens else 0.0)) / 1e3
+    """A level's prediction from its terms and a calibration; with draft tokens, ``acceptance`` the
+    acceptance rate, accepted ÷ drafted tokens (module docstring)."""
+    t0, draft = cal.step_overhead_ms / 1e3, (cal.draft_overhead_ms / 1e3 if t.draft_tokens else 0.0)
+    overhead = t0 * (1 + t.draft_passes) + draft  # a step's: its own t₀, each draft pass's, the drafting time
     eager = cal.eager_step_ms / 1e3
     per_step = spec_tokens_per_step(acceptance, t.draft_tokens)
     tpot0, ttft0, decode, (o_tpot, o_ttft), (e_tpot, e_ttft) = step_times(t, cal.bw_efficiency, cal.compute_efficiency, per_step)
-    tpot, ttft = float(tpot0 + overhead * o_tpot + eager * e_tpot), float(ttft0 + overhead * o_ttft + eager * e_ttft)
+    tpot = float(tpot0 + t0 * o_tpot + draft / per_step + eager * e_tpot)
+    ttft = float(ttft0 + (t0 + draft) * o_ttft + eager * e_ttft)
     t_d = float(decode) + overhead + eager * t.decode_eager
     t_p = t.prefill_s / cal.compute_efficiency + t.prefill_allreduce_s
     b, o = t.running, output_tokens

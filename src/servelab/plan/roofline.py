@@ -18,12 +18,14 @@ Decode step at batch B (sequences) and context L, per GPU of a ``tp`` group:
 per-stream tok/s = 1 / time; aggregate tok/s = B / time. Prefill of P tokens: FLOPs =
 2 · P · active + 2 · P² · heads · head_dim per full layer (causal half of 4·P²), bytes = all
 weights touched by P tokens. The compute dtype follows the weights: fp8 formats use the fp8 peak,
-nvfp4 the fp4 peak, everything else (BF16, weight-only int4, GGUF) the bf16 peak.
+nvfp4 the fp4 peak, everything else (BF16, weight-only int4, GGUF, and formats or checkpoints that
+leave attention in BF16, as nvidia's Qwen3.5 NVFP4 exports and gpt-oss's MXFP4 do) the bf16 peak.
 
-Speculative decoding with k draft tokens at per-token acceptance α: tokens per step
-``(1 − α^(k+1)) / (1 − α)`` (Leviathan et al., 2023, "Fast Inference from Transformers via
-Speculative Decoding", eq. 1); the verify step is priced as a decode step over B·(k+1) tokens
-(weights read once), the drafter's own cost is left out (an MTP head is one layer).
+Speculative decoding with k draft tokens at acceptance rate a (accepted ÷ drafted tokens, as vLLM's
+counters and ``servelab bench`` report it, docs/metrics.md): tokens per step 1 + k · a, the mean
+acceptance length, by that definition; the verify step is priced as a decode step over B·(k+1)
+tokens (weights read once). An MTP drafter's k passes each read its layer and the LM head
+(:func:`mtp_pass_bytes`); ``servelab predict`` adds them, the ceilings here leave them out.
 Interconnect time under tensor parallelism is not modelled: TP ceilings are optimistic.
 """
 
@@ -39,6 +41,8 @@ NON_EXPERT = ("attn", "recurrent", "mlp", "shared", "router", "norms", "lm_head"
 
 def compute_dtype(fmt: QuantFormat) -> str:
     """Tensor-core dtype the format computes in (see the module docstring)."""
+    if fmt.kept.get("attn", 0.0) >= 0.5:  # a checkpoint that keeps attention (most active FLOPs beside the experts) in BF16
+        return "bf16"
     if fmt.name.startswith(("fp8", "mxfp8")):
         return "fp8"
     if fmt.name == "nvfp4":
@@ -113,13 +117,29 @@ def prefill(spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, tokens: int, tp:
     return _cost(dense + experts, flops, hw, compute_dtype(fmt), tp)
 
 
-def spec_tokens_per_step(alpha: float, k: int) -> float:
-    """Expected tokens per verify step with k draft tokens at acceptance α (Leviathan et al. 2023, eq. 1)."""
-    if k <= 0:
-        return 1.0
-    if alpha >= 1:
-        return k + 1.0
-    return (1 - alpha ** (k + 1)) / (1 - alpha)
+def spec_tokens_per_step(rate: float, k: int) -> float:
+    """Tokens per verify step (the mean acceptance length) with ``k`` draft tokens at acceptance
+    rate ``rate`` = accepted ÷ drafted tokens (vLLM's ``spec_decode_num_accepted_tokens`` ÷
+    ``…num_draft_tokens``): 1 + k · rate, the bonus token included (docs/metrics.md). The DGX
+    Spark report's MTP-2 figures fit it: 63–100 % acceptance, 23.7–31.0 tok/s, the same ~96 ms a step."""
+    return 1.0 + max(k, 0) * min(max(rate, 0.0), 1.0)
+
+
+def mtp_pass_bytes(spec: ModelSpec, tokens: int, routing: float = 1.0) -> float:
+    """Bytes (whole model) one MTP draft pass over ``tokens`` tokens reads: the MTP module in BF16
+    (its projections and norms, its decoder layer's attention and shared expert, and on a MoE model
+    the distinct experts the tokens reach, :func:`expected_experts`) and the LM head it shares with
+    the target (BF16 in every published checkpoint). vLLM drafts K tokens as K such passes, each
+    ending in the head's logits (vllm/v1/spec_decode/eagle.py ``propose``, MTP modules of
+    vllm/model_executor/models/qwen3_next_mtp.py, deepseek_mtp.py). Qwen3.5-122B-A10B: 1.53 GB of
+    head and 0.37 GB of layer per pass, ~7.4 ms at 254 GB/s on GB10, two passes in MTP-2."""
+    layers = spec.mtp_layers
+    if not layers:
+        return 0.0
+    experts = spec.num_experts * spec.expert_params * layers
+    reached = layers * expected_experts(spec.num_experts, spec.experts_per_token, tokens, routing) * spec.expert_params
+    head = spec.params["lm_head"] or spec.params["embed"]
+    return 2.0 * (spec.params["mtp"] - experts + reached + head)
 
 
 def decode_ceiling(

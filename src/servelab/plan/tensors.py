@@ -13,6 +13,7 @@ speculative decoding uses them (``mtp``), so :attr:`CheckpointWeights.loaded_byt
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,19 +86,36 @@ def from_metadata(meta: SafetensorsRepoMetadata, source: str, num_layers: int) -
     return out
 
 
-def checkpoint_weights(spec: ModelSpec, *, online: bool = True) -> CheckpointWeights | None:
-    """The headers of the checkpoint ``spec`` was read from, where they are at hand: the
-    safetensors files beside its config.json (a model directory, or the Hugging Face cache's
-    snapshot), else, for a Hub id and ``online``, the Hub's headers by range requests. None for
-    a catalog model, a bare config.json, or a checkpoint whose headers cannot be had (offline,
-    not a safetensors repository): the plan then uses the formula."""
+def from_index(path: Path, spec: ModelSpec) -> CheckpointWeights | None:
+    """A checkpoint's weights from its safetensors index alone (``metadata.total_size``, bytes),
+    when the shards are not at hand; the MTP tensors the ``weight_map`` names (:func:`part`) are
+    counted at the formula's size in BF16 (published checkpoints keep them so), so that
+    :attr:`CheckpointWeights.loaded_bytes` leaves them out. None when ``path`` is missing or not an index."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        total = int(doc["metadata"]["total_size"])
+        names = dict(doc["weight_map"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    mtp = 2 * spec.params.get("mtp", 0) if any(part(n, len(spec.layers)) == "mtp" for n in names) else 0
+    return CheckpointWeights(total_bytes=total, params=0, files=len(set(names.values())), source=f"{path} (total_size)", by_part={"mtp": mtp} if mtp else {})
+
+
+def checkpoint_weights(spec: ModelSpec, *, online: bool = True, folder: Path | None = None) -> CheckpointWeights | None:
+    """The headers of the checkpoint ``spec`` was read from (or of ``folder``, ``--checkpoint-config``),
+    where they are at hand: the safetensors files beside its config.json (a model directory, or the
+    Hugging Face cache's snapshot); without the shards, its ``model.safetensors.index.json``
+    (:func:`from_index`); else, for a Hub id and ``online``, the Hub's headers by range requests.
+    None for a catalog model, a bare config.json, or a checkpoint whose headers cannot be had
+    (offline, not a safetensors repository): the plan then uses the formula."""
     layers = len(spec.layers)
-    if spec.config_path:
-        folder = Path(spec.config_path).parent
+    folder = folder or (Path(spec.config_path).parent if spec.config_path else None)
+    if folder is not None:
         try:
             return from_metadata(huggingface_hub.get_local_safetensors_metadata(folder), str(folder), layers)
         except (hub_errors.NotASafetensorsRepoError, hub_errors.SafetensorsParsingError, OSError):
-            pass  # config.json alone (or shards not downloaded)
+            if (index := from_index(folder / "model.safetensors.index.json", spec)) is not None:
+                return index  # config.json and the index, shards not downloaded
     if spec.hub_id and online and hub_reachable():
         try:
             meta = huggingface_hub.get_safetensors_metadata(spec.hub_id, revision=spec.revision)

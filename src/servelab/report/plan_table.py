@@ -26,13 +26,14 @@ def plan_table(plan: Plan) -> Table:
         ("layers", kinds),
         ("read as", escape(plan.family or "–")),
         ("weights per GPU", _gib(plan.weights_gib) + (f" (of {_gib(plan.weights_total_gib)})" if plan.tp > 1 else "")),
+        ("weight format", escape(plan.weights_format_source or plan.quant)),
         *_checkpoint_rows(plan),
         *[(f"published checkpoint ({k})", str(v)) for k, v in plan.published_checkpoint_sizes.items()],
         ("allowed (memory × utilization)", f"{_gib(plan.usable_gib)} ({plan.gpu_memory_utilization:g})"),
         ("runtime overhead", _gib(plan.overhead_gib) + (
             f" (non-torch {r.non_torch_gib:.2f} + activations {r.activations_gib:.2f} + sampler {r.sampler_gib:.2f} + CUDA graphs "
             f"{r.cuda_graphs_gib:.2f}; {r.runner})" if (r := plan.runtime) else " (given)")),
-        ("KV-cache budget", _gib(plan.kv_budget_gib)),
+        ("KV-cache budget", _gib(plan.kv_budget_gib) + (f" ({plan.engine_version} accounting)" if plan.engine_version else "")),
         (f"KV bytes per token ({plan.kv_dtype})", f"{plan.kv_bytes_per_token:,.0f} B"),
     ]
     if plan.state_bytes_per_seq:
