@@ -22,6 +22,7 @@ from servelab.cli import app
 from servelab.endpoint import discover
 from servelab.errors import ServelabError
 from servelab.local import LocalServer
+from servelab.report.ledger import METRICS, build, cell_text, collect
 from servelab.results import LoadSpec, load_run, resume_run
 
 cli = CliRunner()
@@ -289,18 +290,24 @@ def test_stagger_duration_throughput_obeys_littles_law(llama, tmp_path):
     --duration and the stagger ramp the window opens while every stream's ramp request is still
     answering; counting only the requests sent inside the window made throughput short by about
     D ÷ 2W (−27 … −48 % on vLLM at 64–256 streams in 12 s windows); every token inside counts now.
-    The bug's mark is exact: the ramp's tokens inside the window count (window tokens above the
-    measured requests' own). Little's law is the sanity check, loose: the window spans only ~2–3
-    request cycles on 2 cores, and the cycle is the mean E2E of the requests that finished inside,
-    which the deadline biases short (a long request is more likely to be cut): −14 % seen on CI."""
+    The check is a recount: every token chunk of every request (ramp included) that arrived inside
+    the window, which ends at the deadline (where the cut-off requests end). Little's law is only a
+    loose sanity check: the window spans 2–3 request cycles on 2 cores, and the mean E2E of the
+    requests that finished inside is biased short by the deadline and by CPU contention that comes
+    and goes (−14 % on CI, −31 % beside another server)."""
     opts = BenchOptions(concurrency=[4], duration_s=10.0, warmup=4, input_tokens=64, output_tokens=48)
     result = run(_bench(llama.url, opts, tmp_path / "run", Hooks()))
     level = result.levels[0]
     records = read_jsonl(tmp_path / "run" / "records.jsonl")
-    ok = [r for r in records if r["status"] == "ok" and r["phase"] == "measured" and r["concurrency"] == 4]
+    phase = [r for r in records if r["concurrency"] == 4 and r["status"] != "failed" and r["start"] is not None]
+    ok = [r for r in phase if r["status"] == "ok" and r["phase"] == "measured"]
+    cut = [r for r in phase if r["status"] == "incomplete"]
+    assert level.ramp_requests >= 3 and level.window_output_tokens > level.output_tokens and cut
+    end = min(r["end"] for r in cut)  # cancelled at the deadline
+    inside = sum(end - level.window_s <= r["start"] + t <= end for r in phase for t in r["chunk_times"])  # the warm-up ended before the window
+    assert level.window_output_tokens == pytest.approx(inside, abs=4)  # llama.cpp streams one token a chunk; a chunk or so each at the cut
     cycle = sum(r["end"] - r["start"] for r in ok) / len(ok)  # E2E; the client's turnaround between requests is ~0
-    assert level.ramp_requests >= 3 and level.window_output_tokens > level.output_tokens
-    assert level.output_throughput_tok_s == pytest.approx(4 * 48 / cycle, rel=0.25)
+    assert level.output_throughput_tok_s == pytest.approx(4 * 48 / cycle, rel=0.4)
     assert level.output_throughput_tok_s == pytest.approx(level.window_output_tokens / level.window_s)
     # a request count: the window runs from the first to the last measured send, all streams busy (no drain)
     opts = BenchOptions(concurrency=[4], requests=8, warmup=4, input_tokens=64, output_tokens=48)
@@ -308,7 +315,7 @@ def test_stagger_duration_throughput_obeys_littles_law(llama, tmp_path):
     records = [r for r in read_jsonl(tmp_path / "count" / "records.jsonl") if r["phase"] == "measured"]
     cycle = sum(r["end"] - r["start"] for r in records) / len(records)
     assert level.window_s == pytest.approx(max(r["start"] for r in records) - min(r["start"] for r in records))
-    assert level.output_throughput_tok_s == pytest.approx(4 * 48 / cycle, rel=0.2)
+    assert level.output_throughput_tok_s == pytest.approx(4 * 48 / cycle, rel=0.3)
 
 
 def test_shared_prefix_is_cached_and_the_rest_is_not(tmp_path):
@@ -379,3 +386,23 @@ def test_resume_counts_repeated_levels_and_sets_abandoned_records_aside(llama, t
     for _ in range(2):
         _, next_index = resume_run(out, load, doc["endpoint"]["model"], [])
         assert next_index == highest + 1  # indices set aside earlier are never given out again
+
+
+def test_a_kernel_compiled_during_a_level_marks_that_level_only(llama, tmp_path):
+    """vLLM's jit_monitor warning in the live server log, written while level 2 runs (after its first
+    measured record), marks level 2 with jit_compile; the ledger never picks such a cell as the best."""
+    log = tmp_path / "server.log"
+    log.write_text("(EngineCore pid=1) WARNING 11-24 09:59:00 [jit_monitor.py:98] Triton kernel JIT compilation during inference: boot_kernel. This causes a latency spike\n")
+
+    def compile_now():
+        with log.open("a") as f:
+            f.write("(EngineCore pid=1) WARNING 11-24 10:00:00 [jit_monitor.py:98] Triton kernel JIT compilation during inference: fused_moe_kernel. This causes a latency spike\n")
+
+    opts = BenchOptions(concurrency=[1, 2], requests=2, warmup=1, input_tokens=64, output_tokens=8, server_log=log)
+    result = run(_bench(llama.url, opts, tmp_path / "run", Hooks(after=3, action=compile_now)))
+    assert [lv.jit_kernels for lv in result.levels] == [[], ["fused_moe_kernel"]]  # the boot-time compile is before any window
+    jit = [f for f in result.findings if f.kind == "jit_compile"]
+    assert len(jit) == 1 and jit[0].evidence == {"concurrency": 2, "kernels": ["fused_moe_kernel"]} and "not a measurement" in jit[0].message
+    ledger = build(collect([tmp_path / "run", tmp_path / "run"]), METRICS["output_tok_s"])
+    cells = ledger.rows[0][1]
+    assert cells[1].jit and not cells[1].best and cell_text(cells[1], True).endswith("‡") and not cells[0].jit

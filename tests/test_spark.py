@@ -48,7 +48,7 @@ def test_report_case_plans_within_the_issue_bounds_for_vllm_0_19():
 
 
 def test_from_log_takes_the_version_and_infers_the_spark_from_the_memory():
-    res = cli.invoke(app, ["plan", "--from-log", str(LOG), "--model", "qwen3.5-122b-a10b", "--json"])
+    res = cli.invoke(app, ["plan", "--from-log", str(LOG), "--json"])  # the log names Sehyo/Qwen3.5-122B-A10B-NVFP4: the catalog model
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert out["engine_version"] == "vLLM 0.19" and out["hardware"].startswith("NVIDIA DGX Spark")

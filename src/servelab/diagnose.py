@@ -76,6 +76,11 @@ def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Fin
                                message=f"{at}: of {lv.sessions.started} sessions, "
                                        + ", ".join(f"{n} ended {'at the context limit (the next turn would not fit max_model_len; nothing was sent)' if k == 'context_limit' else 'on a failed turn'}" for k, n in early.items()),
                                evidence={"concurrency": c, "ended": lv.sessions.ended}))  # fmt: skip
+        if lv.jit_kernels:
+            out.append(Finding(kind="jit_compile", severity="warning",
+                               message=f"{at}: the server compiled {', '.join(lv.jit_kernels)} while this level ran (its log's JIT warning): the compile "
+                                       "stalled the window, so this level is not a measurement; run it again (the kernel is cached now) or warm that batch shape first",
+                               evidence={"concurrency": c, "kernels": lv.jit_kernels}))  # fmt: skip
         if lv.failed_requests:
             out.append(Finding(kind="failed_requests", severity="error",
                                message=f"{at}: {lv.failed_requests} of {lv.ok + lv.failed_requests + lv.incomplete} measured requests failed ({', '.join(f'{k} ×{n}' for k, n in lv.error_kinds.items())})",

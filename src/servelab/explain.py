@@ -39,6 +39,7 @@ CAUSES = {  # finding kind → the gap it explains (diagnose.py has the numbers)
     "ceiling_exceeded": "faster than the roofline: MoE routing not uniform, or speculative decoding",
     "preemptions": "preemptions: work was recomputed",
     "short_window": "a --duration window of under 3 request durations: latencies of the early requests only",
+    "jit_compile": "a kernel compiled (JIT) inside the window: not a measurement",
 }
 
 

@@ -74,6 +74,7 @@ class LevelRunner:
         self.server_stats: ServerStats | None = None
         self.shared_prefix = ""  # --prefix-cache shared-prefix: the text every prompt starts with
         self.gpu_stats: GpuStats | None = None
+        self.jit: list[str] = []  # kernels the server compiled during the last measured phase
         self.client_cpu: float | None = None
         self.cut: tuple[int, float | None, list[RequestRecord]] | None = None
         self._index = 0  # the next record's index (a resumed run goes on from its last one)
@@ -183,6 +184,7 @@ class LevelRunner:
             load.close()
             raise
         cpu0, wall0 = time.process_time(), time.perf_counter()
+        log_mark = self._log_size()
         if phase == "measured":
             gpu.start()
             self.cut = (level, rate, self.sent)  # until the phase ends: what a cut-short level's summary covers
@@ -192,6 +194,7 @@ class LevelRunner:
             self.client_cpu = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
             self.server_stats = await watch.stop()
             self.gpu_stats = await gpu.stop(sum(r.output_tokens or 0 for r in self.sent))
+            self.jit = self._jit_since(log_mark) if phase == "measured" else []
         self.cut = None
         return result
 
@@ -314,6 +317,7 @@ class LevelRunner:
             summary.slo = evaluate(self.opts.slo, measured.records, summary.request_throughput_rps, summary.output_throughput_tok_s)
         summary.server = self.server_stats
         summary.gpu = self.gpu_stats
+        summary.jit_kernels = self.jit
         summary.client_cpu = self.client_cpu
         if self.opts.ceiling is not None:
             summary.decode_ceiling_tok_s = self.opts.ceiling.per_stream(batch, self.decode_context)
@@ -321,6 +325,26 @@ class LevelRunner:
         self._update_prompt_check(measured.records)
         self.writer.save()
         self.hooks.level_done(summary)
+
+    def _log_size(self) -> int | None:
+        """Bytes of the server's log so far (``--server-log``, or a launched server's), None without one."""
+        log = self.opts.server_log
+        try:
+            return log.stat().st_size if log is not None else None
+        except OSError:
+            return None
+
+    def _jit_since(self, mark: int | None) -> list[str]:
+        """Kernels the server's log says it compiled since ``mark`` (bytes; ``servelab.engines.jit_kernels``):
+        the log must be live, written while the level runs (a launched server's, or a file the server appends to)."""
+        if mark is None or self.opts.server_log is None:
+            return []
+        try:
+            with self.opts.server_log.open("rb") as f:
+                f.seek(mark)
+                return engines.jit_kernels(f.read().decode("utf-8", errors="replace"))
+        except OSError:
+            return []
 
     def _update_prompt_check(self, records: list[RequestRecord]) -> None:
         """Compare built prompt lengths with the server's ``usage.prompt_tokens`` (docs/metrics.md)."""

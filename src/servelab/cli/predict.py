@@ -64,7 +64,8 @@ def predict_cmd(
     model: Annotated[str, typer.Option(help="A config.json or its directory, a catalog name (qwen3-8b, gpt-oss-120b …), or a Hugging Face Hub id (org/name; the local cache first).")],
     revision: Annotated[str | None, typer.Option(help="The Hub id's branch, tag or commit (default main).")] = None,
     hardware: Annotated[str, typer.Option(help="Profile name (h100-sxm, h200, dgx-spark …) or a YAML file.")] = "h100-sxm",
-    quant: Annotated[str | None, typer.Option(help="Weight format (default bf16, or the checkpoint's own).")] = None,
+    quant: Annotated[str | None, typer.Option(help="Weight format (default bf16, or the checkpoint's own; a catalog model's published checkpoint of that format where there is one).")] = None,
+    checkpoint_config: Annotated[Path | None, typer.Option(help="Another checkpoint than the published one: its config.json (quantization_config) or its directory.")] = None,
     tp: Annotated[int, typer.Option(min=1, help="Tensor-parallel size.")] = 1,
     concurrency: Annotated[str, typer.Option(help="Closed-loop streams, e.g. 1,8,64,256.")] = "1,4,16,64,256",
     rate: Annotated[str | None, typer.Option(help="Open loop instead: arrival rates in requests/s, e.g. 0.5,2,8 (requests in flight by Little's law; a rate above what the server completes is 'saturated').")] = None,
@@ -98,10 +99,10 @@ def predict_cmd(
             "max-num-batched-tokens": max_num_batched_tokens, "routing": routing}  # fmt: skip
     results = []
     variants = _variants(vary or [], base)
-    cal = calibration(calibration_name, spec, weight_format(variants[0]["quant"], spec))  # one for all variants: their Δ% is the model's
+    cal = calibration(calibration_name, spec, weight_format(variants[0]["quant"], spec, checkpoint_config))  # one for all variants: their Δ% is the model's
     unfit = []  # (settings, why) of the variants that do not fit: a comparison says so instead of stopping
     for v in variants:
-        fmt = weight_format(v["quant"], spec)
+        fmt = weight_format(v["quant"], spec, checkpoint_config)
         try:
             limits = limits_for(spec, fmt, hw, tp=v["tp"], input_tokens=input_tokens, output_tokens=output_tokens, max_num_seqs=v["max-num-seqs"],
                                 max_num_batched_tokens=v["max-num-batched-tokens"], capture_sizes=sizes, draft_tokens=v["draft-tokens"])  # fmt: skip

@@ -53,6 +53,17 @@ def lookup(name: str) -> Engine | None:
     return next((e for e in all_engines() if name == e.name or name in e.recipe_names), None)
 
 
+def jit_kernels(log_text: str) -> list[str]:
+    """The kernels a server log says were compiled while serving (every engine's ``jit_warning``),
+    in order of first mention, each once."""
+    found: dict[str, None] = {}
+    for line in log_text.splitlines():
+        for engine in all_engines():
+            if engine.jit_warning is not None and (m := engine.jit_warning.search(line)):
+                found[m.group(1)] = None
+    return list(found)
+
+
 def plan_engine() -> Engine:
     """The engine whose accounting and defaults ``servelab plan`` models (``PLAN_ENGINE``)."""
     return get(PLAN_ENGINE)

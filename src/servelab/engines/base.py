@@ -127,6 +127,8 @@ class Engine:
 
     # boot log
     rules: ClassVar[list[Rule]] = []
+    # a kernel compiled while serving (its name the first group): that window was not a measurement (docs/metrics.md, jit_compile)
+    jit_warning: ClassVar[re.Pattern[str] | None] = None
     ready: ClassVar[re.Pattern | None] = None
     notable: ClassVar[re.Pattern | None] = None
 

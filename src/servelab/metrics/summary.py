@@ -59,6 +59,7 @@ class LevelSummary(BaseModel):
     client_cached_prompt_tokens: int = Field(0, description="Prompt tokens the server's usage said came from its prefix cache (usage.prompt_tokens_details.cached_tokens), successful measured requests.")
     sessions: SessionStats | None = Field(None, description="Multi-turn sessions: how they ended and each turn's TTFT, context and prefix-cache hit rate (metrics/turns.py).")
     record_span: tuple[int, int] | None = Field(None, description="First and last record index of the level (warm-up included).")
+    jit_kernels: list[str] = Field(default_factory=list, description="Kernels the server's log says it compiled (JIT) during the measured phase: not a measurement (finding jit_compile, docs/metrics.md).")
     cut_short: bool = Field(False, description="The level did not finish (the server stopped answering, or Ctrl-C): it covers what ran; a resumed run measures it again.")
     decode_ceiling_tok_s: float | None = Field(
         None, description="Roofline decode ceiling per stream at this batch (servelab plan), when model and hardware are known."

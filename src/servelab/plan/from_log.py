@@ -23,14 +23,18 @@ runtime overhead, divided by its ``gpu_memory_utilization``, is the memory per G
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel
 
 from servelab import engines
 from servelab.engines.bootfacts import BootFacts
 from servelab.errors import ServelabError
+from servelab.plan.model_spec import catalog
 from servelab.plan.planner import Plan
 from servelab.specs import GIB, Hardware
 
+QUANT_SUFFIX = re.compile(r"[-_](?:nvfp4|mxfp4|fp8(?:-dynamic|-block)?|fp4|awq|gptq(?:-int4)?|int4|int8|w4a16|w8a8|gguf)$", re.IGNORECASE)
 HARDWARE_MATCH = 0.05  # a profile whose memory is within 5 % of what the log implies is taken for the log's GPU
 
 
@@ -79,6 +83,9 @@ def log_inputs(facts: BootFacts) -> LogInputs:
     if facts.quantization is not None and quant is None:
         raise ServelabError(f"the log's quantization {facts.quantization!r} has no servelab format; pass --quant")
     model = facts.model.rstrip("/").rsplit("/", 1)[-1] if facts.model else None  # a path or a hub name: its last part
+    if model is not None and model.lower() not in catalog():  # a quantized export: Qwen3.5-122B-A10B-NVFP4 is the catalog's qwen3.5-122b-a10b
+        base = QUANT_SUFFIX.sub("", model).lower()
+        model = base if base in catalog() else model
     if quant is None and facts.tensor_parallel_size is not None:  # the engine-config line was read: quantization=None
         quant = "bf16"
     return LogInputs(model=model, quant=quant, max_model_len=facts.max_model_len, gpu_memory_utilization=facts.gpu_memory_utilization,

@@ -113,6 +113,7 @@ class Cell:
     delta_pct: float | None = None  # vs the baseline at the same level
     best: bool = False
     failed: bool = False  # requests failed at this level
+    jit: bool = False  # the server compiled a kernel during the level (finding jit_compile): not a measurement, never the best
     interval: Interval | None = None  # 95 % confidence interval over repeats (metrics/repeats.py), 2 or more
     significant: bool | None = None  # both sides repeated: the intervals do not overlap (None: cannot tell)
 
@@ -153,10 +154,11 @@ def build(entries: list[Entry], metric: Metric, baseline: int = 0) -> Ledger:
             ref, ref_spread = _mean(metric, base.get(key, []))
             delta = 100.0 * (value - ref) / ref if value is not None and ref else None
             significant = None if spread is None or ref_spread is None else not spread.overlaps(ref_spread)
-            cells.append(Cell(value, delta, failed=any(lv.failed for lv in levels.get(key, [])), interval=spread, significant=significant))
+            cells.append(Cell(value, delta, failed=any(lv.failed for lv in levels.get(key, [])), interval=spread, significant=significant,
+                              jit=any(lv.jit_kernels for lv in levels.get(key, []))))  # fmt: skip
         rows.append((e.label + ("" if e.status == "complete" else f" ({e.status})"), cells))
     for col in range(len(order)):
-        column = [cells[col] for _, cells in rows if not isinstance(cells, str) and cells[col].value is not None]
+        column = [cells[col] for _, cells in rows if not isinstance(cells, str) and cells[col].value is not None and not cells[col].jit]
         if len(column) > 1:
             pick = max if metric.higher_is_better else min
             best = pick(c.value for c in column)
@@ -176,7 +178,8 @@ def _mean(metric: Metric, levels: list[LevelSummary]) -> tuple[float | None, Int
 
 def cell_text(cell: Cell, is_base: bool) -> str:
     """A ledger cell as text: value (± its interval over repeats), then (base) or (Δ%, "within
-    noise" when both sides were repeated and their intervals overlap), then † when requests failed."""
+    noise" when both sides were repeated and their intervals overlap), then † when requests failed,
+    ‡ when the server compiled a kernel during the level (not a measurement)."""
     if cell.value is None:
         return "–"
     digits = 1 if abs(cell.value) >= 10 else 2
@@ -185,11 +188,11 @@ def cell_text(cell: Cell, is_base: bool) -> str:
         text += " (base)"
     elif cell.delta_pct is not None:
         text += f" ({cell.delta_pct:+.1f}%{', within noise' if cell.significant is False else ''})"
-    return text + ("†" if cell.failed else "")
+    return text + ("†" if cell.failed else "") + ("‡" if cell.jit else "")
 
 
 def ledger_table(ledger: Ledger) -> Table:
-    """The ledger as a Rich table: best per column in bold green with ★, failed levels marked †."""
+    """The ledger as a Rich table: best per column in bold green with ★, failed levels marked †, levels with a JIT compile ‡."""
     m = ledger.metric
     direction = "higher" if m.higher_is_better else "lower"
     table = Table(title=escape(f"{m.title}, {m.unit} ({direction} is better; Δ% vs {ledger.rows[ledger.baseline][0]})"))
@@ -220,4 +223,7 @@ def ledger_markdown(ledgers: list[Ledger]) -> str:
         heading = f"### {m.title}, {m.unit} ({'higher' if m.higher_is_better else 'lower'} is better; Δ% vs {ledger.rows[ledger.baseline][0]})"
         parts.append(heading + "\n\n" + tabulate(rows, headers=["run", *ledger.columns], tablefmt="github", disable_numparse=True))
     failed = any(c.failed for ledger in ledgers for _, cells in ledger.rows if not isinstance(cells, str) for c in cells)
-    return "\n\n".join(parts) + ("\n\n† requests failed at this level (see the run)." if failed else "") + "\n"
+    jit = any(c.jit for ledger in ledgers for _, cells in ledger.rows if not isinstance(cells, str) for c in cells)
+    notes = ("\n\n† requests failed at this level (see the run)." if failed else "") + (
+        "\n\n‡ the server compiled a kernel during this level (finding jit_compile): not a measurement." if jit else "")
+    return "\n\n".join(parts) + notes + "\n"
