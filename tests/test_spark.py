@@ -45,6 +45,9 @@ def test_report_case_plans_within_the_issue_bounds_for_vllm_0_19():
     # 0.25 on the same budget: 16-token alignment and concurrency × max_model_len tokens
     new = _plan()
     assert new["kv_layout"]["block_size"] == 4176 and new["kv_capacity_tokens"] == int(new["max_concurrency"] * 131072)
+    # 0.19's 64-token blocks come from the GB10 log: planned on compute capability 12.x only
+    other = cli.invoke(app, ["plan", *[a if a != "dgx-spark" else "h200" for a in REPORT], "--vllm-version", "0.19", "--json"])
+    assert json.loads(other.output)["kv_layout"]["block_size"] == 4176
 
 
 def test_from_log_takes_the_version_and_infers_the_spark_from_the_memory():

@@ -31,7 +31,8 @@ def main() -> None:
     old, new = servelab("plan", *PLAN, "--vllm-version", "0.19"), servelab("plan", *PLAN)
     for key, reported in REPORTED.items():
         err = 100 * (old[key] - reported) / reported
-        print(f"| {key} | {reported:,} | {old[key]:,.2f} | {err:+.1f} % | {new[key]:,.2f} |")
+        shown = (lambda v: f"{v:,}") if isinstance(reported, int) else (lambda v: f"{v:,.2f}")
+        print(f"| {key} | {shown(reported)} | {shown(old[key])} | {err:+.1f} % | {shown(new[key])} |")
     print()
     print("| workload | acceptance | measured tok/s | predicted decode tok/s | error | predicted output tok/s (O ÷ E2E) | measured TTFT s | predicted TTFT s |")
     print("|---|---|---|---|---|---|---|---|")

@@ -248,11 +248,11 @@ class Engine:
 
     def kv_layout(
         self, spec: ModelSpec, kv_bytes_per_token: float, state_bytes_per_seq: float, max_num_batched_tokens: int, speculative_tokens: int = 0,
-        prefix_caching: bool = False, version: str | None = None,
+        prefix_caching: bool = False, version: str | None = None, compute_capability: str | None = None,
     ) -> HybridLayout | None:  # fmt: skip
         """How the engine (of release ``version``, None: the one servelab plans by default) lays out
-        the KV cache of a model with more than one kind of cache layer (per GPU; bytes), or None where
-        the dense formula of ``servelab.plan.memory`` holds."""
+        the KV cache of a model with more than one kind of cache layer (per GPU of ``compute_capability``;
+        bytes), or None where the dense formula of ``servelab.plan.memory`` holds."""
         return None
 
     def planned_version(self, version: str | None) -> str:

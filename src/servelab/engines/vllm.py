@@ -346,10 +346,11 @@ class VLLM(Engine):
 
     def kv_layout(
         self, spec: ModelSpec, kv_bytes_per_token: float, state_bytes_per_seq: float, max_num_batched_tokens: int, speculative_tokens: int = 0,
-        prefix_caching: bool = False, version: str | None = None,
+        prefix_caching: bool = False, version: str | None = None, compute_capability: str | None = None,
     ) -> HybridLayout | None:  # fmt: skip
         """``servelab.engines.vllm_kv.hybrid_layout``."""
-        return hybrid_layout(spec, kv_bytes_per_token, state_bytes_per_seq, max_num_batched_tokens, speculative_tokens, prefix_caching, version)
+        return hybrid_layout(spec, kv_bytes_per_token, state_bytes_per_seq, max_num_batched_tokens, speculative_tokens, prefix_caching, version,
+                             compute_capability)  # fmt: skip
 
     def planned_version(self, version: str | None) -> str:
         """``servelab.engines.vllm_kv.rules_for``: 0.19 for releases before 0.20, else 0.25."""

@@ -14,9 +14,9 @@ Two versions differ for hybrids (:data:`VERSIONS`, ``servelab plan --vllm-versio
   servelab has (the DGX Spark report, GB10, FlashInfer, Qwen3.5-122B-A10B), aligned the block to 64
   tokens: its 595,584 tokens = 141 × 4,224 and 12.89× = 567 blocks ÷ 44 pin the block at 4,224, the
   first multiple of 64 above the 4,168-token state page (16 would give 4,176). The 64 is read from that
-  log, not from source (the source read aligns to 16, 32 on sm_100 with head size 256): unverified on
-  other GPUs. Logs before 0.20 are planned with 0.19's rules; where between 0.19 and 0.25 the report
-  changed is not known.
+  log, not from source (the source read aligns to 16, 32 on sm_100 with head size 256), so it is planned
+  on compute capability 12.x only (``Hardware.compute_capability``), 16 elsewhere. Logs before 0.20
+  are planned with 0.19's rules; where between 0.19 and 0.25 the report changed is not known.
 """
 
 from __future__ import annotations
@@ -36,11 +36,15 @@ BLOCK_TOKENS = 16  # vLLM's default --block-size: KV capacity in whole blocks, a
 class KVRules:
     """What one vLLM version does differently with a hybrid's KV cache (module docstring)."""
 
-    block_alignment: int  # tokens: the hybrid attention block is a multiple of this
     report: str  # "concurrency": tokens = max concurrency × max_model_len; "blocks": blocks ÷ groups × block size
+    alignment_sm12: int = BLOCK_TOKENS  # tokens: the hybrid attention block is a multiple of this on compute capability 12.x (GB10)
+
+    def block_alignment(self, compute_capability: str | None) -> int:
+        """Tokens the hybrid attention block is a multiple of on a GPU of ``compute_capability`` (None: unknown, 16)."""
+        return self.alignment_sm12 if (compute_capability or "").startswith("12.") else BLOCK_TOKENS
 
 
-VERSIONS = {"0.25": KVRules(BLOCK_TOKENS, "concurrency"), "0.19": KVRules(64, "blocks")}
+VERSIONS = {"0.25": KVRules("concurrency"), "0.19": KVRules("blocks", alignment_sm12=64)}
 DEFAULT_VERSION = "0.25"
 
 
@@ -123,7 +127,7 @@ def kv_tokens(budget_bytes: float, per_token: float, layout: HybridLayout | None
 
 def hybrid_layout(
     spec: ModelSpec, kv_bytes_per_token: float, state_bytes_per_seq: float, max_num_batched_tokens: int, speculative_tokens: int = 0,
-    prefix_caching: bool = False, version: str | None = None,
+    prefix_caching: bool = False, version: str | None = None, compute_capability: str | None = None,
 ) -> HybridLayout | None:
     """The layout vLLM (0.25, or the ``version`` given: :func:`rules_for`) gives a model whose full-attention layers sit beside sliding-window
     layers (Gemma 3, gpt-oss) and/or recurrent ones (Gated DeltaNet, Mamba-2).
@@ -153,6 +157,7 @@ def hybrid_layout(
             ``vllm/model_executor/models/config.py`` ``MambaModelConfig``, ``vllm/platforms/interface.py``).
 
         version: the vLLM release planned (its block alignment and KV report, :data:`VERSIONS`).
+        compute_capability: the GPU's (``Hardware.compute_capability``): 0.19's block alignment depends on it.
 
     Returns:
         None for a model with one kind of cache layer, without full-attention layers, or with MLA
@@ -166,7 +171,7 @@ def hybrid_layout(
     attn_bytes_per_token = kv_bytes_per_token / n_attn  # one layer
     state_bytes = state_bytes_per_seq / n_rec if n_rec else 0.0
     rules = rules_for(version)[1]
-    align = rules.block_alignment if n_rec else BLOCK_TOKENS
+    align = rules.block_alignment(compute_capability) if n_rec else BLOCK_TOKENS
     mode = ("all" if spec.count("mamba") and not spec.count("linear") else "align") if prefix_caching and n_rec else "none"
     if mode == "all":
         chunk = math.lcm(spec.mamba_chunk_size or 2048, align)  # 2048: vLLM's default for a model without a chunk size

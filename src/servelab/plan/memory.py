@@ -146,7 +146,7 @@ def plan_memory(
         return context * per_token + sliding / kv_shard + state
 
     budget_bytes = max(budget, 0.0) * GIB
-    layout = engine.kv_layout(spec, per_token, state, mbt, drafter.num_tokens if drafter else 0, prefix_caching, engine_version)
+    layout = engine.kv_layout(spec, per_token, state, mbt, drafter.num_tokens if drafter else 0, prefix_caching, engine_version, hw.compute_capability)
     capacity = engine.kv_tokens(budget_bytes, per_token, layout, L)
     if layout is not None:
         max_conc = layout.concurrency(budget_bytes, L)
