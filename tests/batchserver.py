@@ -6,7 +6,9 @@ in, and for an SLO ``tpot_pPCT ≤ T`` a closed loop of ``c`` streams passes whi
 the true capacity is ``⌊(T − a) / b⌋`` streams. It serves what servelab bench needs
 (``/v1/models`` as vLLM, ``/tokenize`` and ``/detokenize`` at one token per character, streamed
 ``/v1/chat/completions`` with usage). Run as a process (``python tests/batchserver.py --a 0.002
---b 0.001``): it prints ``port N`` once listening.
+--b 0.001``): it prints ``port N`` once listening. With ``--log FILE --jit-request N`` it appends
+vLLM's jit_monitor warning to FILE when its N-th request arrives, as vLLM does when a MoE kernel
+compiles for a new batch shape while serving.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from aiohttp import web
 class BatchServer:
     """The engine: requests waiting for their next token, and the step loop that serves them."""
 
-    def __init__(self, a: float, b: float) -> None:
-        self.a, self.b = a, b
+    def __init__(self, a: float, b: float, log: str | None = None, jit_request: int = 0) -> None:
+        self.a, self.b, self.log, self.jit_request = a, b, log, jit_request
         self.batch: dict[int, asyncio.Queue] = {}
         self.wake = asyncio.Event()
         self.ids = 0
@@ -64,6 +66,10 @@ class BatchServer:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         self.ids += 1
+        if self.log and self.ids == self.jit_request:  # a kernel compiles while serving
+            with open(self.log, "a", encoding="utf-8") as f:
+                f.write("(EngineCore pid=1) WARNING 11-25 10:00:00 [jit_monitor.py:98] Triton kernel JIT compilation during inference: "
+                        "fused_moe_kernel. This causes a latency spike\n")
         rid, q = self.ids, asyncio.Queue()
         self.batch[rid] = q
         self.wake.set()
@@ -84,10 +90,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--a", type=float, default=0.002, help="step time with an empty batch, s")
     parser.add_argument("--b", type=float, default=0.001, help="step time added per request in the batch, s")
+    parser.add_argument("--log", help="the server log it appends to")
+    parser.add_argument("--jit-request", type=int, default=0, help="log a JIT compile when this request (1-based) arrives")
     args = parser.parse_args()
 
     async def serve() -> None:
-        runner = web.AppRunner(BatchServer(args.a, args.b).app(), access_log=None)
+        runner = web.AppRunner(BatchServer(args.a, args.b, args.log, args.jit_request).app(), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()

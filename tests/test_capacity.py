@@ -50,8 +50,8 @@ def test_open_loop_rates_are_bisected_too():
 
 
 @contextmanager
-def batch_server(a: float, b: float):
-    proc = subprocess.Popen([sys.executable, str(SERVER), "--a", str(a), "--b", str(b)], stdout=subprocess.PIPE, text=True)
+def batch_server(a: float, b: float, *extra: str):
+    proc = subprocess.Popen([sys.executable, str(SERVER), "--a", str(a), "--b", str(b), *extra], stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()  # blocks until it listens
         yield f"http://127.0.0.1:{int(line.split()[1])}"
@@ -101,7 +101,7 @@ def test_capacity_of_sessions_searches_the_sessions_kept_open(tmp_path, monkeypa
         res = CliRunner().invoke(app, [*args, "--url", url])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output[res.output.index("{\n"):])
-    assert 40 * 0.85 <= doc["max_sessions"] <= 40 * 1.3 and doc["converged"], doc
+    assert 40 * 0.75 <= doc["max_sessions"] <= 40 * 1.3 and doc["converged"], doc  # wider below: the fake server's steps stretch on a busy CPU (it failed once beside other test runs)
     run = json.loads(next((tmp_path / "cap").glob("*/run.json")).read_text())
     assert run["load"]["sessions"] and run["load"]["turns"] == 2 and run["levels"][0]["sessions"]["turns"][1]["turn"] == 1
 
@@ -121,3 +121,24 @@ def test_capacity_of_a_trace_searches_its_speed(tmp_path, monkeypatch):
     missed = [p["load"] for p in doc["probes"] if not p["passed"]]
     assert doc["max_time_scale"] == max(passed) and missed and min(missed) > max(passed), doc
     assert {p.name[3] for p in (tmp_path / "cap").iterdir()} == {"x"}  # probes named by their speed-up
+
+
+def test_a_probe_during_which_the_server_compiled_a_kernel_is_measured_again(tmp_path, monkeypatch):
+    """The fake server logs vLLM's jit_monitor warning when its 20th request arrives, inside the first
+    probe's measured requests (after the calibration and one warm-up): that probe is not a measurement
+    (jit_compile) and is measured again; the search counts the second."""
+    monkeypatch.setenv("SERVELAB_DB", str(tmp_path / "runs.db"))
+    log = tmp_path / "server.log"
+    log.write_text("")
+    args = ["capacity", "--slo", "tpot_p99=42ms", "--input-tokens", "64", "--output-tokens", "16", "--requests", "32", "--repeats", "0",
+            "--server-log", str(log), "--output", str(tmp_path / "cap"), "--json"]  # fmt: skip
+    with batch_server(0.002, 0.001, "--log", str(log), "--jit-request", "20") as url:
+        res = CliRunner().invoke(app, [*args, "--url", url])
+    assert res.exit_code == 0, res.output
+    again = sorted((tmp_path / "cap").glob("*-again"))
+    assert len(again) == 1 and "measuring it again" in res.output
+    first = json.loads((again[0].parent / again[0].name.removesuffix("-again") / "run.json").read_text())
+    assert first["levels"][0]["jit_kernels"] == ["fused_moe_kernel"] and again[0].name == "01-c1-again"
+    assert json.loads((again[0] / "run.json").read_text())["levels"][0]["jit_kernels"] == []
+    doc = json.loads(res.output[res.output.index("{\n"):])
+    assert 40 * 0.85 <= doc["max_concurrency"] <= 40 * 1.15

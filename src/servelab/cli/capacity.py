@@ -51,6 +51,7 @@ def capacity_cmd(
     model_config: Annotated[str | None, typer.Option(help="Model for the prediction (default the served name, from the catalog or the Hugging Face cache).")] = None,
     quant: Annotated[str | None, typer.Option(help="Weight format for the prediction (default bf16 or the checkpoint's own).")] = None,
     output: Annotated[Path | None, typer.Option(help="Directory of the probes, one run each; rerun with the same one to resume.")] = None,
+    server_log: Annotated[Path | None, typer.Option(help="The server's live log (a file it appends to while the probes run): its boot facts, and a probe during which it compiled a kernel (JIT) is measured again.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON: max_concurrency or max_rate, probes, slo, predicted.")] = False,
     parallel: ParallelOpt = 4,
     ctx_size: CtxSizeOpt = 4096,
@@ -98,7 +99,7 @@ def capacity_cmd(
                 concurrency=[] if open_loop else [int(load)], rates=[load] if open_loop and not replayed else None, requests=requests,
                 duration_s=parse_duration(duration) if duration else None, input_tokens=input_tokens, output_tokens=output_tokens,
                 mix=mix_weights, workloads=workloads, dataset=load_dataset(dataset) if dataset else None, tokenizer_path=tokenizer,
-                server_log=server.log_path if server else None, slo=objectives, api=endpoint, sessions=sessions,
+                server_log=server.log_path if server else server_log, slo=objectives, api=endpoint, sessions=sessions,
                 turns=turns or (DEFAULT_TURNS if sessions else 1), turn_input_tokens=turn_input_tokens, think_time=parse_think_time(think_time),
                 trace=load_trace(trace, trace_format, time_scale=load) if replayed else None, trace_time_scale=load, warmup=0 if replayed else None,
             )  # fmt: skip
