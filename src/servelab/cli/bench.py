@@ -14,8 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from servelab import engines
 from servelab.bench import Bench, DoesNotFit
 from servelab.cli.common import (
-    MAX_STREAMS, check_output_kind, console, default_run_dir, err_console, event_loop_runner, fail, parse_duration, parse_float_list, parse_int_list, parse_json_object,
-    remember, sigterm_as_sigint,
+    MAX_STREAMS, check_output_kind, console, default_run_dir, err_console, event_loop_runner, fail, output_dir, parse_duration, parse_float_list, parse_int_list, parse_json_object, remember, sigterm_as_sigint,
 )  # fmt: skip
 from servelab.endpoint import Endpoint, discover
 from servelab.errors import ServelabError
@@ -357,8 +356,7 @@ def suite(
         chosen = pick(only, load_workloads(workloads_file)[0])
         objectives = parse_slo(slo) if slo else None
         api_key = os.environ.get(api_key_env) or None
-        check_output_kind(output, "suite")
-        base = output or default_run_dir("suite")
+        base = output_dir(output, "suite")
         with ExitStack() as stack, event_loop_runner() as runner:
             url, server, _ = _endpoint(stack, url, base, parallel, ctx_size, llama_server)
             for w in chosen:

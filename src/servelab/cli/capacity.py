@@ -17,7 +17,7 @@ from servelab.cli.bench import (
     DEFAULT_TURNS, ApiKeyEnvOpt, CtxSizeOpt, EndpointOpt, LlamaServerOpt, ModelOpt, ParallelOpt, TokenizerOpt, UrlOpt, _endpoint, check_traffic, measure,
     resolve_mix,
 )  # fmt: skip
-from servelab.cli.common import check_output_kind, console, default_run_dir, event_loop_runner, parse_duration, remember, sigterm_as_sigint
+from servelab.cli.common import console, event_loop_runner, output_dir, parse_duration, remember, sigterm_as_sigint
 from servelab.errors import ServelabError
 from servelab.metrics.slo import SloResult, evaluate, parse_slo
 from servelab.options import BenchOptions
@@ -73,9 +73,8 @@ def capacity_cmd(
     check_traffic("sessions" if sessions else None, turns, trace, rate=None, dataset=dataset, duration=duration)
     replayed = load_trace(trace, trace_format) if trace is not None else None  # bad lines refused before any server starts
     open_loop = open_loop or replayed is not None  # a trace's load is its speed: time scale 2 replays it twice as fast
-    check_output_kind(output, "capacity")
+    base = output_dir(output, "capacity")
     mix_weights, workloads = resolve_mix(mix, workloads_file)
-    base = output or default_run_dir("capacity")
     api_key = os.environ.get(api_key_env) or None
     with ExitStack() as stack, event_loop_runner() as runner:
         url, server, _ = _endpoint(stack, url, base, parallel, ctx_size, llama_server)

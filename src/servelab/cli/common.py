@@ -168,6 +168,18 @@ def check_output_kind(path: Path | None, kind: str) -> None:
             raise ServelabError(f"--output {path}: holds a {other} ({marker}), not a {kind}; give another directory")
 
 
+def output_dir(path: Path | None, kind: str, label: str | None = None) -> Path:
+    """The directory a ``kind`` command writes to: ``path`` (``--output``, refused when it holds another
+    command's results: :func:`check_output_kind`), else a new one under servelab-runs/ named by
+    ``label`` (default ``kind``).
+
+    Raises:
+        ServelabError: ``path`` holds another command's results.
+    """
+    check_output_kind(path, kind)
+    return path or default_run_dir(label or kind)
+
+
 MAX_STREAMS = 100_000  # concurrency: streams one run keeps in flight (10,000 measured on one host, README)
 
 

@@ -14,8 +14,7 @@ from servelab.cli.bench import (
     ApiKeyEnvOpt, CtxSizeOpt, LlamaServerOpt, ModelOpt, ParallelOpt, SloOpt, TokenizerOpt, UrlOpt, _endpoint, measure,
 )  # fmt: skip
 from servelab.cli.common import (
-    MAX_STREAMS, check_output_kind, console, default_run_dir, err_console, event_loop_runner, fail, parse_int_list, remember,
-    sigterm_as_sigint, write_file,
+    MAX_STREAMS, console, err_console, event_loop_runner, fail, output_dir, parse_int_list, remember, sigterm_as_sigint, write_file,
 )  # fmt: skip
 from servelab.errors import ServelabError
 from servelab.grid import CellStats, cell_stats, cells, read_llama_benchy, write_csv, write_llama_benchy_csv
@@ -61,9 +60,8 @@ def grid(
         order = cells(parse_int_list(pp, "--pp"), parse_int_list(tg, "--tg"), parse_int_list(depth, "--depth", minimum=0),
                       parse_int_list(concurrency, "--concurrency", maximum=MAX_STREAMS), seed)  # fmt: skip
         api_key = os.environ.get(api_key_env) or None
-        check_output_kind(output, "grid")
         objectives = parse_slo(slo) if slo else None
-        base = output or default_run_dir("grid")
+        base = output_dir(output, "grid")
         with ExitStack() as stack, event_loop_runner() as runner:
             url, server, _ = _endpoint(stack, url, base, parallel, ctx_size, llama_server)
             for cell in order:

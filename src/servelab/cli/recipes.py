@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 
 from servelab.cli.bench import measure
-from servelab.cli.common import check_output_kind, console, default_run_dir, event_loop_runner, fail, remember, serve_until_ctrl_c, sigterm_as_sigint, write_file
+from servelab.cli.common import console, event_loop_runner, fail, output_dir, remember, serve_until_ctrl_c, sigterm_as_sigint, write_file
 from servelab.errors import ServelabError
 from servelab.launch.server import RecipeServer
 from servelab.lint import lint as lint_recipe
@@ -123,8 +123,7 @@ def sweep(
                 _print_commands(RecipeServer(recipe, recipe.resolve(v, variant_label(v, fixed)), Path(".")))
             return
         _print_lint(recipe, variants, fixed, None)
-        check_output_kind(output, "sweep")
-        out = output or default_run_dir(f"sweep-{recipe.name}")
+        out = output_dir(output, "sweep", f"sweep-{recipe.name}")
         api_key = os.environ.get(recipe.bench.api_key_env) or None
 
         with event_loop_runner() as runner:
