@@ -174,7 +174,8 @@ class LevelRunner:
                             chat_template_kwargs=o.chat_template_kwargs)  # fmt: skip
 
     async def _sampled(self, level: int, phase: str, rate: float | None, load: Coroutine[None, None, Phase]) -> Phase:
-        """Run a phase's ``load``; around a measured one, sample the server's /metrics and the GPU."""
+        """Run a phase's ``load``; around a measured one, sample the server's /metrics and the GPU, and
+        read what the server's log says it compiled meanwhile (``self.jit``)."""
         watch = MetricsWatch(self.endpoint.info.metrics_url if phase == "measured" else None, self.endpoint.info.engine, self.endpoint.headers())
         self.sent = []  # as sent, for the GPU energy per token even if the phase fails
         gpu = GpuSampler()
@@ -184,7 +185,7 @@ class LevelRunner:
             load.close()
             raise
         cpu0, wall0 = time.process_time(), time.perf_counter()
-        log_mark = self._log_size()
+        log_mark = self._log_size() if phase == "measured" else None
         if phase == "measured":
             gpu.start()
             self.cut = (level, rate, self.sent)  # until the phase ends: what a cut-short level's summary covers
@@ -194,7 +195,7 @@ class LevelRunner:
             self.client_cpu = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
             self.server_stats = await watch.stop()
             self.gpu_stats = await gpu.stop(sum(r.output_tokens or 0 for r in self.sent))
-            self.jit = self._jit_since(log_mark) if phase == "measured" else []
+            self.jit = self._jit_since(log_mark)
         self.cut = None
         return result
 
