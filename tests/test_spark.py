@@ -120,3 +120,18 @@ def test_version_rules():
 def test_the_seeds_other_spark_figures_stay_right(args, value, rel):
     out = json.loads(cli.invoke(app, ["plan", *args, "--hardware", "dgx-spark", "--max-model-len", "8192", "--json"]).output)
     assert out[value[0]] == pytest.approx(value[1], rel=rel)
+
+
+def test_a_checkpoint_index_that_names_no_shard_or_lies_is_not_planned_as_weights(tmp_path):
+    """An index with an empty weight_map made huggingface_hub return no file, which planned 0 GiB of
+    weights; a nested or nonsensical one gets one line naming it."""
+    (tmp_path / "config.json").write_text(json.dumps({"quantization_config": {"quant_method": "fp8"}}))
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {"total_size": 5}, "weight_map": {}}))
+    out = json.loads(cli.invoke(app, ["plan", "--model", "qwen3-8b", "--checkpoint-config", str(tmp_path), "--json"]).output)
+    assert out["weights_source"] == "formula" and out["weights_gib"] > 5
+    for text, needle in [(json.dumps({"metadata": {"total_size": -5}, "weight_map": {"a": "a.safetensors"}}), "metadata.total_size -5"),
+                         ('{"weight_map": ' + "[" * 20000 + "]" * 20000 + "}", "nested deeper")]:  # fmt: skip
+        index.write_text(text)
+        res = cli.invoke(app, ["plan", "--model", "qwen3-8b", "--checkpoint-config", str(tmp_path)])
+        assert res.exit_code == 2 and needle in res.output and res.output.count("\n") == 1 and "Traceback" not in res.output

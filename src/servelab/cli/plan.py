@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -57,6 +58,8 @@ def plan(
     """Does it fit, how many tokens of KV cache, how many concurrent requests, and how fast at best."""
     if ctx.invoked_subcommand is not None:
         return
+    if vllm_version is not None and not re.fullmatch(r"\d+\.\d+(?:\.[\w.+-]*)?", vllm_version):
+        raise ServelabError(f"--vllm-version {vllm_version!r}: give a vLLM release such as 0.19 or 0.25.0")
     facts = None
     if from_log is not None:
         facts = parse_bootlog(read_text(from_log, "--from-log"))

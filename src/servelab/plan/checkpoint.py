@@ -24,7 +24,6 @@ lm_head, norms and routers stay BF16 as in every published non-GGUF checkpoint.
 from __future__ import annotations
 
 import fnmatch
-import json
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +31,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError, field_validator
 
 from servelab.errors import ServelabError
+from servelab.jsonfile import loads
 from servelab.plan.quant import LINEAR_KINDS, QuantFormat, get_format
 from servelab.specs import ModelSpec
 
@@ -64,20 +64,22 @@ def read_quant_config(config_path: Path) -> dict | None:
     """The checkpoint's quantization config beside (or inside) a config.json: its
     ``quantization_config``, else a ModelOpt ``hf_quant_config.json`` in the same folder; None if neither.
 
+    Both files are read through ``servelab.jsonfile`` (size and nesting bounded).
+
     Raises:
-        ServelabError: hf_quant_config.json is not valid JSON.
+        ServelabError: config.json or hf_quant_config.json is not valid JSON (or too large or deep).
+        OSError: config.json cannot be read.
     """
-    cfg = json.loads(config_path.read_text(encoding="utf-8"))
+    cfg = loads(config_path.read_bytes(), str(config_path), "give the checkpoint's config.json")
+    if not isinstance(cfg, dict):
+        return None
     text_cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
     qc = cfg.get("quantization_config") or text_cfg.get("quantization_config")
     if isinstance(qc, dict):
         return qc
     sidecar = config_path.parent / "hf_quant_config.json"
     if sidecar.is_file():
-        try:
-            doc = json.loads(sidecar.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ServelabError(f"{sidecar}: not valid JSON; fix it or pass --quant") from None
+        doc = loads(sidecar.read_bytes(), str(sidecar), "fix it or pass --quant")
         quant = doc.get("quantization", doc) if isinstance(doc, dict) else None
         return {"quant_method": "modelopt", **quant} if isinstance(quant, dict) else None
     return None
@@ -192,8 +194,10 @@ def weight_format(quant: str | None, spec: ModelSpec, checkpoint_config: Path | 
         path = checkpoint_config / "config.json" if checkpoint_config.is_dir() else checkpoint_config
         try:
             qc = read_quant_config(path)
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except OSError as exc:
             raise ServelabError(f"--checkpoint-config {checkpoint_config}: not a readable config.json ({type(exc).__name__}); give the checkpoint's config.json or its directory") from None
+        except ServelabError as exc:
+            raise ServelabError(f"--checkpoint-config: {exc}") from None
         if not isinstance(qc, dict):
             raise ServelabError(f"--checkpoint-config {checkpoint_config}: no quantization_config (nor hf_quant_config.json beside it); give a quantized checkpoint's config.json, or --quant")
         fmt = checkpoint_format(spec, qc)

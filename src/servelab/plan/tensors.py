@@ -13,7 +13,6 @@ speculative decoding uses them (``mtp``), so :attr:`CheckpointWeights.loaded_byt
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,9 +21,12 @@ import huggingface_hub
 from huggingface_hub.utils import SafetensorsRepoMetadata
 from huggingface_hub import errors as hub_errors
 
+from servelab.errors import ServelabError
+from servelab.jsonfile import loads
 from servelab.plan.model_spec import hub_reachable
 from servelab.specs import ModelSpec
 
+MAX_INDEX_BYTES = 10**15  # 1 PB: a safetensors index claiming more is not a checkpoint
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 _PARTS = (  # first match wins; names as Hugging Face checkpoints spell them
     ("vision", re.compile(r"vision|visual|vit\.|image|multi_modal_projector|mm_projector|audio|patch_embed")),
@@ -90,13 +92,27 @@ def from_index(path: Path, spec: ModelSpec) -> CheckpointWeights | None:
     """A checkpoint's weights from its safetensors index alone (``metadata.total_size``, bytes),
     when the shards are not at hand; the MTP tensors the ``weight_map`` names (:func:`part`) are
     counted at the formula's size in BF16 (published checkpoints keep them so), so that
-    :attr:`CheckpointWeights.loaded_bytes` leaves them out. None when ``path`` is missing or not an index."""
+    :attr:`CheckpointWeights.loaded_bytes` leaves them out. None when ``path`` is missing or not an
+    index (no total size, or a ``weight_map`` that names no shard).
+
+    Raises:
+        ServelabError: the index is not JSON (or too large or deep: ``servelab.jsonfile``), or its
+            total size is not a checkpoint's (0 < bytes < ``MAX_INDEX_BYTES``).
+    """
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+    except OSError:
+        return None
+    doc = loads(raw, str(path), "give a checkpoint directory holding its model.safetensors.index.json")
+    try:
         total = int(doc["metadata"]["total_size"])
         names = dict(doc["weight_map"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, OverflowError):
         return None
+    if not names:
+        return None  # names no shard: not a checkpoint's index
+    if not 0 < total < MAX_INDEX_BYTES:
+        raise ServelabError(f"{path}: metadata.total_size {total} is not a checkpoint's size in bytes (0 < size < {MAX_INDEX_BYTES:.0e})")
     mtp = 2 * spec.params.get("mtp", 0) if any(part(n, len(spec.layers)) == "mtp" for n in names) else 0
     return CheckpointWeights(total_bytes=total, params=0, files=len(set(names.values())), source=f"{path} (total_size)", by_part={"mtp": mtp} if mtp else {})
 
@@ -107,20 +123,35 @@ def checkpoint_weights(spec: ModelSpec, *, online: bool = True, folder: Path | N
     Hugging Face cache's snapshot); without the shards, its ``model.safetensors.index.json``
     (:func:`from_index`); else, for a Hub id and ``online``, the Hub's headers by range requests.
     None for a catalog model, a bare config.json, or a checkpoint whose headers cannot be had
-    (offline, not a safetensors repository): the plan then uses the formula."""
+    (offline, not a safetensors repository, an index that names no shard): the plan then uses the
+    formula. A local index is read through ``servelab.jsonfile`` first (bounded), before
+    huggingface_hub parses it.
+
+    Raises:
+        ServelabError: a local index that is not JSON, or whose total size is not a checkpoint's (:func:`from_index`).
+    """
     layers = len(spec.layers)
     folder = folder or (Path(spec.config_path).parent if spec.config_path else None)
     if folder is not None:
+        index = from_index(folder / "model.safetensors.index.json", spec)
         try:
-            return from_metadata(huggingface_hub.get_local_safetensors_metadata(folder), str(folder), layers)
+            if (local := _weights(huggingface_hub.get_local_safetensors_metadata(folder), str(folder), layers)) is not None:
+                return local
         except (hub_errors.NotASafetensorsRepoError, hub_errors.SafetensorsParsingError, OSError):
-            if (index := from_index(folder / "model.safetensors.index.json", spec)) is not None:
-                return index  # config.json and the index, shards not downloaded
+            pass
+        if index is not None:
+            return index  # config.json and the index, shards not downloaded
     if spec.hub_id and online and hub_reachable():
         try:
             meta = huggingface_hub.get_safetensors_metadata(spec.hub_id, revision=spec.revision)
         except (hub_errors.HfHubHTTPError, hub_errors.NotASafetensorsRepoError, hub_errors.SafetensorsParsingError,
                 hub_errors.LocalEntryNotFoundError, OSError):  # fmt: skip
             return None
-        return from_metadata(meta, f"hub:{spec.hub_id}", layers)
+        return _weights(meta, f"hub:{spec.hub_id}", layers)
     return None
+
+
+def _weights(meta: SafetensorsRepoMetadata, source: str, num_layers: int) -> CheckpointWeights | None:
+    """:func:`from_metadata`, or None when the metadata lists no safetensors file (an index with an
+    empty ``weight_map``: 0 bytes would plan a model without weights)."""
+    return from_metadata(meta, source, num_layers) if meta.files_metadata else None
