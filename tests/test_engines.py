@@ -187,3 +187,15 @@ def test_no_engine_name_outside_the_engines_package():
 def test_no_module_is_longer_than_about_400_lines():
     long = {p.relative_to(SRC).as_posix(): n for p in SRC.rglob("*.py") if (n := len(p.read_text(encoding="utf-8").splitlines())) > 420}
     assert not long, long
+
+
+def test_jit_warnings_name_their_kernels_once_and_bounded():
+    """vLLM's jit_monitor lines (Triton and TileLang) give the kernel names a level compiled; a name
+    from the (untrusted) log is cut at KERNEL_NAME_CHARS."""
+    from servelab.engines import KERNEL_NAME_CHARS, jit_kernels
+
+    log = ("(EngineCore pid=1) WARNING 11-24 10:00:00 [jit_monitor.py:98] Triton kernel JIT compilation during inference: fused_moe_kernel. This causes a spike\n"
+           "x TileLang JIT compilation during inference: mhc_pre_big_fuse_with_norm_tilelang\n"
+           "Triton kernel JIT compilation during inference: fused_moe_kernel. again\n"
+           "TileLang JIT compilation during inference: " + "k" * 5000 + ". x\nINFO nothing compiled here\n")  # fmt: skip
+    assert jit_kernels(log) == ["fused_moe_kernel", "mhc_pre_big_fuse_with_norm_tilelang", "k" * KERNEL_NAME_CHARS]

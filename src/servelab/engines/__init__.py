@@ -20,6 +20,7 @@ GROUP = "servelab.engines"
 GENERIC = "generic"
 BUILTIN = ("vllm", "sglang", "llamacpp", "trtllm", "generic")  # modules of servelab.engines; listed in this order, then plugins by name, then generic
 PLAN_ENGINE = "vllm"  # servelab plan models this engine's memory accounting and defaults
+KERNEL_NAME_CHARS = 200  # a kernel name from a server log, at most
 
 
 @cache
@@ -55,12 +56,12 @@ def lookup(name: str) -> Engine | None:
 
 def jit_kernels(log_text: str) -> list[str]:
     """The kernels a server log says were compiled while serving (every engine's ``jit_warning``),
-    in order of first mention, each once."""
+    in order of first mention, each once, a name cut at ``KERNEL_NAME_CHARS`` (the log is untrusted text)."""
     found: dict[str, None] = {}
     for line in log_text.splitlines():
         for engine in all_engines():
             if engine.jit_warning is not None and (m := engine.jit_warning.search(line)):
-                found[m.group(1)] = None
+                found[m.group(1)[:KERNEL_NAME_CHARS]] = None
     return list(found)
 
 
