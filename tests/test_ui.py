@@ -71,14 +71,18 @@ def cells(browser, column: int) -> list[str]:
 
 
 def navigate(browser, element) -> None:
-    """Click ``element`` and wait until the browser has left the current page (no stale reads)."""
+    """Click ``element`` and wait until the browser has left the current page and loaded the next one
+    (no stale reads; an element found in a page still loading can be replaced under the next click:
+    chromedriver's "Node with given id does not belong to the document")."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     old = browser.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(browser, 30).until(expected_conditions.staleness_of(old))
+    wait = WebDriverWait(browser, 30)
+    wait.until(expected_conditions.staleness_of(old))
+    wait.until(lambda b: b.execute_script("return document.readyState") == "complete")
 
 
 def number(text: str) -> float:
