@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Cold held-out runs for ``servelab predict`` (issue 38): two model sizes no calibration has seen,
+both closed-loop modes, 1–256 streams, measured cold.
+
+Usage (on a GPU machine where ``import vllm`` works through ../shared/gpu-vllm; one server start per
+call, so that each call stays under the device tool's 10 minutes):
+
+    python3 validation/cold_gpu.py --kit .gpu-vllm --out OUT --model qwen3-14b     # then mixtral-8x7b
+
+- ``qwen3-14b``: Qwen3-14B bf16 (dense; validation/configs/qwen3-14b), vLLM's default flags at
+  max_model_len 2,048;
+- ``mixtral-8x7b``: Mixtral-8x7B with ``--quantization fp8`` (8 experts, top 2; uniform-random routing,
+  the kit README says why; the kit's tokenizer resized to its 32,000 ids);
+- ``qwen3-8b``, ``qwen3-30b-a3b`` (fp8, uniform routing): the kit's configs, the models of the shipped
+  calibrations, for a GPU they were not fitted on (leave-one-GPU-out).
+
+On each server (started with ``VLLM_SERVER_DEV_MODE=1``), 512 prompt / 128 output tokens, chat endpoint:
+
+1. warm-up: ``vllm bench serve`` at every level with 16 output tokens, so that Triton's MoE kernels
+   compile before any window (vLLM's jit_monitor);
+2. bursts: per level C, ``POST /reset_prefix_cache``, then ``vllm bench serve --max-concurrency C
+   --num-prompts 2C --request-rate inf --seed C`` (a seed per level); the prefix-cache hits
+   (``vllm:prefix_cache_hits_total``) and the jit_monitor lines of the server log are counted around it;
+3. steady state: ``POST /reset_prefix_cache``, then ``servelab bench --concurrency 1,4,16,64,256
+   --duration 20s --server-log LOG`` (stagger; every prompt unique, cold; servelab reads the
+   jit_monitor lines and the hits itself).
+
+Writes ``OUT/MODEL-bursts.json`` (one row per level, vllm bench serve's result with the hits and
+JIT lines), ``OUT/MODEL-stagger-run.json`` and ``OUT/MODEL-boot.log``; prints both tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vllm_gpu import bench, serve, stop  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+INPUT, OUTPUT, LEVELS = 512, 128, (1, 4, 16, 64, 256)
+UNIFORM = {"VLLM_MOE_ROUTING_SIMULATION_STRATEGY": "uniform_random"}
+MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tokenizer's 151,936)
+    "qwen3-14b": (("--max-model-len", "2048"), {}, None),
+    "mixtral-8x7b": (("--max-model-len", "2048", "--quantization", "fp8"), UNIFORM, 32000),
+    "qwen3-8b": (("--max-model-len", "2048"), {}, None),  # in the calibrations: for another GPU (leave-one-GPU-out)
+    "qwen3-30b-a3b": (("--max-model-len", "2048", "--quantization", "fp8"), UNIFORM, None),
+}
+JIT = "Triton kernel JIT compilation during inference"
+
+
+def kit_with(kit: Path, model: str, vocab: int | None) -> Path:
+    """A copy of the kit with validation/configs/MODEL added and, for another vocabulary, its tokenizer resized."""
+    tmp = Path(tempfile.mkdtemp()) / "kit"
+    shutil.copytree(kit, tmp)
+    (tmp / "configs").chmod(0o755)
+    if not (tmp / "configs" / model).exists():
+        shutil.copytree(HERE / "configs" / model, tmp / "configs" / model)
+    if vocab:
+        (tmp / "tokenizer").chmod(0o755)
+        subprocess.run([sys.executable, str(kit / "resize_tokenizer.py"), str(vocab), str(tmp / "resized")], check=True)
+        for f in (tmp / "resized").iterdir():
+            dest = tmp / "tokenizer" / f.name
+            dest.unlink(missing_ok=True)
+            shutil.copy(f, dest)
+    return tmp
+
+
+def hits(url: str) -> tuple[float, float]:
+    """(prefix-cache hits, queries) so far, tokens, from /metrics."""
+    text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    out = {"vllm:prefix_cache_hits": 0.0, "vllm:prefix_cache_queries": 0.0}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            name = s.name.removesuffix("_total")
+            if name in out:
+                out[name] += s.value
+    return out["vllm:prefix_cache_hits"], out["vllm:prefix_cache_queries"]
+
+
+def reset(url: str) -> None:
+    urllib.request.urlopen(urllib.request.Request(url + "/reset_prefix_cache", method="POST"), timeout=30).read()
+
+
+def vllm_bench(url: str, model: str, out: Path, concurrency: int, prompts: int, output: int, seed: int) -> dict:
+    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "openai-chat", "--base-url", url,
+           "--endpoint", "/v1/chat/completions", "--model", model, "--tokenizer", f"/tmp/models/{model}", "--dataset-name", "random",
+           "--random-input-len", str(INPUT), "--random-output-len", str(output), "--num-prompts", str(prompts),
+           "--max-concurrency", str(concurrency), "--request-rate", "inf", "--seed", str(seed), "--ignore-eos",
+           "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+           "--save-result", "--result-dir", str(out), "--result-filename", "vb.json"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        print(proc.stdout[-2000:], proc.stderr[-3000:], flush=True)
+        raise RuntimeError(f"vllm bench serve failed at {concurrency}")
+    res = json.loads((out / "vb.json").read_text())
+    (out / "vb.json").unlink()
+    return res
+
+
+def run_model(kit: Path, out: Path, model: str) -> None:
+    flags, env, vocab = MODELS[model]
+    log = out / f"{model}-boot.log"
+    pgid, url = serve(kit_with(kit, model, vocab), model, log, *flags, env={**env, "VLLM_SERVER_DEV_MODE": "1"})
+    try:
+        for c in LEVELS:  # warm-up: every batch shape the levels reach, before any window
+            vllm_bench(url, model, out, c, c, 16, 10_000 + c)
+        rows = []
+        for c in LEVELS:
+            reset(url)
+            h0, mark = hits(url), log.stat().st_size
+            res = vllm_bench(url, model, out, c, 2 * c, OUTPUT, c)
+            h1 = hits(url)
+            jit = [line for line in log.read_text(errors="replace")[mark:].splitlines() if JIT in line]
+            keep = ("completed", "failed", "total_input_tokens", "total_output_tokens", "duration", "output_throughput", "mean_ttft_ms",
+                    "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_e2el_ms", "median_e2el_ms")  # fmt: skip
+            rows.append({"concurrency": c, **{k: res.get(k) for k in keep}, "prefix_cache_hits": h1[0] - h0[0], "prefix_cache_queries": h1[1] - h0[1], "jit_lines": jit})
+            r = rows[-1]
+            print(f"{model} burst c={c}: {r['completed']} ok, {r['output_throughput']:,.0f} tok/s, TTFT mean {r['mean_ttft_ms']:.0f} / p99 "
+                  f"{r['p99_ttft_ms']:.0f} ms, TPOT mean {r['mean_tpot_ms']:.2f} ms, hits {r['prefix_cache_hits']:.0f} of "
+                  f"{r['prefix_cache_queries']:.0f} tokens, JIT lines {len(jit)}", flush=True)  # fmt: skip
+        (out / f"{model}-bursts.json").write_text(json.dumps({"model": model, "input_tokens": INPUT, "output_tokens": OUTPUT, "levels": rows}, indent=1))
+        reset(url)
+        run, _ = bench(url, out / f"{model}-stagger", ",".join(map(str, LEVELS)), "--input-tokens", str(INPUT), "--output-tokens", str(OUTPUT),
+                       "--duration", "20s", "--server-log", str(log))  # fmt: skip
+    finally:
+        stop(pgid)
+    shutil.copy(out / f"{model}-stagger" / "run.json", out / f"{model}-stagger-run.json")
+    for lv in run.levels:
+        hit = lv.server.prefix_cache_hit_rate if lv.server else None
+        print(f"{model} stagger c={lv.concurrency}: {lv.ok} ok, {lv.output_throughput_tok_s or 0:,.0f} tok/s, TTFT p50 {lv.ttft_ms.p50} ms, "
+              f"TPOT p50 {lv.tpot_ms.p50} ms, hit rate {hit}, findings {[f.kind for f in run.findings if f.evidence.get('concurrency') == lv.concurrency]}", flush=True)  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kit", type=Path, required=True, help="the gpu-vllm kit folder (serve.sh, configs/, tokenizer/)")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--model", choices=list(MODELS), required=True)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    run_model(args.kit, args.out, args.model)
+
+
+if __name__ == "__main__":
+    main()
