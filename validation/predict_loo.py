@@ -36,6 +36,7 @@ RUNS = [
     *[("vllm-0.25-h100-dense-bf16", V / f"waves-h100-512/stagger{c}-{i}-run.json", "qwen3-8b", "bf16", "h100-sxm") for c in (64, 256) for i in (1, 2, 3)],
     *[("vllm-0.25-h100-dense-bf16", V / f"waves-h100/burst-{i}-run.json", "qwen3-8b", "bf16", "h100-sxm") for i in (1, 2, 3)],
     ("vllm-0.25-h100-dense-bf16", V / "predict-h100/dense-run.json", "qwen3-8b", "bf16", "h100-sxm"),
+    ("vllm-0.25-h100-dense-bf16", V / "cold-h100/qwen3-14b-stagger-run.json", str(V / "configs/qwen3-14b"), "bf16", "h100-sxm"),
     *[("vllm-0.25-h100-moe-fp8", V / f"predict-h100/{name}-run.json", "qwen3-30b-a3b", "fp8", "h100-sxm") for name in ("moe", "moe-caps", "moe-long", "moe-1024")],
     *[("vllm-0.25-h100-hybrid-fp8", V / f"predict-h100/{name}-run.json", "nemotron-3-nano-30b-a3b", "fp8", "h100-sxm") for name in ("hybrid", "hybrid-1024")],
 ]

@@ -7,13 +7,15 @@ Every shipped calibration (data/calibration.yaml) was fitted here by validation/
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from servelab.errors import ServelabError
 from servelab.plan.drafter import parse_drafter
-from servelab.plan.predict import BW_RANGE, COMPUTE_RANGE, TTFT_FIT_RUNNING, Calibration, Point, Terms, limits_for, predict, step_times, terms
+from servelab.plan.predict import BW_RANGE, COMPUTE_RANGE, Calibration, Point, Terms, limits_for, predict, step_times, terms
 from servelab.plan.quant import QuantFormat
 from servelab.plan.roofline import spec_tokens_per_step
 from servelab.results import RunResult
@@ -59,30 +61,30 @@ def measured_levels(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardw
 
 
 def fit(rows: list[Measured], name: str, source: str) -> Calibration:
-    """Calibration from measured levels: the efficiencies (η_bw in ``BW_RANGE`` — the datasheet
-    bandwidth is the ceiling —, η_c in ``COMPUTE_RANGE``, steps of 0.01), the per-step overhead t₀ ≥ 0
-    and the time t_eager ≥ 0 a step without CUDA graphs adds, that minimise the squared relative error of the
+    """Calibration from measured steady-state levels (bursts are held out: ``servelab.plan.burst``
+    predicts them step by step): the efficiencies (η_bw in ``BW_RANGE`` — the datasheet bandwidth is
+    the ceiling —, η_c in ``COMPUTE_RANGE``, steps of 0.01), the per-step overhead t₀ ≥ 0 and the
+    time t_eager ≥ 0 a step without CUDA graphs adds, that minimise the squared relative error of the
     predicted TPOT p50 and aggregate output tok/s of every level (the latter as its inverse, one
-    stream's request cycle c · O ÷ tok/s) and TTFT p50 of the levels with at most
-    ``TTFT_FIT_RUNNING`` streams (t₀ and t_eager in closed form for each pair of efficiencies: every one of
-    those is linear in them). The aggregate rows carry what TPOT p50 misses where prefill limits the
-    server: a level measured for a ``--duration`` close to one request's time keeps the TPOT and
-    TTFT of the requests that finished, the fast ones, while its tokens per second count all.
-    Higher up, measured TTFT grows beyond the model's prefill-plus-one-step (vLLM 0.25, H100,
-    stagger: about 4.5 decode steps at 64 and 256 streams — front-end and scheduling delays the
-    model does not have), so those levels would bend the efficiencies; their TTFT error is reported
-    instead (validation/RESULTS-predict.md). With speculative levels among at least two without,
-    those two fit the above and the speculative ones then the drafting time per step
-    (``draft_overhead_ms``, closed form on their TPOT).
+    stream's request cycle c · O ÷ tok/s; t₀ and t_eager in closed form for each pair of
+    efficiencies: both are linear in them), a load measured n times (repeated runs) weighing as
+    one. The aggregate rows carry what TPOT p50 misses where prefill limits the server: a level
+    measured for a ``--duration`` close to one request's time keeps the TPOT of the requests that
+    finished, the fast ones, while its tokens per second count all. TTFT is not fitted: with it
+    (at one stream) the dense fit moved to η_bw 1.0 and its single-stream error held out from
+    2.8 to 9.9 % (validation/RESULTS-predict.md); its error is reported instead. With speculative
+    levels among at least two without, those two fit the above and the speculative ones then the
+    drafting time per step (``draft_overhead_ms``, closed form on their TPOT).
 
     Args:
         rows: the measured levels.
 
     Raises:
-        ServelabError: fewer than two levels.
+        ServelabError: fewer than two steady-state levels.
     """
+    rows = [m for m in rows if m.terms.mode != "burst"]  # bursts are predicted step by step (servelab.plan.burst): held out of every fit
     if len(rows) < 2:
-        raise ServelabError("a calibration needs at least two measured levels")
+        raise ServelabError("a calibration needs at least two measured steady-state levels (servelab bench, --closed-loop stagger)")
     plain = [m for m in rows if not m.terms.draft_tokens]
     drafted = [m for m in rows if m.terms.draft_tokens]
     if len(plain) < 2 or not drafted:
@@ -121,15 +123,16 @@ def _fit_base(rows: list[Measured], name: str, source: str) -> Calibration:
     cmp = np.linspace(*COMPUTE_RANGE, round((COMPUTE_RANGE[1] - COMPUTE_RANGE[0]) * 100) + 1)[None, :]
     shape = np.broadcast_shapes(bw.shape, cmp.shape)
     ratios: list[tuple] = []  # (predicted ÷ measured without t₀ and the eager time, what one second of t₀ adds, … of the eager time)
+    same = Counter(_load(m) for m in rows)
     for m in rows:
+        w = 1 / math.sqrt(same[_load(m)])  # a load measured n times weighs as one (repeated runs would outvote the others)
         per_step = spec_tokens_per_step(m.acceptance, m.terms.draft_tokens)
         tpot, ttft, _, (o_tpot, o_ttft), (e_tpot, e_ttft) = step_times(m.terms, bw, cmp, per_step)
-        ratios.append((tpot / m.tpot_s, o_tpot / m.tpot_s, e_tpot / m.tpot_s))
-        if m.terms.running <= TTFT_FIT_RUNNING:
-            ratios.append((ttft / m.ttft_s, o_ttft / m.ttft_s, e_ttft / m.ttft_s))
+        ratios.append((w, tpot / m.tpot_s, o_tpot / m.tpot_s, e_tpot / m.tpot_s))
         waiting, cycle, o = m.concurrency / m.terms.running, m.concurrency * m.output_tokens / m.tok_s, m.output_tokens
-        ratios.append((waiting * (ttft + (o - 1) * tpot) / cycle, waiting * (o_ttft + (o - 1) * o_tpot) / cycle, waiting * (e_ttft + (o - 1) * e_tpot) / cycle))
-    a, b, c = (np.stack([np.broadcast_to(np.asarray(r[n], dtype=float), shape) for r in ratios], axis=-1) for n in range(3))
+        ratios.append((w, waiting * (ttft + (o - 1) * tpot) / cycle, waiting * (o_ttft + (o - 1) * o_tpot) / cycle, waiting * (e_ttft + (o - 1) * e_tpot) / cycle))
+    # weighted rows: w · (a + t₀ · b + t_eager · c − 1), so a' = w · (a − 1) + 1
+    a, b, c = (np.stack([np.broadcast_to(r[0] * (np.asarray(r[n], dtype=float) - (n == 1)) + (n == 1), shape) for r in ratios], axis=-1) for n in (1, 2, 3))
     t0, eager = _least_squares_terms(a, b, c)
     sse = ((a + t0[..., None] * b + eager[..., None] * c - 1) ** 2).sum(-1)
     i, j = np.unravel_index(np.argmin(sse), sse.shape)
@@ -137,12 +140,18 @@ def _fit_base(rows: list[Measured], name: str, source: str) -> Calibration:
                        step_overhead_ms=round(float(t0[i, j]) * 1e3, 3), eager_step_ms=round(float(eager[i, j]) * 1e3, 3), source=source)  # fmt: skip
 
 
+def _load(m: Measured) -> tuple:
+    """What makes two measured levels the same load: model and hardware (their decode step's bytes), lengths, streams, mode."""
+    return (round(m.terms.decode_bytes_s, 9), m.terms.input_tokens, m.output_tokens, m.concurrency, m.terms.mode, m.terms.draft_tokens)
+
+
 def leave_one_out(runs: list[list[Measured]], name: str) -> list[tuple[int, Measured, Point]]:
     """Every level predicted with the calibration fitted on the *other* runs (one run: on its other
-    levels): (run index, measured, predicted) per level.
+    levels): (run index, measured, predicted) per level; a run without which fewer than two
+    steady-state levels remain (the only steady-state run beside bursts) is not scored.
 
     Raises:
-        ServelabError: too few levels to fit without the one held out.
+        ServelabError: too few levels to fit without the one held out, or no run can be scored.
     """
     if len(runs) > 1:
         held = [(i, None) for i in range(len(runs))]
@@ -151,10 +160,14 @@ def leave_one_out(runs: list[list[Measured]], name: str) -> list[tuple[int, Meas
     out = []
     for i, j in held:
         train = [m for k, levels in enumerate(runs) for n, m in enumerate(levels) if (k != i if j is None else n != j)]
+        if sum(m.terms.mode != "burst" for m in train) < 2 and len(held) > 1:
+            continue  # without it, too few steady-state levels to fit: its levels are not scored
         cal = fit(train, name, "leave-one-out")
         for n, m in enumerate(runs[i]):
             if j is None or n == j:
                 out.append((i, m, predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance)))
+    if not out:
+        raise ServelabError("leave-one-out needs two runs with steady-state levels (servelab bench, --closed-loop stagger), or one with several")
     return out
 
 

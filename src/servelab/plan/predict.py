@@ -61,7 +61,9 @@ aggregate tok/s and TTFT p50 of real runs (``servelab.plan.fit``). Shipped calib
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
 
@@ -71,6 +73,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from servelab.engines import plan_engine
 from servelab.errors import ServelabError
+from servelab.plan.burst import simulate
 from servelab.plan.drafter import Drafter
 from servelab.plan.memory import plan_memory
 from servelab.plan.quant import QuantFormat
@@ -81,12 +84,15 @@ from servelab.yamlfile import read_yaml
 DEFAULT_CALIBRATION = "vllm-0.25-h100-bf16"  # dense models (data/calibration.yaml)
 MOE_CALIBRATION = "vllm-0.25-h100-moe-fp8"  # MoE models in FP8
 HYBRID_CALIBRATION = "vllm-0.25-h100-hybrid-fp8"  # hybrid (Mamba-2 / Gated DeltaNet) models in FP8
+FINE_EXPERT_WIDTH = 2048  # the MoE calibration is picked for experts this wide or narrower (fitted on Qwen3-30B-A3B's 768; Mixtral-8x7B's 14,336 and gpt-oss-120b's 2,880 were closer with the dense one: validation/RESULTS-predict.md)
 PADDING_NAMED = 1.1  # padding is named the bottleneck when it makes the decode step this much longer
 PREFILL_NAMED = 0.5  # prefill is named when the prompts add this share of the decode step to TPOT, or more
 BW_RANGE = (0.2, 1.0)  # the grid of η_bw in fit (steps of 0.01); the datasheet bandwidth is the ceiling
 COMPUTE_RANGE = (0.1, 1.2)  # … of η_c
 MIXED_SHARE = 0.25  # at most this share of the steps carries prompts (module docstring; measured 19–35 % at 32–256 streams: validation/mixed_steps.py)
-TTFT_FIT_RUNNING = 1  # TTFT p50 enters the fit only at this many streams or fewer (see fit; MoE on vLLM 0.25: 30 ms at 1 stream, 118 ms at 2)
+API_TTFT_S = 0.005  # TTFT's share outside the engine steps (HTTP, chat template, tokenization, the first chunk): 4–7 ms at one stream on vLLM 0.25 (validation/RESULTS-predict.md)
+ASYNC_WAIT_STEPS = 2  # steady state: the steps a new request waits for before the one that carries its prompt (module docstring; vLLM's asynchronous scheduling)
+BURST_REQUESTS = 2  # a burst's requests per stream: vllm bench serve --max-concurrency C --num-prompts 2C (the way issue 38's truth was measured)
 
 
 class Calibration(BaseModel):
@@ -115,8 +121,9 @@ def calibrations() -> dict[str, Calibration]:
 def calibration(name: str | None, spec: ModelSpec | None = None, fmt: QuantFormat | None = None) -> Calibration:
     """A shipped calibration by name, or the first of a YAML file (``servelab calibrate --out``);
     without a name, the shipped one that was fitted on such models: the hybrid one for a model with
-    recurrent layers in FP8, the MoE one for another MoE model in FP8, the dense one otherwise (on gpt-oss-120b MXFP4 on a DGX Spark the MoE one was 45–77 % slow,
-    the dense one 1–55 %: validation/RESULTS-predict.md).
+    recurrent layers in FP8, the MoE one for another MoE model in FP8 with experts at most
+    ``FINE_EXPERT_WIDTH`` wide, the dense one otherwise (on gpt-oss-120b MXFP4 on a DGX Spark the MoE one was 45–77 % slow,
+    the dense one 1–55 %; on Mixtral-8x7B fp8 on an H100, held out, 32 % against 16 % median: validation/RESULTS-predict.md).
 
     Raises:
         ServelabError: neither a known name (the known ones listed) nor a valid calibration file.
@@ -126,7 +133,8 @@ def calibration(name: str | None, spec: ModelSpec | None = None, fmt: QuantForma
         if fp8 and spec.state_bytes_per_seq():
             name = HYBRID_CALIBRATION
         else:
-            name = MOE_CALIBRATION if fp8 and spec.moe_layers else DEFAULT_CALIBRATION
+            fine = spec.moe_layers and spec.moe_intermediate_size <= FINE_EXPERT_WIDTH
+            name = MOE_CALIBRATION if fp8 and fine else DEFAULT_CALIBRATION
     known = calibrations()
     if name in known:
         return known[name]
@@ -189,6 +197,8 @@ class Point:
     per_stream_tok_s: float
     aggregate_tok_s: float
     bottleneck: str
+    ttft_mean_s: float = 0.0  # bursts: TTFT is bimodal (waves), so compare its mean and p99; the steady state: the p50 (``ttft_s``)
+    ttft_p99_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -214,6 +224,23 @@ class Terms:
     kv_s: float = 0.0  # the running batch's KV cache and recurrent state ÷ bandwidth (read beside the weights' matrix products)
     decode_eager: bool = False  # the decode step has more tokens than the largest capture size: no CUDA graph
     mixed_eager: bool = False  # … a step that carries prompts (theirs and the other sequences' decode tokens)
+    step_at: Callable[[int, int], StepTerms] | None = None  # any step's terms, by its decode and prompt tokens (bursts: servelab.plan.burst)
+    input_tokens: int = 0
+    max_running: int = 1  # min(max_num_seqs, requests the KV cache holds)
+    max_num_batched_tokens: int = 8192
+
+
+@dataclass(frozen=True)
+class StepTerms:
+    """One engine step's calibration-free terms, s: weights ÷ bandwidth (the experts its tokens reach),
+    FLOPs ÷ peak (both over the tokens padded to the capture size above them), the decode sequences'
+    KV cache ÷ bandwidth, the TP all-reduces; ``eager``: more tokens than the largest capture size."""
+
+    bytes_s: float
+    flops_s: float
+    kv_s: float
+    allreduce_s: float
+    eager: bool
 
 
 def terms(
@@ -225,7 +252,8 @@ def terms(
     experts B tokens reach (``servelab.plan.roofline``; 1 = uniform); ``drafter``: a model drafter
     whose K passes per step read its weights (its K is the draft tokens when ``draft_tokens`` is 0)."""
     draft_tokens = draft_tokens or (drafter.num_tokens if drafter else 0)
-    running = max(1, min(concurrency, limits.max_num_seqs, math.floor(limits.kv_requests) or 1))
+    max_running = max(1, min(limits.max_num_seqs, math.floor(limits.kv_requests) or 1))
+    running = min(concurrency, max_running)
     per_seq = 1 + draft_tokens
     padded = next((s for s in sorted(limits.capture_sizes) if s >= running * per_seq), running * per_seq)  # tokens
     context = input_tokens + output_tokens // 2
@@ -235,7 +263,7 @@ def terms(
     peak = hw.peak_flops(compute_dtype(fmt)) or float("inf")
     pf = prefill(spec, fmt, hw, tokens=input_tokens, tp=tp)
     bw = hw.bandwidth_gbs * 1e9
-    k = _shares(running, mode)[1] / output_tokens
+    k = (running - 1) / output_tokens
     m = k / min(k, MIXED_SHARE) if k else 1.0
     kv = running * spec.seq_bytes(context, 2.0) / tp  # KV cache and recurrent state, read by attention and the recurrent layers
     mixed_tokens = round((running - 1) * per_seq + m * input_tokens)  # a prompt's step: the prompts and the other sequences' decode tokens
@@ -244,9 +272,20 @@ def terms(
     unpadded_bytes = weights_touched(spec, fmt, running * per_seq, routing) / tp
     passes = draft_tokens if drafter and drafter.method != "ngram" else 0
     draft_bytes = passes * drafter.pass_bytes(spec, running, routing) / tp if passes and drafter else 0.0
+    sizes, per_decode, per_prompt = sorted(limits.capture_sizes), step.flops / (running * per_seq), pf.flops / input_tokens
+    kv_seq = spec.seq_bytes(context, 2.0) / tp / bw
+
+    @lru_cache(maxsize=None)
+    def step_at(decode: int, prompt: int) -> StepTerms:
+        n = decode + prompt
+        size = next((x for x in sizes if x >= n), n)
+        return StepTerms(weights_touched(spec, fmt, size, routing) / tp / bw, (decode * per_decode + prompt * per_prompt) * size / n / peak,
+                         decode * kv_seq, allreduce_s(spec, hw, size, tp), n > largest)  # fmt: skip
+
     return Terms(padded_bytes / bw, pad.flops / peak, max(pf.flops / peak, pf.bytes / bw), running, padded, unpadded_bytes / bw,
                  step.flops / peak, draft_tokens, passes, draft_bytes / bw, allreduce_s(spec, hw, padded, tp), allreduce_s(spec, hw, input_tokens, tp),
-                 mode, k, mixed_bytes / bw, (step.flops + m * pf.flops) / peak, kv / bw, running * per_seq > largest, mixed_tokens > largest)  # fmt: skip
+                 mode, k, mixed_bytes / bw, (step.flops + m * pf.flops) / peak, kv / bw, running * per_seq > largest, mixed_tokens > largest,
+                 step_at, input_tokens, max_running, limits.max_num_batched_tokens)  # fmt: skip
 
 
 def allreduce_s(spec: ModelSpec, hw: Hardware, tokens: int, tp: int) -> float:
@@ -262,13 +301,6 @@ def allreduce_s(spec: ModelSpec, hw: Hardware, tokens: int, tp: int) -> float:
     return 2 * len(spec.layers) * per
 
 
-def _shares(running: int, mode: str) -> tuple[float, float]:
-    """(prefills a request waits for before its first token, prefills beside its decode) (module docstring)."""
-    if mode == "burst":
-        return (running + 1) / 2, running / 2
-    return 1.0, running - 1.0
-
-
 def step_times(t: Terms, bw, cmp, per_step: float):
     """TPOT and TTFT of a level without the calibrated times per step (module docstring), and what
     one second of each adds to them: ``(tpot, ttft, decode step, (t₀ on tpot, on ttft), (eager
@@ -282,10 +314,11 @@ def step_times(t: Terms, bw, cmp, per_step: float):
     mixed = np.maximum(t.mixed_bytes_s / bw, t.mixed_flops_s / cmp)
     decode = core + (t.kv_s + t.draft_bytes_s) / bw + t.allreduce_s
     riding = share * np.maximum(0.0, mixed - core) + t.prompts_per_step * t.prefill_allreduce_s
-    before = _shares(t.running, t.mode)[0]
-    ttft = before * (t.prefill_s / cmp + t.prefill_allreduce_s) + decode
+    wait = ASYNC_WAIT_STEPS if t.running > 1 else 0  # an idle engine schedules a request at once
+    prompts = t.prompts_per_step / share if share else 1.0
+    ttft = API_TTFT_S + wait * decode + mixed + (t.kv_s + t.draft_bytes_s) / bw + t.allreduce_s + prompts * t.prefill_allreduce_s
     eager_tpot = t.decode_eager / per_step + share * (t.mixed_eager and not t.decode_eager)
-    return decode / per_step + riding, ttft, decode, ((1 + t.draft_passes) / per_step, 1.0), (eager_tpot, t.decode_eager + before * t.mixed_eager)
+    return decode / per_step + riding, ttft, decode, ((1 + t.draft_passes) / per_step, wait * (1 + t.draft_passes) + 1.0), (eager_tpot, wait * t.decode_eager + t.mixed_eager)
 
 
 def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int, acceptance: float = 0.0) -> Point:
@@ -295,6 +328,8 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     overhead = t0 * (1 + t.draft_passes) + draft  # a step's: its own t₀, each draft pass's, the drafting time
     eager = cal.eager_step_ms / 1e3
     per_step = spec_tokens_per_step(acceptance, t.draft_tokens)
+    if t.mode == "burst" and t.step_at and not t.draft_tokens:
+        return _burst(t, cal, concurrency=concurrency, output_tokens=output_tokens)
     tpot0, ttft0, decode, (o_tpot, o_ttft), (e_tpot, e_ttft) = step_times(t, cal.bw_efficiency, cal.compute_efficiency, per_step)
     tpot = float(tpot0 + t0 * o_tpot + draft / per_step + eager * e_tpot)
     ttft = float(ttft0 + (t0 + draft) * o_ttft + eager * e_ttft)
@@ -320,4 +355,35 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
         bottleneck = "per-step overhead"
     else:
         bottleneck = "bandwidth" if t_mem + t.kv_s / cal.bw_efficiency >= t_cmp else "compute"
-    return Point(concurrency, b, t.padded, t_d, t_p, ttft, tpot, e2e, queue, o / e2e, concurrency * o / (e2e + queue), bottleneck)
+    p99 = ttft + ASYNC_WAIT_STEPS * max(0.0, riding) / min(t.prompts_per_step, MIXED_SHARE) if t.running > 1 and t.prompts_per_step else ttft
+    return Point(concurrency, b, t.padded, t_d, t_p, ttft, tpot, e2e, queue, o / e2e, concurrency * o / (e2e + queue), bottleneck, ttft, p99)
+
+
+def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) -> Point:
+    """A burst level (``BURST_REQUESTS`` per stream) from the step-by-step scheduler of
+    ``servelab.plan.burst``, each step's time the roofline with the calibration: max(weights ÷
+    (bandwidth · η_bw), FLOPs ÷ (peak · η_c)) + KV ÷ (bandwidth · η_bw) + all-reduces + t₀ (+ t_eager
+    above the largest capture size). Aggregate tok/s: every output token ÷ first send to last token."""
+    t0, eager = cal.step_overhead_ms / 1e3, cal.eager_step_ms / 1e3
+
+    def step_s(decode: int, prompt: int) -> float:
+        x = t.step_at(decode, prompt)
+        return max(x.bytes_s / cal.bw_efficiency, x.flops_s / cal.compute_efficiency) + x.kv_s / cal.bw_efficiency + x.allreduce_s + t0 + eager * x.eager
+
+    run = simulate(step_s, streams=concurrency, requests_per_stream=BURST_REQUESTS, input_tokens=t.input_tokens, output_tokens=output_tokens,
+                   max_num_seqs=t.max_running, max_num_batched_tokens=t.max_num_batched_tokens)  # fmt: skip
+    e2e, ttft, tpot = API_TTFT_S + float(np.mean(run.e2e_s)), API_TTFT_S + run.ttft("p50"), run.tpot_s(output_tokens)
+    decode, prefill = step_s(t.running, 0), step_s(0, t.input_tokens)
+    x = t.step_at(t.running, 0)
+    if concurrency > t.running:
+        bottleneck = "slot cap / KV capacity"
+    elif run.ttft("mean") >= PREFILL_NAMED * (e2e - run.ttft("mean")):
+        bottleneck = "prefill (a wave's prompts, chunked under max_num_batched_tokens)"
+    elif x.eager and eager > 0.5 * decode:
+        bottleneck = "no CUDA graph (batch above the largest capture size)"
+    elif t0 > 0.5 * decode:
+        bottleneck = "per-step overhead"
+    else:
+        bottleneck = "bandwidth" if (x.bytes_s + x.kv_s) / cal.bw_efficiency >= x.flops_s / cal.compute_efficiency else "compute"
+    return Point(concurrency, t.running, t.padded, decode, prefill, ttft, tpot, e2e, 0.0, output_tokens / e2e,
+                 concurrency * BURST_REQUESTS * output_tokens / run.span_s, bottleneck, API_TTFT_S + run.ttft("mean"), API_TTFT_S + run.ttft("p99"))  # fmt: skip

@@ -1,0 +1,135 @@
+"""A burst, step by step: what vLLM V1's scheduler does with C streams that start together (``servelab
+bench --closed-loop burst``; ``vllm bench serve --max-concurrency C --num-prompts R·C --request-rate
+inf``), for ``servelab predict --closed-loop burst``.
+
+The engine, as vLLM 0.25 runs it (docs/metrics.md, "predict: bursts"):
+
+- **scheduler order** (vllm/v1/core/sched/scheduler.py, ``Scheduler.schedule``): each step first gives
+  every running request its token (a decode token, or the next chunk of a prompt still prefilling),
+  then admits waiting requests first come, first served, each with as much of its prompt as the
+  step's token budget (``max_num_batched_tokens``) has left, up to ``max_num_seqs`` running;
+- **asynchronous scheduling** (on by default, "Asynchronous scheduling is enabled" in the boot log;
+  vllm/v1/engine/core.py, ``step_with_batch_queue``): the scheduler decides step n + 1 while step n
+  runs, so a request that arrives while step n − 1 is running waits for step n + 1; an idle engine
+  schedules an arrival at once;
+- a request's first token comes at the end of the step that holds the last chunk of its prompt, one
+  token per step after that; when its last token is out its stream sends the next request (closed loop);
+- a step's time is the caller's ``step_s(decode_tokens, prompt_tokens)``: the roofline with the
+  calibration, CUDA graphs at or below the largest capture size and without them above it
+  (``servelab.plan.predict``).
+
+So a wave's prompts are prefilled in chunks of ``max_num_batched_tokens`` (a step of 8,192 prompt
+tokens, the decodes of the already-prefilled ones inside it), then the wave decodes at full batch
+with CUDA graphs; the second wave's requests arrive as the first wave's finish, in the order their
+prompts were prefilled, and ride the steps of the first wave's tail. TTFT is bimodal (the first
+wave waits for the prefill of everything before it): compare its mean and p99, not its p50.
+
+Assumptions: every request has the same prompt and output length; the API server hands a wave's
+requests to the engine at once (no launch spread); no preemption (the KV cache holds the running
+requests: ``servelab.plan.predict`` caps the batch); no prefix-cache hits.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(eq=False)
+class _Request:
+    stream: int
+    sent: float
+    prefilled: int = 0
+    generated: int = 0
+    first: float = 0.0
+
+
+@dataclass(frozen=True)
+class Burst:
+    """Per request (in completion order) TTFT and E2E latency, s; ``span_s`` from the first send to the
+    last token, s; ``steps`` run."""
+
+    ttft_s: list[float] = field(default_factory=list)
+    e2e_s: list[float] = field(default_factory=list)
+    span_s: float = 0.0
+    steps: int = 0
+
+    def ttft(self, stat: str) -> float:
+        """TTFT ``mean``, ``p50`` or ``p99``, s."""
+        return float(np.mean(self.ttft_s) if stat == "mean" else np.percentile(self.ttft_s, 50 if stat == "p50" else 99))
+
+    def tpot_s(self, output_tokens: int) -> float:
+        """Mean TPOT, (E2E − TTFT) ÷ (O − 1), s (vLLM bench serve's mean TPOT)."""
+        return float(np.mean([(e - t) / max(1, output_tokens - 1) for t, e in zip(self.ttft_s, self.e2e_s, strict=True)]))
+
+
+def simulate(
+    step_s: Callable[[int, int], float], *, streams: int, requests_per_stream: int, input_tokens: int, output_tokens: int,
+    max_num_seqs: int, max_num_batched_tokens: int,
+) -> Burst:  # fmt: skip
+    """Run a burst of ``streams`` closed-loop streams, each sending ``requests_per_stream`` requests of
+    ``input_tokens`` prompt and ``output_tokens`` output tokens one after another, through the
+    scheduler of the module docstring. ``step_s(decode_tokens, prompt_tokens)``: a step's time, s.
+
+    Raises:
+        ValueError: a length, stream count or limit below 1.
+    """
+    if min(streams, requests_per_stream, input_tokens, output_tokens, max_num_seqs, max_num_batched_tokens) < 1:
+        raise ValueError("streams, requests, token counts and limits must be at least 1")
+    left = {s: requests_per_stream - 1 for s in range(streams)}
+    arrivals: deque[_Request] = deque(_Request(s, 0.0) for s in range(streams))  # in arrival order
+    waiting: deque[_Request] = deque()
+    running: list[_Request] = []
+    ttft, e2e = [], []
+    now, steps = 0.0, 0
+    scheduled_at = [0.0, 0.0]  # when the scheduler decided the previous step and this one (asynchronous scheduling)
+    while arrivals or waiting or running:
+        if not running and not waiting and arrivals[0].sent > now:  # idle engine: the next arrival is scheduled at once
+            now = arrivals[0].sent
+            scheduled_at = [now, now]
+        cutoff = scheduled_at[0]  # this step was decided when the one before it started
+        while arrivals and arrivals[0].sent <= cutoff:
+            waiting.append(arrivals.popleft())
+        budget, decode, prompt, done_prefill = max_num_batched_tokens, 0, 0, []
+        for r in running:  # running requests first: a decode token, or the next chunk of their prompt
+            if r.prefilled < input_tokens:
+                chunk = min(input_tokens - r.prefilled, budget)
+                r.prefilled += chunk
+                prompt, budget = prompt + chunk, budget - chunk
+                if r.prefilled == input_tokens:
+                    done_prefill.append(r)
+            elif budget > 0:
+                decode, budget = decode + 1, budget - 1
+        while waiting and budget > 0 and len(running) < max_num_seqs:  # then new requests, first come first served
+            r = waiting.popleft()
+            chunk = min(input_tokens, budget)
+            r.prefilled, prompt, budget = chunk, prompt + chunk, budget - chunk
+            running.append(r)
+            if chunk == input_tokens:
+                done_prefill.append(r)
+        if not decode and not prompt:  # nothing eligible yet: wait for the next arrival
+            now = max(now, arrivals[0].sent)
+            scheduled_at = [now, now]
+            continue
+        start, now = now, now + step_s(decode, prompt)
+        steps += 1
+        scheduled_at = [start, now]
+        finished = []
+        for r in running:
+            if r in done_prefill:
+                r.first, r.generated = now, 1
+            elif r.prefilled == input_tokens and r.generated:
+                r.generated += 1
+            if r.generated >= output_tokens:
+                finished.append(r)
+        for r in finished:
+            running.remove(r)
+            ttft.append(r.first - r.sent)
+            e2e.append(now - r.sent)
+            if left[r.stream]:
+                left[r.stream] -= 1
+                arrivals.append(_Request(r.stream, now))
+    return Burst(ttft, e2e, now, steps)

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Leave-one-model-out and leave-one-GPU-out errors of ``servelab predict`` on the cold runs of
+validation/cold_gpu.py (issue 38): every prediction below comes from a calibration fitted without
+that model or without that GPU.
+
+- bursts: ``vllm bench serve --max-concurrency C --num-prompts 2C --request-rate inf``, the prefix
+  cache reset and a seed per level (0 hits, but 0.7 % of the prompt tokens on Mixtral at 256), no
+  JIT compile inside a level; predicted by the step-by-step scheduler (servelab/plan/burst.py);
+  TTFT compared as mean and p99 (a burst's TTFT is bimodal);
+- steady state: ``servelab bench`` (stagger), every prompt unique, 20 s per level; TTFT p50.
+  Levels with a ``short_window`` finding (256 streams: 2.3 request durations) are listed, not scored.
+
+Usage: ``python validation/predict_cold.py`` (no GPU; reads validation/cold-h100/, cold-h200/ and the
+runs of validation/predict_loo.py); tests/test_predict.py holds its summary to the bounds it reports.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "validation"))
+
+from predict_loo import RUNS, SHORT, levels  # noqa: E402
+
+from servelab.metrics.bootlog import parse_bootlog  # noqa: E402
+from servelab.plan.fit import Measured, fit  # noqa: E402
+from servelab.plan.hardware import load_hardware  # noqa: E402
+from servelab.plan.model_spec import load_model  # noqa: E402
+from servelab.plan.predict import Calibration, limits_for, predict, terms  # noqa: E402
+from servelab.plan.quant import get_format  # noqa: E402
+
+V = ROOT / "validation"
+MODELS = {  # name → (model reference, format)
+    "qwen3-8b": ("qwen3-8b", "bf16"),
+    "qwen3-14b": (str(V / "configs/qwen3-14b"), "bf16"),
+    "qwen3-30b-a3b": ("qwen3-30b-a3b", "fp8"),
+    "mixtral-8x7b": (str(V / "configs/mixtral-8x7b"), "fp8"),
+}
+HARDWARE = {"cold-h100": "h100-sxm", "cold-h200": "h200"}
+
+
+@dataclass(frozen=True)
+class Burst:
+    """One burst level of vllm bench serve: tok/s, TTFT mean and p99 (s), TPOT mean (s)."""
+
+    concurrency: int
+    terms: object
+    output_tokens: int
+    tok_s: float
+    ttft_mean_s: float
+    ttft_p99_s: float
+    tpot_s: float
+
+
+def bursts(folder: str, model: str) -> list[Burst]:
+    """A cold run's burst levels with the model's terms (the server's limits from its boot log)."""
+    data = json.loads((V / folder / f"{model}-bursts.json").read_text())
+    ref, quant = MODELS[model]
+    spec, fmt, hw = load_model(ref), get_format(quant), load_hardware(HARDWARE[folder])
+    boot = parse_bootlog((V / folder / f"{model}-boot.log").read_text())
+    out = []
+    for lv in data["levels"]:
+        p, o = round(lv["total_input_tokens"] / lv["completed"]), data["output_tokens"]
+        lim = limits_for(spec, fmt, hw, tp=1, input_tokens=p, output_tokens=o, max_num_seqs=boot.max_num_seqs,
+                         max_num_batched_tokens=boot.max_num_batched_tokens, capture_sizes=boot.cudagraph_sizes)  # fmt: skip
+        t = terms(spec, fmt, hw, concurrency=lv["concurrency"], input_tokens=p, output_tokens=o, limits=lim, mode="burst")
+        out.append(Burst(lv["concurrency"], t, o, lv["output_throughput"], lv["mean_ttft_ms"] / 1e3, lv["p99_ttft_ms"] / 1e3, lv["mean_tpot_ms"] / 1e3))
+    return out
+
+
+def stagger(folder: str, model: str) -> list[Measured]:
+    ref, quant = MODELS[model]
+    return levels(V / folder / f"{model}-stagger-run.json", ref, quant, HARDWARE[folder])
+
+
+def err(pred: float, meas: float) -> float:
+    return 100 * (pred - meas) / meas
+
+
+def score(title: str, cal: Calibration, burst: list[Burst], steady: list[Measured]) -> dict:
+    """Print one held-out block's table; its errors (absolute %) by kind."""
+    print(f"\n### {title}\n\ncalibration: η_bw {cal.bw_efficiency:.2f}, η_c {cal.compute_efficiency:.2f}, t₀ {cal.step_overhead_ms:.2f} ms, "
+          f"t_eager {cal.eager_step_ms:.2f} ms\n\n| mode | c | tok/s meas / pred | err | TTFT ms meas / pred | err | TTFT p99 ms meas / pred | err | TPOT ms meas / pred | err |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+    errs: dict[str, list[float]] = {"tok_s": [], "ttft": [], "single": []}
+    for b in burst:
+        pt = predict(b.terms, cal, concurrency=b.concurrency, output_tokens=b.output_tokens)
+        e = (err(pt.aggregate_tok_s, b.tok_s), err(pt.ttft_mean_s, b.ttft_mean_s), err(pt.ttft_p99_s, b.ttft_p99_s), err(pt.tpot_s, b.tpot_s))
+        errs["tok_s"].append(abs(e[0]))
+        errs["ttft"] += [abs(e[1]), abs(e[2])]
+        print(f"| burst | {b.concurrency} | {b.tok_s:,.0f} / {pt.aggregate_tok_s:,.0f} | {e[0]:+.1f} % | {b.ttft_mean_s * 1e3:,.0f} / {pt.ttft_mean_s * 1e3:,.0f} (mean) | "
+              f"{e[1]:+.1f} % | {b.ttft_p99_s * 1e3:,.0f} / {pt.ttft_p99_s * 1e3:,.0f} | {e[2]:+.1f} % | {b.tpot_s * 1e3:.2f} / {pt.tpot_s * 1e3:.2f} (mean) | {e[3]:+.1f} % |")  # fmt: skip
+    for m in steady:
+        pt = predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens)
+        e = (err(pt.aggregate_tok_s, m.tok_s), err(pt.ttft_s, m.ttft_s), err(pt.tpot_s, m.tpot_s))
+        errs["tok_s"].append(abs(e[0]))
+        errs["ttft"].append(abs(e[1]))
+        if m.concurrency == 1:
+            errs["single"].append(abs(e[2]))
+        print(f"| stagger | {m.concurrency} | {m.tok_s:,.0f} / {pt.aggregate_tok_s:,.0f} | {e[0]:+.1f} % | {m.ttft_s * 1e3:,.0f} / {pt.ttft_s * 1e3:,.0f} (p50) | "
+              f"{e[1]:+.1f} % | – | – | {m.tpot_s * 1e3:.2f} / {pt.tpot_s * 1e3:.2f} (p50) | {e[2]:+.1f} % |")  # fmt: skip
+    return errs
+
+
+def summary(errs: dict[str, list[float]]) -> str:
+    def stats(v: list[float]) -> str:
+        return f"{statistics.median(v):.1f} % / {max(v):.1f} %" if v else "–"
+
+    return f"{stats(errs['tok_s'])} | {stats(errs['ttft'])} | {stats(errs['single'])}"
+
+
+def group(name: str, *, without: str | None = None) -> list[Measured]:
+    """The steady-state levels of a shipped calibration's runs (validation/predict_loo.py), less the runs whose path holds ``without``."""
+    return [m for g, path, model, quant, hw in RUNS if g == name and not (without and without in path.as_posix()) for m in levels(path, model, quant, hw)]
+
+
+def main() -> dict[str, dict[str, list[float]]]:
+    dense, moe = "vllm-0.25-h100-dense-bf16", "vllm-0.25-h100-moe-fp8"
+    blocks = {
+        "leave one model out: Qwen3-14B bf16, H100; dense fit on Qwen3-8B (H100) only": (
+            fit(group(dense, without="qwen3-14b"), dense, "Qwen3-8B"), bursts("cold-h100", "qwen3-14b"), stagger("cold-h100", "qwen3-14b")),
+        "leave one model out: Mixtral-8x7B fp8 (8 experts of 14,336, top 2), H100; the dense fit predict picks for such wide experts (H100: Qwen3-8B and Qwen3-14B)": (
+            fit(group(dense), dense, "H100"), bursts("cold-h100", "mixtral-8x7b"), stagger("cold-h100", "mixtral-8x7b")),
+        "the same with the MoE fit (Qwen3-30B-A3B: 128 experts of 768, top 8), for comparison": (
+            fit(group(moe), moe, "Qwen3-30B-A3B"), bursts("cold-h100", "mixtral-8x7b"), stagger("cold-h100", "mixtral-8x7b")),
+        "leave one GPU out: Qwen3-8B bf16, H200; the shipped dense fit (H100: Qwen3-8B and Qwen3-14B)": (
+            fit(group(dense), dense, "H100"), bursts("cold-h200", "qwen3-8b"), stagger("cold-h200", "qwen3-8b")),
+        "leave one GPU out: Qwen3-30B-A3B fp8, H200; the shipped MoE fit (H100)": (
+            fit(group(moe), moe, "H100"), bursts("cold-h200", "qwen3-30b-a3b"), stagger("cold-h200", "qwen3-30b-a3b")),
+    }  # fmt: skip
+    results = {title: score(title, *block) for title, block in blocks.items()}
+    short = {run: sorted({m.concurrency for m in ms}) for run, ms in SHORT.items() if "cold-" in run}
+    print(f"\nnot scored (short_window): {short}")
+    print("\n| held out | tok/s median / worst | TTFT median / worst | single-stream TPOT median / worst |\n|---|---|---|---|")
+    for title, errs in results.items():
+        print(f"| {title.split(';')[0]} | {summary(errs)} |")
+    every = {k: [v for title, e in results.items() if not title.startswith("the same") for v in e[k]] for k in ("tok_s", "ttft", "single")}
+    print(f"| all held out (the calibrations predict picks) | {summary(every)} |")
+    return results
+
+
+if __name__ == "__main__":
+    main()
