@@ -3,8 +3,8 @@ model, hardware, load and server limits, with the named cause of each gap.
 
 Per level: measured and predicted aggregate output tok/s, TPOT p50 and TTFT p50, the errors, the
 predicted bottleneck, and the cause: "as predicted" when aggregate tok/s and TPOT agree within
-``AGREE`` (noting a TTFT off by more than twice that: the steady-state TTFT the model does not
-have, validation/RESULTS-predict.md), with the level's findings (``servelab.diagnose``: prefix-cache
+``AGREE`` (noting a TTFT — p50, a burst's mean — off by more than twice that, with the terms the
+model's TTFT is made of), a burst's first wave that needs several prefill steps, the level's findings (``servelab.diagnose``: prefix-cache
 hits, synchronized waves, CUDA-graph padding, server queueing with its cause, a busy client, a
 ceiling exceeded — MoE routing not uniform or speculative decoding — preemptions); a gap beyond
 ``AGREE`` is put on those findings, else on the calibration (this engine × hardware × model family
@@ -18,12 +18,13 @@ level is noise, whatever the model says.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from servelab.diagnose import diagnose
 from servelab.errors import ServelabError
 from servelab.metrics.repeats import RepeatStats, repeat_stats
-from servelab.plan.fit import measured_levels
+from servelab.plan.fit import Measured, measured_levels, predicted_ttft
 from servelab.plan.predict import Calibration, Point, predict
 from servelab.plan.quant import QuantFormat
 from servelab.results import RunResult
@@ -51,8 +52,9 @@ class Row:
     measured_tok_s: float
     predicted: Point
     measured_tpot_s: float
-    measured_ttft_s: float
+    measured_ttft_s: float  # p50; a burst's mean
     cause: str
+    predicted_ttft_s: float  # the same statistic, predicted
 
     @property
     def tok_s_error(self) -> float:
@@ -72,9 +74,12 @@ def explain(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardware, cal
         mine = [f for f in findings if f.evidence.get("concurrency") == m.concurrency and f.kind in CAUSES]
         agree = abs(pt.aggregate_tok_s / m.tok_s - 1) <= AGREE and abs(pt.tpot_s / m.tpot_s - 1) <= AGREE
         named = [CAUSES[f.kind] + (f" ({f.evidence['cause']})" if f.kind == "server_queueing" else "") for f in mine]
+        wave = _wave(m)
+        if wave:
+            named.insert(0, wave)
         if agree:
-            ttft_off = abs(pt.ttft_s / m.ttft_s - 1) > 2 * AGREE
-            cause = "as predicted" + (" but TTFT (the model's is prefill plus one step)" if ttft_off else "") + "".join(f"; {n}" for n in named)
+            ttft_off = abs(predicted_ttft(m, pt) / m.ttft_s - 1) > 2 * AGREE
+            cause = "as predicted" + (f" but TTFT ({_ttft_terms(m)})" if ttft_off else "") + "".join(f"; {n}" for n in named)
         elif named:
             cause = "; ".join(named)
         elif m.terms.draft_tokens:
@@ -82,10 +87,29 @@ def explain(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardware, cal
                      f"the drafting time per step is not {cal.draft_overhead_ms:g} ms as in {cal.name}")  # fmt: skip
         else:
             cause = f"the calibration ({cal.name}) does not fit this engine × hardware × model"
-        rows.append(Row(m.concurrency, m.tok_s, pt, m.tpot_s, m.ttft_s, cause))
+        rows.append(Row(m.concurrency, m.tok_s, pt, m.tpot_s, m.ttft_s, cause, predicted_ttft(m, pt)))
     if not rows:
         raise ServelabError("the run has no closed-loop level with successful requests, TTFT and TPOT (token chunks that arrived apart) to explain")
     return rows
+
+
+def _wave(m: Measured) -> str:
+    """A burst level whose first wave needs several prefill steps: how many (servelab.plan.burst)."""
+    tokens = m.concurrency * m.terms.input_tokens
+    steps = math.ceil(tokens / m.terms.max_num_batched_tokens)
+    if m.terms.mode != "burst" or steps < 2:
+        return ""
+    return (f"a burst: the first wave's {tokens:,} prompt tokens prefill in {steps} steps of max_num_batched_tokens "
+            f"{m.terms.max_num_batched_tokens:,}, so its TTFT ranges over them (compare TTFT mean and p99, not p50)")  # fmt: skip
+
+
+def _ttft_terms(m: Measured) -> str:
+    """What the model's TTFT is made of, for a level whose TTFT is off (docs/metrics.md, "predict")."""
+    if m.terms.mode == "burst":
+        return "the model's: its wave's chunked prefill, the API server taking a wave's requests in turn"
+    if m.terms.running <= 1:
+        return "the model's: the prompt's step and 5 ms outside the engine"
+    return "the model's: the two steps already scheduled, the step carrying the prompt, its cohort in the API server"
 
 
 def repeatability(runs: list[RunResult]) -> list[RepeatStats]:

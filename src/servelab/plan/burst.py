@@ -24,8 +24,10 @@ with CUDA graphs; the second wave's requests arrive as the first wave's finish, 
 prompts were prefilled, and ride the steps of the first wave's tail. TTFT is bimodal (the first
 wave waits for the prefill of everything before it): compare its mean and p99, not its p50.
 
-Assumptions: every request has the same prompt and output length; the API server hands a wave's
-requests to the engine at once (no launch spread); no preemption (the KV cache holds the running
+- **launch spread**: the API server takes each request in turn (chat template, tokenization), so
+  requests sent together reach the engine ``admit_s`` apart.
+
+Assumptions: every request has the same prompt and output length; no preemption (the KV cache holds the running
 requests: ``servelab.plan.predict`` caps the batch); no prefix-cache hits.
 """
 
@@ -42,6 +44,7 @@ import numpy as np
 class _Request:
     stream: int
     sent: float
+    arrives: float  # at the engine
     prefilled: int = 0
     generated: int = 0
     first: float = 0.0
@@ -68,11 +71,13 @@ class Burst:
 
 def simulate(
     step_s: Callable[[int, int], float], *, streams: int, requests_per_stream: int, input_tokens: int, output_tokens: int,
-    max_num_seqs: int, max_num_batched_tokens: int,
+    max_num_seqs: int, max_num_batched_tokens: int, admit_s: float = 0.0,
 ) -> Burst:  # fmt: skip
     """Run a burst of ``streams`` closed-loop streams, each sending ``requests_per_stream`` requests of
     ``input_tokens`` prompt and ``output_tokens`` output tokens one after another, through the
-    scheduler of the module docstring. ``step_s(decode_tokens, prompt_tokens)``: a step's time, s.
+    scheduler of the module docstring. ``step_s(decode_tokens, prompt_tokens)``: a step's time, s;
+    ``admit_s``: the API server's time per request, s, one request after another (requests sent
+    together reach the engine ``admit_s`` apart: the launch spread).
 
     Raises:
         ValueError: a length, stream count or limit below 1.
@@ -80,18 +85,26 @@ def simulate(
     if min(streams, requests_per_stream, input_tokens, output_tokens, max_num_seqs, max_num_batched_tokens) < 1:
         raise ValueError("streams, requests, token counts and limits must be at least 1")
     left = {s: requests_per_stream - 1 for s in range(streams)}
-    arrivals: deque[_Request] = deque(_Request(s, 0.0) for s in range(streams))  # in arrival order
+    api_free = 0.0  # when the API server has handed the last request on
+
+    def send(stream: int, at: float) -> _Request:
+        nonlocal api_free
+        r = _Request(stream, at, arrives=max(at, api_free))
+        api_free = r.arrives + admit_s
+        return r
+
+    arrivals: deque[_Request] = deque(send(s, 0.0) for s in range(streams))  # in arrival order
     waiting: deque[_Request] = deque()
     running: list[_Request] = []
     ttft, e2e = [], []
     now, steps = 0.0, 0
     scheduled_at = [0.0, 0.0]  # when the scheduler decided the previous step and this one (asynchronous scheduling)
     while arrivals or waiting or running:
-        if not running and not waiting and arrivals[0].sent > now:  # idle engine: the next arrival is scheduled at once
-            now = arrivals[0].sent
+        if not running and not waiting and arrivals[0].arrives > now:  # idle engine: the next arrival is scheduled at once
+            now = arrivals[0].arrives
             scheduled_at = [now, now]
         cutoff = scheduled_at[0]  # this step was decided when the one before it started
-        while arrivals and arrivals[0].sent <= cutoff:
+        while arrivals and arrivals[0].arrives <= cutoff:
             waiting.append(arrivals.popleft())
         budget, decode, prompt, done_prefill = max_num_batched_tokens, 0, 0, []
         for r in running:  # running requests first: a decode token, or the next chunk of their prompt
@@ -111,7 +124,7 @@ def simulate(
             if chunk == input_tokens:
                 done_prefill.append(r)
         if not decode and not prompt:  # nothing eligible yet: wait for the next arrival
-            now = max(now, arrivals[0].sent)
+            now = max(now, arrivals[0].arrives)
             scheduled_at = [now, now]
             continue
         start, now = now, now + step_s(decode, prompt)
@@ -131,5 +144,5 @@ def simulate(
             e2e.append(now - r.sent)
             if left[r.stream]:
                 left[r.stream] -= 1
-                arrivals.append(_Request(r.stream, now))
+                arrivals.append(send(r.stream, now))
     return Burst(ttft, e2e, now, steps)

@@ -91,6 +91,7 @@ BW_RANGE = (0.2, 1.0)  # the grid of η_bw in fit (steps of 0.01); the datasheet
 COMPUTE_RANGE = (0.1, 1.2)  # … of η_c
 MIXED_SHARE = 0.25  # at most this share of the steps carries prompts (module docstring; measured 19–35 % at 32–256 streams: validation/mixed_steps.py)
 API_TTFT_S = 0.005  # TTFT's share outside the engine steps (HTTP, chat template, tokenization, the first chunk): 4–7 ms at one stream on vLLM 0.25 (validation/RESULTS-predict.md)
+ADMIT_S_PER_TOKEN = 2.0e-6  # the API server's time per request, per prompt token, one request after another (chat endpoint): a 256-stream burst of 1,024-token prompts ended 550 ms later than without it (validation/waves-h100/burst-*: TTFT p99 6.42–6.45 s measured, 5.88 s simulated), 2.1 ms a request
 ASYNC_WAIT_STEPS = 2  # steady state: the steps a new request waits for before the one that carries its prompt (module docstring; vLLM's asynchronous scheduling)
 BURST_REQUESTS = 2  # a burst's requests per stream: vllm bench serve --max-concurrency C --num-prompts 2C (the way issue 38's truth was measured)
 
@@ -316,7 +317,8 @@ def step_times(t: Terms, bw, cmp, per_step: float):
     riding = share * np.maximum(0.0, mixed - core) + t.prompts_per_step * t.prefill_allreduce_s
     wait = ASYNC_WAIT_STEPS if t.running > 1 else 0  # an idle engine schedules a request at once
     prompts = t.prompts_per_step / share if share else 1.0
-    ttft = API_TTFT_S + wait * decode + mixed + (t.kv_s + t.draft_bytes_s) / bw + t.allreduce_s + prompts * t.prefill_allreduce_s
+    admit = (prompts - 1) / 2 * ADMIT_S_PER_TOKEN * t.input_tokens if t.running > 1 else 0.0  # behind the others of its cohort in the API server
+    ttft = API_TTFT_S + admit + wait * decode + mixed + (t.kv_s + t.draft_bytes_s) / bw + t.allreduce_s + prompts * t.prefill_allreduce_s
     eager_tpot = t.decode_eager / per_step + share * (t.mixed_eager and not t.decode_eager)
     return decode / per_step + riding, ttft, decode, ((1 + t.draft_passes) / per_step, wait * (1 + t.draft_passes) + 1.0), (eager_tpot, wait * t.decode_eager + t.mixed_eager)
 
@@ -371,7 +373,7 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
         return max(x.bytes_s / cal.bw_efficiency, x.flops_s / cal.compute_efficiency) + x.kv_s / cal.bw_efficiency + x.allreduce_s + t0 + eager * x.eager
 
     run = simulate(step_s, streams=concurrency, requests_per_stream=BURST_REQUESTS, input_tokens=t.input_tokens, output_tokens=output_tokens,
-                   max_num_seqs=t.max_running, max_num_batched_tokens=t.max_num_batched_tokens)  # fmt: skip
+                   max_num_seqs=t.max_running, max_num_batched_tokens=t.max_num_batched_tokens, admit_s=ADMIT_S_PER_TOKEN * t.input_tokens)  # fmt: skip
     e2e, ttft, tpot = API_TTFT_S + float(np.mean(run.e2e_s)), API_TTFT_S + run.ttft("p50"), run.tpot_s(output_tokens)
     decode, prefill = step_s(t.running, 0), step_s(0, t.input_tokens)
     x = t.step_at(t.running, 0)

@@ -14,11 +14,11 @@ from servelab.plan.predict import Calibration
 def explain_table(rows: list[Row], title: str, cal: Calibration) -> Table:
     """Measured beside predicted per level, the predicted bottleneck and the cause of the gap."""
     table = Table(title=escape(title))
-    for col in ("streams", "tok/s measured", "predicted", "err", "TPOT ms meas / pred", "TTFT ms meas / pred", "predicted bottleneck", "the gap"):
+    for col in ("streams", "tok/s measured", "predicted", "err", "TPOT ms meas / pred", "TTFT ms meas / pred (p50; bursts: mean)", "predicted bottleneck", "the gap"):
         table.add_column(col, justify="left" if col in ("predicted bottleneck", "the gap") else "right")
     for r in rows:
         table.add_row(str(r.concurrency), f"{r.measured_tok_s:,.0f}", f"{r.predicted.aggregate_tok_s:,.0f}", f"{r.tok_s_error:+.0%}",
-                      f"{r.measured_tpot_s * 1e3:,.1f} / {r.predicted.tpot_s * 1e3:,.1f}", f"{r.measured_ttft_s * 1e3:,.1f} / {r.predicted.ttft_s * 1e3:,.1f}",
+                      f"{r.measured_tpot_s * 1e3:,.1f} / {r.predicted.tpot_s * 1e3:,.1f}", f"{r.measured_ttft_s * 1e3:,.1f} / {r.predicted_ttft_s * 1e3:,.1f}",
                       r.predicted.bottleneck, escape(r.cause))  # fmt: skip
     table.caption = escape(f"calibration {cal.name}: {cal.error}")  # a calibration file's text is the user's, not markup
     return table
