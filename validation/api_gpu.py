@@ -23,11 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cold_gpu import reset  # noqa: E402
 from vllm_gpu import bench, serve, stop  # noqa: E402
-from waves_gpu import scrape  # noqa: E402
+from waves_gpu import scrape, server_means  # noqa: E402
 
-import waves_gpu  # noqa: E402
-
-waves_gpu.HISTOGRAMS = ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds")
+HISTOGRAMS = ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds")
 
 
 def main() -> None:
@@ -43,9 +41,9 @@ def main() -> None:
         for endpoint in ("chat", "completions"):
             for c in (1, 64, 256):
                 reset(url)
-                before = scrape(url)
+                before = scrape(url, HISTOGRAMS)
                 run, _ = bench(url, args.out / f"{endpoint}-{c}", str(c), "--endpoint", endpoint, "--input-tokens", "512", "--output-tokens", "128", "--duration", "20s")
-                server = waves_gpu.server_means(before, scrape(url))
+                server = server_means(before, scrape(url, HISTOGRAMS), HISTOGRAMS)
                 lv = run.levels[0]
                 rows.append({"endpoint": endpoint, "concurrency": c, "tok_s": lv.output_throughput_tok_s, "ttft_p50_ms": lv.ttft_ms.p50, "ttft_mean_ms": lv.ttft_ms.mean,
                              "tpot_p50_ms": lv.tpot_ms.p50, "itl_mean_ms": lv.itl_ms.mean, "e2e_mean_ms": lv.e2e_ms.mean, "server": server})  # fmt: skip

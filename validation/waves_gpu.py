@@ -34,21 +34,21 @@ INPUT, OUTPUT = 1024, 256
 HISTOGRAMS = ("vllm:request_queue_time_seconds", "vllm:time_to_first_token_seconds")
 
 
-def scrape(url: str) -> dict[str, float]:
-    """Sum and count of the two histograms (summed over label sets)."""
+def scrape(url: str, histograms: tuple[str, ...] = HISTOGRAMS) -> dict[str, float]:
+    """Sum and count of the histograms (summed over label sets)."""
     text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
     out: dict[str, float] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            if s.name.removesuffix("_sum").removesuffix("_count") in HISTOGRAMS and s.name.endswith(("_sum", "_count")):
+            if s.name.removesuffix("_sum").removesuffix("_count") in histograms and s.name.endswith(("_sum", "_count")):
                 out[s.name] = out.get(s.name, 0.0) + s.value
     return out
 
 
-def server_means(before: dict[str, float], after: dict[str, float]) -> dict[str, float | None]:
-    """Mean queue time and TTFT per request over an interval, ms, from the histograms' deltas."""
+def server_means(before: dict[str, float], after: dict[str, float], histograms: tuple[str, ...] = HISTOGRAMS) -> dict[str, float | None]:
+    """Each histogram's mean over an interval, ms, from its deltas (queue time and TTFT per request by default)."""
     res = {}
-    for h in HISTOGRAMS:
+    for h in histograms:
         n = after.get(h + "_count", 0) - before.get(h + "_count", 0)
         res[h.split(":")[1].removesuffix("_seconds") + "_mean_ms"] = 1e3 * (after.get(h + "_sum", 0) - before.get(h + "_sum", 0)) / n if n else None
     return res
