@@ -31,7 +31,8 @@ from servelab.report.explain_table import explain_table, repeat_table
 from servelab.results import RunResult
 
 ASSUMPTIONS = ("no prefix-cache hits, acceptance not falling with the batch, the drafter's time per step of the calibration, "
-               "TP all-reduce at the profile's estimated latency (not measured)")
+               "TP all-reduce at the profile's estimated latency (not measured), vLLM's asynchronous scheduling, "
+               "bursts of 2 requests per stream (vllm bench serve --num-prompts 2C; with speculative decoding a burst is priced as the steady state)")
 VARY_KEYS = {"quant": str, "tp": int, "draft-tokens": int, "acceptance": float, "max-num-seqs": int, "max-num-batched-tokens": int, "routing": float}
 
 

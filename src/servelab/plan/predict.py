@@ -23,11 +23,23 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
   prompt tokens, taking max(weights ÷ bandwidth, FLOPs ÷ peak) of all of them, plus t_eager when
   its tokens exceed the largest capture size (vLLM 0.25 runs such a batch without CUDA graphs:
   ~80 ms for a 512-token prompt beside a MoE decode batch on H100, ~5 × the decode step), so
-  TPOT = t_d + f · (mixed step − decode step), and TTFT = t_p + t_d (+ t_eager when its step
-  runs without graphs);
-- **burst** (``--closed-loop burst``, and vllm bench serve: the B requests of a wave arrive
-  together): their prefills run one after another, so the median request waits for half of them,
-  TTFT = (B + 1) ÷ 2 · t_p + t_d, and decodes beside the half still prefilling, k = B ÷ 2 ÷ O;
+  TPOT = t_d + f · (mixed step − decode step);
+- **TTFT in the steady state** (vLLM's asynchronous scheduling, on by default in 0.25: the scheduler
+  decides step n + 1 while step n runs, vllm/v1/engine/core.py ``step_with_batch_queue``): a request
+  that arrives as its stream's previous one ends waits for the step running and the one already
+  scheduled, then rides a mixed step, TTFT = 2 · t_d + the mixed step + its cohort's other m − 1
+  prompts ahead of it in the API server ((m − 1) ÷ 2 · ``ADMIT_S_PER_TOKEN`` · P) + ``API_TTFT_S``
+  (HTTP, chat template, tokenization, the first chunk: measured 4–7 ms at one stream); at one
+  stream the engine is idle and TTFT = the prompt's step + ``API_TTFT_S``. p99: both waiting steps
+  carry prompts. Chat and completions endpoints measured alike (within 4 % tok/s, 10 % TTFT at
+  1–256 streams: validation/api-h100/), so no term per output chunk;
+- **burst** (``--closed-loop burst``, and vllm bench serve: the requests of a wave arrive
+  together): step by step (``servelab.plan.burst``): the wave's prompts prefill in chunks of
+  ``max_num_batched_tokens`` after the API server hands them on one by one (the launch spread),
+  then the wave decodes at full batch with CUDA graphs; each stream's next request (``BURST_REQUESTS``
+  per stream) arrives as its previous one ends. TTFT is bimodal: its mean and p99 are the figures
+  to compare (``ttft_mean_s``, ``ttft_p99_s``); a burst with speculative decoding is priced as the
+  steady state (not step by step);
 - E2E = TTFT + (O − 1) · TPOT; output tok/s per stream = O ÷ E2E, aggregate = c · O ÷ (E2E + queue wait).
 
 Tensor parallel over ``tp`` GPUs (or nodes): bytes and FLOPs per GPU come from the roofline; each
@@ -51,11 +63,11 @@ on H100 adds 2–4 ms a step, validation/RESULTS-predict.md) plus, for a model d
 and pay t₀. Checked on the DGX Spark report's Qwen3.5-122B-A10B MTP-2 table (validation/RESULTS-spark.md).
 
 Assumptions (stated with every prediction): uniform MoE routing (or a routing γ, ``servelab.plan.roofline``); the engine's chunked prefill
-interleaving prefills with decode (vLLM V1); at most ``MIXED_SHARE`` of the steps carrying prompts;
+interleaving prefills with decode (vLLM V1) and its asynchronous scheduling; at most ``MIXED_SHARE`` of the steps carrying prompts;
 no prefix-cache hits; acceptance that does not fall with the batch; the all-reduce latency of each
 hardware profile (an estimate). Calibration (:class:`Calibration`): η_bw and η_c on a grid, t₀ and
-t_eager by least squares (every row is linear in them) on the relative errors of measured TPOT,
-aggregate tok/s and TTFT p50 of real runs (``servelab.plan.fit``). Shipped calibrations and their measured errors: data/calibration.yaml.
+t_eager by least squares (every row is linear in them) on the relative errors of measured TPOT
+and aggregate tok/s of real steady-state runs (``servelab.plan.fit``); bursts and TTFT are held out. Shipped calibrations and their measured errors: data/calibration.yaml.
 """
 
 from __future__ import annotations
