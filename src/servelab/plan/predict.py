@@ -27,7 +27,8 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
 - **TTFT in the steady state** (vLLM's asynchronous scheduling, on by default in 0.25: the scheduler
   decides step n + 1 while step n runs, vllm/v1/engine/core.py ``step_with_batch_queue``): a request
   that arrives as its stream's previous one ends waits for the step running and the one already
-  scheduled, then rides a mixed step, TTFT = 2 · t_d + the mixed step + its cohort's other m − 1
+  scheduled (each a mixed step with probability f: 2 · (t_d + f · (mixed step − decode step))), then
+  rides a mixed step, TTFT = those two steps + the mixed step + its cohort's other m − 1
   prompts ahead of it in the API server ((m − 1) ÷ 2 · ``ADMIT_S_PER_TOKEN`` · P) + ``API_TTFT_S``
   (HTTP, chat template, tokenization, the first chunk: measured 4–7 ms at one stream); at one
   stream the engine is idle and TTFT = the prompt's step + ``API_TTFT_S``. p99: both waiting steps
@@ -330,9 +331,9 @@ def step_times(t: Terms, bw, cmp, per_step: float):
     wait = ASYNC_WAIT_STEPS if t.running > 1 else 0  # an idle engine schedules a request at once
     prompts = t.prompts_per_step / share if share else 1.0
     admit = (prompts - 1) / 2 * ADMIT_S_PER_TOKEN * t.input_tokens if t.running > 1 else 0.0  # behind the others of its cohort in the API server
-    ttft = API_TTFT_S + admit + wait * decode + mixed + (t.kv_s + t.draft_bytes_s) / bw + t.allreduce_s + prompts * t.prefill_allreduce_s
+    ttft = API_TTFT_S + admit + wait * (decode + riding) + mixed + (t.kv_s + t.draft_bytes_s) / bw + t.allreduce_s + prompts * t.prefill_allreduce_s
     eager_tpot = t.decode_eager / per_step + share * (t.mixed_eager and not t.decode_eager)
-    return decode / per_step + riding, ttft, decode, ((1 + t.draft_passes) / per_step, wait * (1 + t.draft_passes) + 1.0), (eager_tpot, wait * t.decode_eager + t.mixed_eager)
+    return decode / per_step + riding, ttft, decode, ((1 + t.draft_passes) / per_step, wait * (1 + t.draft_passes) + 1.0), (eager_tpot, wait * (t.decode_eager + share * (t.mixed_eager and not t.decode_eager)) + t.mixed_eager)
 
 
 def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int, acceptance: float = 0.0) -> Point:
@@ -369,7 +370,8 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
         bottleneck = "per-step overhead"
     else:
         bottleneck = "bandwidth" if t_mem + t.kv_s / cal.bw_efficiency >= t_cmp else "compute"
-    p99 = ttft + ASYNC_WAIT_STEPS * max(0.0, riding) / min(t.prompts_per_step, MIXED_SHARE) if t.running > 1 and t.prompts_per_step else ttft
+    share = min(t.prompts_per_step, MIXED_SHARE)
+    p99 = ttft + ASYNC_WAIT_STEPS * (1 - share) * max(0.0, riding) / share if t.running > 1 and share else ttft  # both waiting steps carry prompts
     return Point(concurrency, b, t.padded, t_d, t_p, ttft, tpot, e2e, queue, o / e2e, concurrency * o / (e2e + queue), bottleneck, ttft, p99)
 
 
