@@ -8,7 +8,7 @@ call, so that each call stays under the device tool's 10 minutes):
     python3 validation/cold_gpu.py --kit .gpu-vllm --out OUT --model qwen3-14b     # then mixtral-8x7b
 
 - ``qwen3-14b``: Qwen3-14B bf16 (dense; validation/configs/qwen3-14b), vLLM's default flags at
-  max_model_len 2,048;
+  max_model_len 2,048; ``qwen3-32b`` the same for Qwen3-32B (on an H200);
 - ``mixtral-8x7b``: Mixtral-8x7B with ``--quantization fp8`` (8 experts, top 2; uniform-random routing,
   the kit README says why; the kit's tokenizer resized to its 32,000 ids);
 - ``qwen3-8b``, ``qwen3-30b-a3b`` (fp8, uniform routing): the kit's configs, the models of the shipped
@@ -50,6 +50,7 @@ INPUT, OUTPUT, LEVELS = 512, 128, (1, 4, 16, 64, 256)
 UNIFORM = {"VLLM_MOE_ROUTING_SIMULATION_STRATEGY": "uniform_random"}
 MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tokenizer's 151,936)
     "qwen3-14b": (("--max-model-len", "2048"), {}, None),
+    "qwen3-32b": (("--max-model-len", "2048"), {}, None),  # H200: 65.5 GB of weights
     "mixtral-8x7b": (("--max-model-len", "2048", "--quantization", "fp8"), UNIFORM, 32000),
     "qwen3-8b": (("--max-model-len", "2048"), {}, None),  # in the calibrations: for another GPU (leave-one-GPU-out)
     "qwen3-30b-a3b": (("--max-model-len", "2048", "--quantization", "fp8"), UNIFORM, None),
