@@ -39,6 +39,7 @@ V = ROOT / "validation"
 MODELS = {  # name → (model reference, format)
     "qwen3-8b": ("qwen3-8b", "bf16"),
     "qwen3-14b": (str(V / "configs/qwen3-14b"), "bf16"),
+    "qwen3-32b": (str(V / "configs/qwen3-32b"), "bf16"),
     "qwen3-30b-a3b": ("qwen3-30b-a3b", "fp8"),
     "mixtral-8x7b": (str(V / "configs/mixtral-8x7b"), "fp8"),
 }
@@ -125,6 +126,8 @@ def main() -> dict[str, dict[str, list[float]]]:
     blocks = {
         "leave one model out: Qwen3-14B bf16, H100; dense fit on Qwen3-8B (H100) only": (
             fit(group(dense, without="qwen3-14b"), dense, "Qwen3-8B"), bursts("cold-h100", "qwen3-14b"), stagger("cold-h100", "qwen3-14b")),
+        "leave one model and GPU out: Qwen3-32B bf16, H200; the shipped dense fit (H100: Qwen3-8B and Qwen3-14B)": (
+            fit(group(dense), dense, "H100"), bursts("cold-h200", "qwen3-32b"), stagger("cold-h200", "qwen3-32b")),
         "leave one model out: Mixtral-8x7B fp8 (8 experts of 14,336, top 2), H100; the dense fit predict picks for such wide experts (H100: Qwen3-8B and Qwen3-14B)": (
             fit(group(dense), dense, "H100"), bursts("cold-h100", "mixtral-8x7b"), stagger("cold-h100", "mixtral-8x7b")),
         "the same with the MoE fit (Qwen3-30B-A3B: 128 experts of 768, top 8), for comparison": (
