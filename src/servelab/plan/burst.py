@@ -103,6 +103,14 @@ def simulate(
         if not running and not waiting and arrivals[0].arrives > now:  # idle engine: the next arrival is scheduled at once
             now = arrivals[0].arrives
             scheduled_at = [now, now]
+        if running and not arrivals and (not waiting or len(running) >= max_num_seqs) and all(r.generated for r in running):
+            skip = min(output_tokens - r.generated for r in running) - 1  # plain decode steps until the next finish: taken at once
+            if skip > 0:
+                step = step_s(len(running), 0)
+                for r in running:
+                    r.generated += skip
+                now, steps = now + skip * step, steps + skip
+                scheduled_at = [now - step, now]
         cutoff = scheduled_at[0]  # this step was decided when the one before it started
         while arrivals and arrivals[0].arrives <= cutoff:
             waiting.append(arrivals.popleft())
