@@ -57,3 +57,10 @@ def test_every_request_finishes_once_and_in_order(streams, per, p, o, seqs, mbt)
 def test_bad_sizes_are_refused():
     with pytest.raises(ValueError):
         simulate(flat, streams=0, requests_per_stream=1, input_tokens=1, output_tokens=1, max_num_seqs=1, max_num_batched_tokens=1)
+
+
+def test_running_decodes_take_the_budget_before_a_waiting_prompt():
+    """A budget of two tokens: the two running requests' decodes fill it, so the third prompt waits until they end."""
+    run = simulate(flat, streams=3, requests_per_stream=1, input_tokens=1, output_tokens=2, max_num_seqs=8, max_num_batched_tokens=2)
+    # step 1: two 1-token prompts; step 2: their two decodes (the budget), the third prompt waits; step 3: its prompt; step 4: its decode
+    assert run.steps == 4 and sorted(run.e2e_s)[-1] == pytest.approx(4 * 0.010 + 3 * 0.00001)

@@ -114,23 +114,25 @@ def simulate(
         cutoff = scheduled_at[0]  # this step was decided when the one before it started
         while arrivals and arrivals[0].arrives <= cutoff:
             waiting.append(arrivals.popleft())
-        budget, decode, prompt, done_prefill = max_num_batched_tokens, 0, 0, []
+        budget, prompt, done_prefill, decoding = max_num_batched_tokens, 0, set(), set()
         for r in running:  # running requests first: a decode token, or the next chunk of their prompt
             if r.prefilled < input_tokens:
                 chunk = min(input_tokens - r.prefilled, budget)
                 r.prefilled += chunk
                 prompt, budget = prompt + chunk, budget - chunk
                 if r.prefilled == input_tokens:
-                    done_prefill.append(r)
+                    done_prefill.add(r)
             elif budget > 0:
-                decode, budget = decode + 1, budget - 1
+                decoding.add(r)
+                budget -= 1
+        decode = len(decoding)
         while waiting and budget > 0 and len(running) < max_num_seqs:  # then new requests, first come first served
             r = waiting.popleft()
             chunk = min(input_tokens, budget)
             r.prefilled, prompt, budget = chunk, prompt + chunk, budget - chunk
             running.append(r)
             if chunk == input_tokens:
-                done_prefill.append(r)
+                done_prefill.add(r)
         if not decode and not prompt:  # nothing eligible yet: wait for the next arrival
             now = max(now, arrivals[0].arrives)
             scheduled_at = [now, now]
@@ -142,7 +144,7 @@ def simulate(
         for r in running:
             if r in done_prefill:
                 r.first, r.generated = now, 1
-            elif r.prefilled == input_tokens and r.generated:
+            elif r in decoding:
                 r.generated += 1
             if r.generated >= output_tokens:
                 finished.append(r)
