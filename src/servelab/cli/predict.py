@@ -79,7 +79,7 @@ def predict_cmd(
     draft_tokens: Annotated[int, typer.Option(min=0, help="Speculative decoding: draft tokens per step (default K of --speculative; without it, drafting costs only the calibrated time per step).")] = 0,
     acceptance: Annotated[float, typer.Option(min=0.0, max=1.0, help="Speculative decoding: acceptance rate, accepted ÷ drafted tokens (vLLM's; servelab bench reports it).")] = 0.7,
     routing: Annotated[float, typer.Option(help="MoE routing γ: a decode step's B tokens reach the experts B^γ independent tokens would; 1 = uniform (default), 0.5 fitted on published gpt-oss-120b DGX Spark runs.")] = 1.0,
-    closed_loop: Annotated[Literal["stagger", "burst"], typer.Option(help="stagger: steady state (servelab bench's default); burst: each wave's requests arrive together (vllm bench serve).")] = "stagger",
+    closed_loop: Annotated[Literal["stagger", "burst"], typer.Option(help="stagger: steady state (servelab bench's default); burst: the streams start together, 2 requests each (vllm bench serve --max-concurrency C --num-prompts 2C), run step by step through vLLM's scheduler; compare its TTFT mean and p99 (--json), not the p50.")] = "stagger",
     plot: Annotated[Path | None, typer.Option(help="Also draw the curves to this PNG file.")] = None,
     overlay: Annotated[list[Path] | None, typer.Option(help="With --plot: a measured run (directory or run.json) drawn over the curves; repeatable.")] = None,
     vary: Annotated[list[str] | None, typer.Option(help="Compare alternatives: KEY=V1,V2 with KEY quant, tp, draft-tokens, acceptance, max-num-seqs, max-num-batched-tokens or routing (repeatable); prints Δ% against the first.")] = None,
