@@ -25,7 +25,7 @@ from servelab.diagnose import diagnose
 from servelab.errors import ServelabError
 from servelab.metrics.repeats import RepeatStats, repeat_stats
 from servelab.plan.fit import Measured, measured_levels, predicted_ttft
-from servelab.plan.predict import Calibration, Point, predict
+from servelab.plan.predict import API_TTFT_S, Calibration, Point, predict
 from servelab.plan.quant import QuantFormat
 from servelab.results import RunResult
 from servelab.specs import Hardware, ModelSpec
@@ -108,7 +108,7 @@ def _ttft_terms(m: Measured) -> str:
     if m.terms.mode == "burst":
         return "the model's: its wave's chunked prefill, the API server taking a wave's requests in turn"
     if m.terms.running <= 1:
-        return "the model's: the prompt's step and 5 ms outside the engine"
+        return f"the model's: the prompt's step and {API_TTFT_S * 1e3:g} ms outside the engine"
     return "the model's: the two steps already scheduled, the step carrying the prompt, its cohort in the API server"
 
 

@@ -124,16 +124,18 @@ def _fit_base(rows: list[Measured], name: str, source: str) -> Calibration:
     cmp = np.linspace(*COMPUTE_RANGE, round((COMPUTE_RANGE[1] - COMPUTE_RANGE[0]) * 100) + 1)[None, :]
     shape = np.broadcast_shapes(bw.shape, cmp.shape)
     ratios: list[tuple] = []  # (predicted ÷ measured without t₀ and the eager time, what one second of t₀ adds, … of the eager time)
+    weights: list[float] = []  # a load measured n times weighs as one (repeated runs would outvote the others)
     same = Counter(_load(m) for m in rows)
     for m in rows:
-        w = 1 / math.sqrt(same[_load(m)])  # a load measured n times weighs as one (repeated runs would outvote the others)
         per_step = spec_tokens_per_step(m.acceptance, m.terms.draft_tokens)
         tpot, ttft, _, (o_tpot, o_ttft), (e_tpot, e_ttft) = step_times(m.terms, bw, cmp, per_step)
-        ratios.append((w, tpot / m.tpot_s, o_tpot / m.tpot_s, e_tpot / m.tpot_s))
+        ratios.append((tpot / m.tpot_s, o_tpot / m.tpot_s, e_tpot / m.tpot_s))
         waiting, cycle, o = m.concurrency / m.terms.running, m.concurrency * m.output_tokens / m.tok_s, m.output_tokens
-        ratios.append((w, waiting * (ttft + (o - 1) * tpot) / cycle, waiting * (o_ttft + (o - 1) * o_tpot) / cycle, waiting * (e_ttft + (o - 1) * e_tpot) / cycle))
-    # weighted rows: w · (a + t₀ · b + t_eager · c − 1), so a' = w · (a − 1) + 1
-    a, b, c = (np.stack([np.broadcast_to(r[0] * (np.asarray(r[n], dtype=float) - (n == 1)) + (n == 1), shape) for r in ratios], axis=-1) for n in (1, 2, 3))
+        ratios.append((waiting * (ttft + (o - 1) * tpot) / cycle, waiting * (o_ttft + (o - 1) * o_tpot) / cycle, waiting * (e_ttft + (o - 1) * e_tpot) / cycle))
+        weights += [1 / math.sqrt(same[_load(m)])] * 2
+    a, b, c = (np.stack([np.broadcast_to(np.asarray(r[n], dtype=float), shape) for r in ratios], axis=-1) for n in range(3))
+    w = np.array(weights)  # weighted rows w · (a + t₀ · b + t_eager · c − 1): the same least squares on 1 + w · (a − 1), w · b, w · c
+    a, b, c = 1 + w * (a - 1), w * b, w * c
     t0, eager = _least_squares_terms(a, b, c)
     sse = ((a + t0[..., None] * b + eager[..., None] * c - 1) ** 2).sum(-1)
     i, j = np.unravel_index(np.argmin(sse), sse.shape)

@@ -211,8 +211,8 @@ class Point:
     per_stream_tok_s: float
     aggregate_tok_s: float
     bottleneck: str
-    ttft_mean_s: float = 0.0  # bursts: TTFT is bimodal (waves), so compare its mean and p99; the steady state: the p50 (``ttft_s``)
-    ttft_p99_s: float = 0.0
+    ttft_mean_s: float  # bursts: TTFT is bimodal (waves), so compare its mean and p99; the steady state: the p50 (``ttft_s``)
+    ttft_p99_s: float
 
 
 @dataclass(frozen=True)
@@ -339,12 +339,12 @@ def step_times(t: Terms, bw, cmp, per_step: float):
 def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int, acceptance: float = 0.0) -> Point:
     """A level's prediction from its terms and a calibration; with draft tokens, ``acceptance`` the
     acceptance rate, accepted ÷ drafted tokens (module docstring)."""
+    if t.mode == "burst" and t.step_at and not t.draft_tokens:
+        return _burst(t, cal, concurrency=concurrency, output_tokens=output_tokens)
     t0, draft = cal.step_overhead_ms / 1e3, (cal.draft_overhead_ms / 1e3 if t.draft_tokens else 0.0)
     overhead = t0 * (1 + t.draft_passes) + draft  # a step's: its own t₀, each draft pass's, the drafting time
     eager = cal.eager_step_ms / 1e3
     per_step = spec_tokens_per_step(acceptance, t.draft_tokens)
-    if t.mode == "burst" and t.step_at and not t.draft_tokens:
-        return _burst(t, cal, concurrency=concurrency, output_tokens=output_tokens)
     tpot0, ttft0, decode, (o_tpot, o_ttft), (e_tpot, e_ttft) = step_times(t, cal.bw_efficiency, cal.compute_efficiency, per_step)
     tpot = float(tpot0 + t0 * o_tpot + draft / per_step + eager * e_tpot)
     ttft = float(ttft0 + (t0 + draft) * o_ttft + eager * e_ttft)
@@ -388,12 +388,12 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
 
     run = simulate(step_s, streams=concurrency, requests_per_stream=BURST_REQUESTS, input_tokens=t.input_tokens, output_tokens=output_tokens,
                    max_num_seqs=t.max_running, max_num_batched_tokens=t.max_num_batched_tokens, admit_s=ADMIT_S_PER_TOKEN * t.input_tokens)  # fmt: skip
-    e2e, ttft, tpot = API_TTFT_S + float(np.mean(run.e2e_s)), API_TTFT_S + run.ttft("p50"), run.tpot_s(output_tokens)
+    e2e, tpot, mean = API_TTFT_S + float(np.mean(run.e2e_s)), run.tpot_s(output_tokens), run.ttft("mean")
     decode, prefill = step_s(t.running, 0), step_s(0, t.input_tokens)
     x = t.step_at(t.running, 0)
     if concurrency > t.running:
         bottleneck = "slot cap / KV capacity"
-    elif run.ttft("mean") >= PREFILL_NAMED * (e2e - run.ttft("mean")):
+    elif mean >= PREFILL_NAMED * (e2e - mean):
         bottleneck = "prefill (a wave's prompts, chunked under max_num_batched_tokens)"
     elif x.eager and eager > 0.5 * decode:
         bottleneck = "no CUDA graph (batch above the largest capture size)"
@@ -401,5 +401,5 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
         bottleneck = "per-step overhead"
     else:
         bottleneck = "bandwidth" if (x.bytes_s + x.kv_s) / cal.bw_efficiency >= x.flops_s / cal.compute_efficiency else "compute"
-    return Point(concurrency, t.running, t.padded, decode, prefill, ttft, tpot, e2e, 0.0, output_tokens / e2e,
-                 concurrency * BURST_REQUESTS * output_tokens / run.span_s, bottleneck, API_TTFT_S + run.ttft("mean"), API_TTFT_S + run.ttft("p99"))  # fmt: skip
+    return Point(concurrency, t.running, t.padded, decode, prefill, API_TTFT_S + run.ttft("p50"), tpot, e2e, 0.0, output_tokens / e2e,
+                 concurrency * BURST_REQUESTS * output_tokens / run.span_s, bottleneck, API_TTFT_S + mean, API_TTFT_S + run.ttft("p99"))  # fmt: skip
