@@ -12,7 +12,11 @@ call, so that each call stays under the device tool's 10 minutes):
 - ``mixtral-8x7b``: Mixtral-8x7B with ``--quantization fp8`` (8 experts, top 2; uniform-random routing,
   the kit README says why; the kit's tokenizer resized to its 32,000 ids);
 - ``qwen3-8b``, ``qwen3-30b-a3b`` (fp8, uniform routing): the kit's configs, the models of the shipped
-  calibrations, for a GPU they were not fitted on (leave-one-GPU-out).
+  calibrations, for a GPU they were not fitted on (leave-one-GPU-out);
+- ``gemma-3-27b`` (bf16, 62 layers) and ``llama-3.1-70b`` (``--quantization fp8``, 80 layers, H200):
+  deep dense models, the check of the per-layer step time (``--levels 1,4,16,64`` keeps a call under
+  10 minutes); ``qwen3-32b-fp8``: Qwen3-32B with ``--quantization fp8``, against its BF16 run on the
+  same GPU (FP8's prefill speed).
 
 On each server (started with ``VLLM_SERVER_DEV_MODE=1``), 512 prompt / 128 output tokens, chat endpoint:
 
@@ -54,6 +58,9 @@ MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tok
     "mixtral-8x7b": (("--max-model-len", "2048", "--quantization", "fp8"), UNIFORM, 32000),
     "qwen3-8b": (("--max-model-len", "2048"), {}, None),  # in the calibrations: for another GPU (leave-one-GPU-out)
     "qwen3-30b-a3b": (("--max-model-len", "2048", "--quantization", "fp8"), UNIFORM, None),
+    "gemma-3-27b": (("--max-model-len", "2048"), {}, 262208),  # 62 layers: the per-layer step time's check (the kit's tokenizer grown to its vocabulary)
+    "llama-3.1-70b": (("--max-model-len", "2048", "--quantization", "fp8"), {}, 128256),  # 80 layers, dense FP8 (H200)
+    "qwen3-32b-fp8": (("--max-model-len", "2048", "--quantization", "fp8"), {}, None),  # FP8 against qwen3-32b's BF16 on one GPU
 }
 JIT = "Triton kernel JIT compilation during inference"
 
@@ -63,8 +70,8 @@ def kit_with(kit: Path, model: str, vocab: int | None) -> Path:
     tmp = Path(tempfile.mkdtemp()) / "kit"
     shutil.copytree(kit, tmp)
     (tmp / "configs").chmod(0o755)
-    if not (tmp / "configs" / model).exists():
-        shutil.copytree(HERE / "configs" / model, tmp / "configs" / model)
+    if not (tmp / "configs" / model).exists():  # MODEL-fp8: MODEL's config, quantized by vLLM
+        shutil.copytree(HERE / "configs" / model.removesuffix("-fp8"), tmp / "configs" / model)
     if vocab:
         (tmp / "tokenizer").chmod(0o755)
         subprocess.run([sys.executable, str(kit / "resize_tokenizer.py"), str(vocab), str(tmp / "resized")], check=True)
@@ -107,15 +114,15 @@ def vllm_bench(url: str, model: str, out: Path, concurrency: int, prompts: int, 
     return res
 
 
-def run_model(kit: Path, out: Path, model: str) -> None:
+def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS) -> None:
     flags, env, vocab = MODELS[model]
     log = out / f"{model}-boot.log"
     pgid, url = serve(kit_with(kit, model, vocab), model, log, *flags, env={**env, "VLLM_SERVER_DEV_MODE": "1"})
     try:
-        for c in LEVELS:  # warm-up: every batch shape the levels reach, before any window
+        for c in levels:  # warm-up: every batch shape the levels reach, before any window
             vllm_bench(url, model, out, c, c, 16, 10_000 + c)
         rows = []
-        for c in LEVELS:
+        for c in levels:
             reset(url)
             h0, mark = hits(url), log.stat().st_size
             res = vllm_bench(url, model, out, c, 2 * c, OUTPUT, c)
@@ -130,7 +137,7 @@ def run_model(kit: Path, out: Path, model: str) -> None:
                   f"{r['prefix_cache_queries']:.0f} tokens, JIT lines {len(jit)}", flush=True)  # fmt: skip
         (out / f"{model}-bursts.json").write_text(json.dumps({"model": model, "input_tokens": INPUT, "output_tokens": OUTPUT, "levels": rows}, indent=1))
         reset(url)
-        run, _ = bench(url, out / f"{model}-stagger", ",".join(map(str, LEVELS)), "--input-tokens", str(INPUT), "--output-tokens", str(OUTPUT),
+        run, _ = bench(url, out / f"{model}-stagger", ",".join(map(str, levels)), "--input-tokens", str(INPUT), "--output-tokens", str(OUTPUT),
                        "--duration", "20s", "--server-log", str(log))  # fmt: skip
     finally:
         stop(pgid)
@@ -146,9 +153,10 @@ def main() -> None:
     ap.add_argument("--kit", type=Path, required=True, help="the gpu-vllm kit folder (serve.sh, configs/, tokenizer/)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--model", choices=list(MODELS), required=True)
+    ap.add_argument("--levels", default=",".join(map(str, LEVELS)), help="streams per level, comma-separated (a large model's 256 outlasts one call)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    run_model(args.kit, args.out, args.model)
+    run_model(args.kit, args.out, args.model, tuple(int(c) for c in args.levels.split(",")))
 
 
 if __name__ == "__main__":

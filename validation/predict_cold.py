@@ -42,6 +42,9 @@ MODELS = {  # name → (model reference, format)
     "qwen3-32b": (str(V / "configs/qwen3-32b"), "bf16"),
     "qwen3-30b-a3b": ("qwen3-30b-a3b", "fp8"),
     "mixtral-8x7b": (str(V / "configs/mixtral-8x7b"), "fp8"),
+    "gemma-3-27b": (str(V / "configs/gemma-3-27b"), "bf16"),
+    "llama-3.1-70b": (str(V / "configs/llama-3.1-70b"), "fp8"),
+    "qwen3-32b-fp8": (str(V / "configs/qwen3-32b"), "fp8"),
 }
 HARDWARE = {"cold-h100": "h100-sxm", "cold-h200": "h200"}
 
@@ -86,7 +89,7 @@ def err(pred: float, meas: float) -> float:
 
 def score(title: str, cal: Calibration, burst: list[Burst], steady: list[Measured]) -> dict:
     """Print one held-out block's table; its errors (absolute %) by kind."""
-    print(f"\n### {title}\n\ncalibration: η_bw {cal.bw_efficiency:.2f}, η_c {cal.compute_efficiency:.2f}, t₀ {cal.step_overhead_ms:.2f} ms, "
+    print(f"\n### {title}\n\ncalibration: η_bw {cal.bw_efficiency:.2f}, η_c {cal.compute_efficiency:.2f}, t_ℓ {cal.layer_overhead_us:.1f} µs per layer, "
           f"t_eager {cal.eager_step_ms:.2f} ms\n\n| mode | c | tok/s meas / pred | err | TTFT ms meas / pred | err | TTFT p99 ms meas / pred | err | TPOT ms meas / pred | err |\n"
           "|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
     errs: dict[str, list[float]] = {"tok_s": [], "ttft": [], "single": []}
@@ -132,6 +135,12 @@ def main() -> dict[str, dict[str, list[float]]]:
             fit(group(dense), dense, "H100"), bursts("cold-h100", "mixtral-8x7b"), stagger("cold-h100", "mixtral-8x7b")),
         "the same with the MoE fit (Qwen3-30B-A3B: 128 experts of 768, top 8), for comparison": (
             fit(group(moe), moe, "Qwen3-30B-A3B"), bursts("cold-h100", "mixtral-8x7b"), stagger("cold-h100", "mixtral-8x7b")),
+        "leave one model and GPU out: Gemma-3-27B bf16 (62 layers), H200; the shipped dense fit (H100: Qwen3-8B and Qwen3-14B)": (
+            fit(group(dense), dense, "H100"), bursts("cold-h200", "gemma-3-27b"), stagger("cold-h200", "gemma-3-27b")),
+        "leave one model and GPU out: Llama-3.1-70B fp8 (80 layers), H200; the shipped dense fit (H100: Qwen3-8B and Qwen3-14B)": (
+            fit(group(dense), dense, "H100"), bursts("cold-h200", "llama-3.1-70b"), stagger("cold-h200", "llama-3.1-70b")),
+        "leave one model and GPU out: Qwen3-32B fp8, H200; the shipped dense fit (H100: Qwen3-8B and Qwen3-14B)": (
+            fit(group(dense), dense, "H100"), bursts("cold-h200", "qwen3-32b-fp8"), stagger("cold-h200", "qwen3-32b-fp8")),
         "leave one GPU out: Qwen3-8B bf16, H200; the shipped dense fit (H100: Qwen3-8B and Qwen3-14B)": (
             fit(group(dense), dense, "H100"), bursts("cold-h200", "qwen3-8b"), stagger("cold-h200", "qwen3-8b")),
         "leave one GPU out: Qwen3-30B-A3B fp8, H200; the shipped MoE fit (H100)": (

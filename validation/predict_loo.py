@@ -90,7 +90,7 @@ def main() -> None:
                   f"{err(predicted_ttft(lv, pt), lv.ttft_s):+.1f} % |")
         print(f"\n{group}, leave-one-out: {error_summary(pairs)}")
         whole = fit([lv for _, lvs in runs for lv in lvs], group, "all runs")
-        print(f"fit on all: bw_efficiency {whole.bw_efficiency:.3f}, compute_efficiency {whole.compute_efficiency:.3f}, step_overhead_ms {whole.step_overhead_ms:.3f}, eager_step_ms {whole.eager_step_ms:.3f}")
+        print(f"fit on all: bw_efficiency {whole.bw_efficiency:.3f}, compute_efficiency {whole.compute_efficiency:.3f}, layer_overhead_us {whole.layer_overhead_us:.2f}, eager_step_ms {whole.eager_step_ms:.3f}")
         for g, path, model, quant, hw in HELD_OUT:
             if g != group:
                 continue

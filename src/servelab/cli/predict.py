@@ -32,6 +32,7 @@ from servelab.results import RunResult
 
 ASSUMPTIONS = ("no prefix-cache hits, acceptance not falling with the batch, the drafter's time per step of the calibration, "
                "TP all-reduce at the profile's estimated latency (not measured), vLLM's asynchronous scheduling, "
+               "FP8 computing at the BF16 rate (vLLM's online FP8 in prefill), a fixed time per layer per step, "
                "bursts of 2 requests per stream (vllm bench serve --num-prompts 2C; with speculative decoding a burst is priced as the steady state)")
 VARY_KEYS = {"quant": str, "tp": int, "draft-tokens": int, "acceptance": float, "max-num-seqs": int, "max-num-batched-tokens": int, "routing": float}
 
@@ -137,7 +138,7 @@ def predict_cmd(
                           "variants": [{"settings": v, "limits": asdict(lim), "points": [asdict(p) for p in pts]} for v, lim, pts in results],
                           "not_fitting": [{"settings": v, "why": why} for v, why in unfit]}, indent=2, default=str))  # fmt: skip
         return
-    caption = (f"calibration {cal.name} (η_bw {cal.bw_efficiency}, η_c {cal.compute_efficiency}, {cal.step_overhead_ms} ms per step, {cal.eager_step_ms} ms more without CUDA graphs; {cal.source}). "
+    caption = (f"calibration {cal.name} (η_bw {cal.bw_efficiency}, η_c {cal.compute_efficiency}, {cal.layer_overhead_us} µs per layer per step, {cal.eager_step_ms} ms more without CUDA graphs; {cal.source}). "
                f"Measured error: {cal.error} Assumes {_assumptions(routing)}.")  # fmt: skip
     title = f"predicted: {spec.name} · {hw.name} · {input_tokens:,} in / {output_tokens:,} out · " + ("open loop" if rates else closed_loop)
     title, caption = escape(title), escape(caption)  # model names and calibration files are the user's text, not markup
@@ -290,7 +291,7 @@ def calibrate_cmd(
     error = "leave-one-out: " + error_summary(leave_one_out(measured, name))
     cal = fit([m for levels in measured for m in levels], name, f"servelab calibrate on {', '.join(label for label, _ in found)}").model_copy(update={"error": error})
     drafting = f", draft_overhead_ms {cal.draft_overhead_ms}" if cal.draft_overhead_ms else ""
-    console.print(escape(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}, step_overhead_ms {cal.step_overhead_ms}, eager_step_ms {cal.eager_step_ms}{drafting}\n{error}"))
+    console.print(escape(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}, layer_overhead_us {cal.layer_overhead_us}, eager_step_ms {cal.eager_step_ms}{drafting}\n{error}"))
     if cal.bw_efficiency in BW_RANGE or cal.compute_efficiency in COMPUTE_RANGE:
         console.print("[yellow]an efficiency sits at the edge of its range: these runs do not pin it down; add levels at other concurrencies (1 stream fixes the prefill efficiency)[/]")
     if out is not None:

@@ -142,6 +142,9 @@ class Engine:
     gpu_memory_utilization_default: ClassVar[float | None] = None  # the value of flags.gpu_memory when not given
     max_num_seqs_floor: ClassVar[int | None] = None  # its smallest max_num_seqs default over devices (lint: unset above it)
 
+    # servelab predict: a compute dtype whose datasheet peak this engine's kernels do not approach → the dtype whose peak they run at
+    peak_dtype: ClassVar[dict[str, str]] = {}
+
     @property
     def recipe_names(self) -> tuple[str, ...]:
         """The names a recipe's ``engine`` field may use for it."""

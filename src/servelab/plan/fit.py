@@ -64,10 +64,10 @@ def measured_levels(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardw
 def fit(rows: list[Measured], name: str, source: str) -> Calibration:
     """Calibration from measured steady-state levels (bursts are held out: ``servelab.plan.burst``
     predicts them step by step): the efficiencies (η_bw in ``BW_RANGE`` — the datasheet bandwidth is
-    the ceiling —, η_c in ``COMPUTE_RANGE``, steps of 0.01), the per-step overhead t₀ ≥ 0 and the
+    the ceiling —, η_c in ``COMPUTE_RANGE``, steps of 0.01), the time per layer t_ℓ ≥ 0 and the
     time t_eager ≥ 0 a step without CUDA graphs adds, that minimise the squared relative error of the
     predicted TPOT p50 and aggregate output tok/s of every level (the latter as its inverse, one
-    stream's request cycle c · O ÷ tok/s; t₀ and t_eager in closed form for each pair of
+    stream's request cycle c · O ÷ tok/s; t_ℓ and t_eager in closed form for each pair of
     efficiencies: both are linear in them), a load measured n times (repeated runs) weighing as
     one. The aggregate rows carry what TPOT p50 misses where prefill limits the server: a level
     measured for a ``--duration`` close to one request's time keeps the TPOT of the requests that
@@ -119,11 +119,11 @@ def _least_squares_terms(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[n
 
 
 def _fit_base(rows: list[Measured], name: str, source: str) -> Calibration:
-    """η_bw, η_c, t₀ and the eager step time of :func:`fit` (a speculative level's drafting time folded into t₀)."""
+    """η_bw, η_c, t_ℓ and the eager step time of :func:`fit` (a speculative level's drafting time folded into t_ℓ)."""
     bw = np.linspace(*BW_RANGE, round((BW_RANGE[1] - BW_RANGE[0]) * 100) + 1)[:, None]
     cmp = np.linspace(*COMPUTE_RANGE, round((COMPUTE_RANGE[1] - COMPUTE_RANGE[0]) * 100) + 1)[None, :]
     shape = np.broadcast_shapes(bw.shape, cmp.shape)
-    ratios: list[tuple] = []  # (predicted ÷ measured without t₀ and the eager time, what one second of t₀ adds, … of the eager time)
+    ratios: list[tuple] = []  # (predicted ÷ measured without t_ℓ and the eager time, what one second of t_ℓ adds, … of the eager time)
     weights: list[float] = []  # a load measured n times weighs as one (repeated runs would outvote the others)
     same = Counter(_load(m) for m in rows)
     for m in rows:
@@ -134,13 +134,13 @@ def _fit_base(rows: list[Measured], name: str, source: str) -> Calibration:
         ratios.append((waiting * (ttft + (o - 1) * tpot) / cycle, waiting * (o_ttft + (o - 1) * o_tpot) / cycle, waiting * (e_ttft + (o - 1) * e_tpot) / cycle))
         weights += [1 / math.sqrt(same[_load(m)])] * 2
     a, b, c = (np.stack([np.broadcast_to(np.asarray(r[n], dtype=float), shape) for r in ratios], axis=-1) for n in range(3))
-    w = np.array(weights)  # weighted rows w · (a + t₀ · b + t_eager · c − 1): the same least squares on 1 + w · (a − 1), w · b, w · c
+    w = np.array(weights)  # weighted rows w · (a + t_ℓ · b + t_eager · c − 1): the same least squares on 1 + w · (a − 1), w · b, w · c
     a, b, c = 1 + w * (a - 1), w * b, w * c
-    t0, eager = _least_squares_terms(a, b, c)
-    sse = ((a + t0[..., None] * b + eager[..., None] * c - 1) ** 2).sum(-1)
+    layer, eager = _least_squares_terms(a, b, c)
+    sse = ((a + layer[..., None] * b + eager[..., None] * c - 1) ** 2).sum(-1)
     i, j = np.unravel_index(np.argmin(sse), sse.shape)
     return Calibration(name=name, bw_efficiency=round(float(bw[i, 0]), 3), compute_efficiency=round(float(cmp[0, j]), 3),
-                       step_overhead_ms=round(float(t0[i, j]) * 1e3, 3), eager_step_ms=round(float(eager[i, j]) * 1e3, 3), source=source)  # fmt: skip
+                       layer_overhead_us=round(float(layer[i, j]) * 1e6, 2), eager_step_ms=round(float(eager[i, j]) * 1e3, 3), source=source)  # fmt: skip
 
 
 def _load(m: Measured) -> tuple:

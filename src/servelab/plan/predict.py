@@ -7,12 +7,18 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
 - **running** B = min(c, max_num_seqs, requests of P + O tokens the KV cache holds); the rest
   wait on the server (the *slot cap* or *KV capacity*), adding (c − B) ÷ B request durations;
 - **decode step** at B sequences and context L = P + O/2:
-  t_d = max(weights ÷ (bandwidth · η_bw), FLOPs ÷ (peak · η_c)) + KV ÷ (bandwidth · η_bw) + t₀:
+  t_d = max(weights ÷ (bandwidth · η_bw), FLOPs ÷ (peak · η_c)) + KV ÷ (bandwidth · η_bw) + t₀,
+  t₀ = L · t_ℓ for a model of L layers (t_ℓ the calibrated time per layer: a layer's norms, rotary,
+  attention set-up and activation kernels and the gaps between them in its CUDA graph; a constant t₀
+  fitted on 36- and 40-layer models left the 64-layer Qwen3-32B 6 % fast at one stream, held out, and
+  t_ℓ 0.3 % on the 62-layer Gemma-3-27B and 0.6 % on the 80-layer Llama-3.1-70B, validation/RESULTS-predict.md):
   the matrix products read the weights touched (MoE: the distinct experts B tokens reach under
   uniform routing) or are compute-bound, and attention then reads the KV cache and recurrent state
   of B sequences; weights and FLOPs over the *padded* batch s = the smallest CUDA-graph capture
   size ≥ B (vLLM runs the captured graph of size s, its padding tokens routed like real ones);
-  above the largest size the step runs without a graph and adds t_eager;
+  above the largest size the step runs without a graph and adds t_eager; peak: the datasheet's for
+  the format's compute dtype, or the dtype whose rate the engine's kernels reach
+  (``Engine.peak_dtype``: vLLM's FP8 prefill runs at the BF16 rate);
 - **prefill** of one prompt alone: t_p = FLOPs ÷ (peak · η_c) (or its bytes, when larger);
 - **steady state** (``stagger``, servelab's default; vLLM's chunked prefill mixes prefills into
   decode steps): while a request decodes its O tokens, the other B − 1 streams each prefill once,
@@ -61,12 +67,12 @@ the prefill share. t_draft = a calibrated constant (``draft_overhead_ms``: vLLM 
 on H100 adds 2–4 ms a step, validation/RESULTS-predict.md) plus, for a model drafter
 (``--speculative mtp:K`` or ``eagle3:PATH``), K passes that each read the drafter's weights
 (``servelab.plan.roofline.mtp_pass_bytes``: the MTP layer and the shared LM head) ÷ (bandwidth · η_bw)
-and pay t₀. Checked on the DGX Spark report's Qwen3.5-122B-A10B MTP-2 table (validation/RESULTS-spark.md).
+and pay one layer's time t_ℓ each. Checked on the DGX Spark report's Qwen3.5-122B-A10B MTP-2 table (validation/RESULTS-spark.md).
 
 Assumptions (stated with every prediction): uniform MoE routing (or a routing γ, ``servelab.plan.roofline``); the engine's chunked prefill
 interleaving prefills with decode (vLLM V1) and its asynchronous scheduling; at most ``MIXED_SHARE`` of the steps carrying prompts;
 no prefix-cache hits; acceptance that does not fall with the batch; the all-reduce latency of each
-hardware profile (an estimate). Calibration (:class:`Calibration`): η_bw and η_c on a grid, t₀ and
+hardware profile (an estimate). Calibration (:class:`Calibration`): η_bw and η_c on a grid, t_ℓ and
 t_eager by least squares (every row is linear in them) on the relative errors of measured TPOT
 and aggregate tok/s of real steady-state runs (``servelab.plan.fit``); bursts and TTFT are held out. Shipped calibrations and their measured errors: data/calibration.yaml.
 """
@@ -115,7 +121,9 @@ class Calibration(BaseModel):
     name: str
     bw_efficiency: float = Field(gt=0, le=1.5, description="Achieved share of the datasheet memory bandwidth in decode.")
     compute_efficiency: float = Field(gt=0, le=1.5, description="Achieved share of the datasheet dense peak in prefill.")
-    step_overhead_ms: float = Field(ge=0, description="Fixed time per decode step (scheduling, launches, sampling), ms.")
+    layer_overhead_us: float = Field(
+        ge=0, description="Fixed time per layer per step (a layer's kernels beyond its matrix products and their gaps, with the step's scheduling and sampling spread over its layers), µs; a step pays it for every layer it runs."
+    )
     eager_step_ms: float = Field(
         0.0, ge=0, description="Time a step adds when it runs without CUDA graphs (more tokens than the largest capture size: vLLM's piecewise-compiled or eager forward), ms; 0 in calibrations fitted before it existed."
     )
@@ -137,7 +145,7 @@ def calibration(name: str | None, spec: ModelSpec | None = None, fmt: QuantForma
     without a name, the shipped one that was fitted on such models: the hybrid one for a model with
     recurrent layers in FP8, the MoE one for another MoE model in FP8 with experts at most
     ``FINE_EXPERT_WIDTH`` wide, the dense one otherwise (on gpt-oss-120b MXFP4 on a DGX Spark the MoE one was 45–77 % slow,
-    the dense one 1–55 %; on Mixtral-8x7B fp8 on an H100, held out, 32 % against 16 % median: validation/RESULTS-predict.md).
+    the dense one 1–55 %; on Mixtral-8x7B fp8 on an H100, held out, 30 % against 6 % median: validation/RESULTS-predict.md).
 
     Raises:
         ServelabError: neither a known name (the known ones listed) nor a valid calibration file.
@@ -227,7 +235,7 @@ class Terms:
     unpadded_bytes_s: float  # the same step's weights without padding, to name padding as a bottleneck
     unpadded_flops_s: float
     draft_tokens: int = 0  # speculative decoding: draft tokens per step (the step verifies B · (1 + K) tokens)
-    draft_passes: int = 0  # a model drafter's forward passes per step (K for MTP and EAGLE, 0 for n-gram), each paying t₀
+    draft_passes: int = 0  # a model drafter's forward passes per step (K for MTP and EAGLE, 0 for n-gram), each paying one layer's time
     draft_bytes_s: float = 0.0  # … the weights they read ÷ bandwidth
     allreduce_s: float = 0.0  # tensor parallel: the decode step's all-reduces (not scaled by the efficiencies)
     prefill_allreduce_s: float = 0.0  # … and one prompt's
@@ -242,6 +250,7 @@ class Terms:
     input_tokens: int = 0
     max_running: int = 1  # min(max_num_seqs, requests the KV cache holds)
     max_num_batched_tokens: int = 8192
+    layers: int = 1  # the model's layers: a step pays the per-layer time for each (a draft pass for one)
 
 
 @dataclass(frozen=True)
@@ -274,7 +283,8 @@ def terms(
     step = decode_step(spec, fmt, hw, batch=running, context=context, tp=tp, tokens_per_seq=per_seq, routing=routing)
     pad = decode_step(spec, fmt, hw, batch=padded, context=context, tp=tp, routing=routing)
     padded_bytes = weights_touched(spec, fmt, padded, routing) / tp  # padding tokens reach experts too
-    peak = hw.peak_flops(compute_dtype(fmt)) or float("inf")
+    dtype = compute_dtype(fmt)
+    peak = hw.peak_flops(plan_engine().peak_dtype.get(dtype, dtype)) or float("inf")  # the rate the engine's kernels reach
     pf = prefill(spec, fmt, hw, tokens=input_tokens, tp=tp)
     bw = hw.bandwidth_gbs * 1e9
     k = (running - 1) / output_tokens
@@ -299,7 +309,7 @@ def terms(
     return Terms(padded_bytes / bw, pad.flops / peak, max(pf.flops / peak, pf.bytes / bw), running, padded, unpadded_bytes / bw,
                  step.flops / peak, draft_tokens, passes, draft_bytes / bw, allreduce_s(spec, hw, padded, tp), allreduce_s(spec, hw, input_tokens, tp),
                  mode, k, mixed_bytes / bw, (step.flops + m * pf.flops) / peak, kv / bw, running * per_seq > largest, mixed_tokens > largest,
-                 step_at, input_tokens, max_running, limits.max_num_batched_tokens)  # fmt: skip
+                 step_at, input_tokens, max_running, limits.max_num_batched_tokens, len(spec.layers))  # fmt: skip
 
 
 def allreduce_s(spec: ModelSpec, hw: Hardware, tokens: int, tp: int) -> float:
@@ -317,8 +327,8 @@ def allreduce_s(spec: ModelSpec, hw: Hardware, tokens: int, tp: int) -> float:
 
 def step_times(t: Terms, bw, cmp, per_step: float):
     """TPOT and TTFT of a level without the calibrated times per step (module docstring), and what
-    one second of each adds to them: ``(tpot, ttft, decode step, (t₀ on tpot, on ttft), (eager
-    time on tpot, on ttft))``, s. The prompts prefilled beside the decode: a share f = min(k,
+    one second of each adds to them: ``(tpot, ttft, decode step, (the per-layer time on tpot, on
+    ttft), (eager time on tpot, on ttft))``, s. The prompts prefilled beside the decode: a share f = min(k,
     ``MIXED_SHARE``) of the steps carries k ÷ f prompts, and such a mixed step reads its weights once, taking its
     bytes ÷ bandwidth or FLOPs ÷ peak, whichever is larger, instead of the decode step's.
     ``bw``, ``cmp``: η_bw, η_c (floats, or arrays for the fit's grid); ``per_step``: tokens per
@@ -333,7 +343,8 @@ def step_times(t: Terms, bw, cmp, per_step: float):
     admit = (prompts - 1) / 2 * ADMIT_S_PER_TOKEN * t.input_tokens if t.running > 1 else 0.0  # behind the others of its cohort in the API server
     ttft = API_TTFT_S + admit + wait * (decode + riding) + mixed + (t.kv_s + t.draft_bytes_s) / bw + t.allreduce_s + prompts * t.prefill_allreduce_s
     eager_tpot = t.decode_eager / per_step + share * (t.mixed_eager and not t.decode_eager)
-    return decode / per_step + riding, ttft, decode, ((1 + t.draft_passes) / per_step, wait * (1 + t.draft_passes) + 1.0), (eager_tpot, wait * (t.decode_eager + share * (t.mixed_eager and not t.decode_eager)) + t.mixed_eager)
+    layers = t.layers + t.draft_passes  # a step's: the model's, and one for each draft pass
+    return decode / per_step + riding, ttft, decode, (layers / per_step, wait * layers + t.layers), (eager_tpot, wait * (t.decode_eager + share * (t.mixed_eager and not t.decode_eager)) + t.mixed_eager)
 
 
 def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int, acceptance: float = 0.0) -> Point:
@@ -341,13 +352,14 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     acceptance rate, accepted ÷ drafted tokens (module docstring)."""
     if t.mode == "burst" and t.step_at and not t.draft_tokens:
         return _burst(t, cal, concurrency=concurrency, output_tokens=output_tokens)
-    t0, draft = cal.step_overhead_ms / 1e3, (cal.draft_overhead_ms / 1e3 if t.draft_tokens else 0.0)
-    overhead = t0 * (1 + t.draft_passes) + draft  # a step's: its own t₀, each draft pass's, the drafting time
+    layer, draft = cal.layer_overhead_us / 1e6, (cal.draft_overhead_ms / 1e3 if t.draft_tokens else 0.0)
+    overhead = layer * (t.layers + t.draft_passes) + draft  # a step's: its layers', each draft pass's, the drafting time
     eager = cal.eager_step_ms / 1e3
     per_step = spec_tokens_per_step(acceptance, t.draft_tokens)
     tpot0, ttft0, decode, (o_tpot, o_ttft), (e_tpot, e_ttft) = step_times(t, cal.bw_efficiency, cal.compute_efficiency, per_step)
-    tpot = float(tpot0 + t0 * o_tpot + draft / per_step + eager * e_tpot)
-    ttft = float(ttft0 + (t0 + draft) * o_ttft + eager * e_ttft)
+    tpot = float(tpot0 + layer * o_tpot + draft / per_step + eager * e_tpot)
+    steps = ASYNC_WAIT_STEPS + 1 if t.running > 1 else 1  # the steps until the first token, each drafting
+    ttft = float(ttft0 + layer * o_ttft + draft * steps + eager * e_ttft)
     t_d = float(decode) + overhead + eager * t.decode_eager
     t_p = t.prefill_s / cal.compute_efficiency + t.prefill_allreduce_s
     b, o = t.running, output_tokens
@@ -378,9 +390,9 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
 def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) -> Point:
     """A burst level (``BURST_REQUESTS`` per stream) from the step-by-step scheduler of
     ``servelab.plan.burst``, each step's time the roofline with the calibration: max(weights ÷
-    (bandwidth · η_bw), FLOPs ÷ (peak · η_c)) + KV ÷ (bandwidth · η_bw) + all-reduces + t₀ (+ t_eager
+    (bandwidth · η_bw), FLOPs ÷ (peak · η_c)) + KV ÷ (bandwidth · η_bw) + all-reduces + L · t_ℓ (+ t_eager
     above the largest capture size). Aggregate tok/s: every output token ÷ first send to last token."""
-    t0, eager = cal.step_overhead_ms / 1e3, cal.eager_step_ms / 1e3
+    t0, eager = cal.layer_overhead_us / 1e6 * t.layers, cal.eager_step_ms / 1e3
 
     def step_s(decode: int, prompt: int) -> float:
         x = t.step_at(decode, prompt)
