@@ -32,7 +32,7 @@ from servelab.results import RunResult
 
 ASSUMPTIONS = ("no prefix-cache hits, acceptance not falling with the batch, the drafter's time per step of the calibration, "
                "TP all-reduce at the profile's estimated latency (not measured), vLLM's asynchronous scheduling, "
-               "FP8 computing at the BF16 rate (vLLM's online FP8 in prefill), a fixed time per layer per step, "
+               "FP8 priced at the BF16 compute rate (vLLM's online FP8 gains 1.45-1.7x in prefill, less without CUDA graphs), a fixed time per layer per step, "
                "bursts of 2 requests per stream (vllm bench serve --num-prompts 2C; with speculative decoding a burst is priced as the steady state)")
 VARY_KEYS = {"quant": str, "tp": int, "draft-tokens": int, "acceptance": float, "max-num-seqs": int, "max-num-batched-tokens": int, "routing": float}
 

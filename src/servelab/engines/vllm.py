@@ -209,9 +209,11 @@ class VLLM(Engine):
     # --quantization / the checkpoint's quant_method (vllm/model_executor/layers/quantization/__init__.py)
     quant_formats = {"fp8": "fp8", "modelopt": "fp8", "modelopt_fp4": "nvfp4", "mxfp4": "mxfp4", "gptq": "gptq-int4",
                      "gptq_marlin": "gptq-int4", "awq": "awq-int4", "awq_marlin": "awq-int4"}  # fmt: skip
-    # FP8 prefill runs at the BF16 rate (online --quantization fp8: Fp8PerTensorOnlineLinearMethod, CUTLASS scaled_mm; vLLM
-    # 0.25): Qwen3-32B on one H200, a 512-token prompt's TTFT 69 ms in FP8 against 63 ms in BF16, 16 prompts at once 517 against
-    # 773 ms (validation/cold-h200/qwen3-32b*-bursts.json); priced at the FP8 peak, held-out FP8 prefill was 2x fast (RESULTS-predict.md)
+    # FP8 priced at the BF16 rate (online --quantization fp8: Fp8PerTensorOnlineLinearMethod, CUTLASS scaled_mm; vLLM 0.25):
+    # held out, FP8 runs came out 2.3-6.3 % median / 15-23 % worst in tok/s so, against 10-20 % / 36-50 % at the FP8 peak
+    # (Llama-3.1-70B, Qwen3-32B on an H200, Mixtral-8x7B on an H100: validation/RESULTS-predict.md). A prompt alone prefills
+    # ~1.45x faster than BF16 (Qwen3-32B, H200, one stream: TTFT 44 against 62 ms), 8k-token burst steps 1.5-1.7x, never 2x,
+    # and the steady state's steps without CUDA graphs gain less (its TPOT at 64 streams 0.83x BF16's, pure decode 0.59x)
     peak_dtype = {"fp8": "bf16"}
     container_caches = (("vllm", ".cache/vllm"),)  # its torch_compile_cache survives the container
     cluster_backends = ("ray", "native")
