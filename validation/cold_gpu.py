@@ -98,10 +98,10 @@ def reset(url: str) -> None:
     urllib.request.urlopen(urllib.request.Request(url + "/reset_prefix_cache", method="POST"), timeout=30).read()
 
 
-def vllm_bench(url: str, model: str, out: Path, concurrency: int, prompts: int, output: int, seed: int) -> dict:
+def vllm_bench(url: str, model: str, out: Path, concurrency: int, prompts: int, output: int, seed: int, input_len: int = INPUT) -> dict:
     cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "openai-chat", "--base-url", url,
            "--endpoint", "/v1/chat/completions", "--model", model, "--tokenizer", f"/tmp/models/{model}", "--dataset-name", "random",
-           "--random-input-len", str(INPUT), "--random-output-len", str(output), "--num-prompts", str(prompts),
+           "--random-input-len", str(input_len), "--random-output-len", str(output), "--num-prompts", str(prompts),
            "--max-concurrency", str(concurrency), "--request-rate", "inf", "--seed", str(seed), "--ignore-eos",
            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
            "--save-result", "--result-dir", str(out), "--result-filename", "vb.json"]  # fmt: skip

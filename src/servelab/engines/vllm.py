@@ -213,7 +213,8 @@ class VLLM(Engine):
     # held out, FP8 runs came out 2.3-6.3 % median / 15-23 % worst in tok/s so, against 10-20 % / 36-50 % at the FP8 peak
     # (Llama-3.1-70B, Qwen3-32B on an H200, Mixtral-8x7B on an H100: validation/RESULTS-predict.md). A prompt alone prefills
     # ~1.45x faster than BF16 (Qwen3-32B, H200, one stream: TTFT 44 against 62 ms), 8k-token burst steps 1.5-1.7x, never 2x,
-    # and the steady state's steps without CUDA graphs gain less (its TPOT at 64 streams 0.83x BF16's, pure decode 0.59x)
+    # and the steady state's steps without CUDA graphs gain less (its TPOT at 64 streams 0.83x BF16's, pure decode 0.59x): an FP8
+    # step without graphs costs 18-61 ms more than with them, a BF16 one 1-9 ms (validation/cold-h200/qwen3-30b-a3b-ttft-probe.json)
     peak_dtype = {"fp8": "bf16"}
     container_caches = (("vllm", ".cache/vllm"),)  # its torch_compile_cache survives the container
     cluster_backends = ("ray", "native")
