@@ -124,28 +124,28 @@ def group(name: str, *, without: str | None = None) -> list[Measured]:
     return [m for g, path, model, quant, hw in RUNS if g == name and not (without and without in path.as_posix()) for m in levels(path, model, quant, hw)]
 
 
+SHIPPED_DENSE = "the shipped dense fit (H100: Qwen3-8B and Qwen3-14B)"
+BLOCKS = [  # (title, the calibration group, a run left out of its fit, the runs' folder, the model)
+    ("leave one model out: Qwen3-14B bf16, H100; dense fit on Qwen3-8B (H100) only", "dense", "qwen3-14b", "cold-h100", "qwen3-14b"),
+    (f"leave one model and GPU out: Qwen3-32B bf16, H200; {SHIPPED_DENSE}", "dense", None, "cold-h200", "qwen3-32b"),
+    ("leave one model out: Mixtral-8x7B fp8 (8 experts of 14,336, top 2), H100; the dense fit predict picks for such wide experts "
+     "(H100: Qwen3-8B and Qwen3-14B)", "dense", None, "cold-h100", "mixtral-8x7b"),
+    ("the same with the MoE fit (Qwen3-30B-A3B: 128 experts of 768, top 8), for comparison", "moe", None, "cold-h100", "mixtral-8x7b"),
+    (f"leave one model and GPU out: Gemma-3-27B bf16 (62 layers), H200; {SHIPPED_DENSE}", "dense", None, "cold-h200", "gemma-3-27b"),
+    (f"leave one model and GPU out: Llama-3.1-70B fp8 (80 layers), H200; {SHIPPED_DENSE}", "dense", None, "cold-h200", "llama-3.1-70b"),
+    (f"leave one model and GPU out: Qwen3-32B fp8, H200; {SHIPPED_DENSE}", "dense", None, "cold-h200", "qwen3-32b-fp8"),
+    (f"leave one GPU out: Qwen3-8B bf16, H200; {SHIPPED_DENSE}", "dense", None, "cold-h200", "qwen3-8b"),
+    ("leave one GPU out: Qwen3-30B-A3B fp8, H200; the shipped MoE fit (H100)", "moe", None, "cold-h200", "qwen3-30b-a3b"),
+]  # fmt: skip
+GROUPS = {"dense": "vllm-0.25-h100-dense-bf16", "moe": "vllm-0.25-h100-moe-fp8"}
+
+
 def main() -> dict[str, dict[str, list[float]]]:
-    dense, moe = "vllm-0.25-h100-dense-bf16", "vllm-0.25-h100-moe-fp8"
-    blocks = {
-        "leave one model out: Qwen3-14B bf16, H100; dense fit on Qwen3-8B (H100) only": (
-            fit(group(dense, without="qwen3-14b"), dense, "Qwen3-8B"), bursts("cold-h100", "qwen3-14b"), stagger("cold-h100", "qwen3-14b")),
-        "leave one model and GPU out: Qwen3-32B bf16, H200; the shipped dense fit (H100: Qwen3-8B and Qwen3-14B)": (
-            fit(group(dense), dense, "H100"), bursts("cold-h200", "qwen3-32b"), stagger("cold-h200", "qwen3-32b")),
-        "leave one model out: Mixtral-8x7B fp8 (8 experts of 14,336, top 2), H100; the dense fit predict picks for such wide experts (H100: Qwen3-8B and Qwen3-14B)": (
-            fit(group(dense), dense, "H100"), bursts("cold-h100", "mixtral-8x7b"), stagger("cold-h100", "mixtral-8x7b")),
-        "the same with the MoE fit (Qwen3-30B-A3B: 128 experts of 768, top 8), for comparison": (
-            fit(group(moe), moe, "Qwen3-30B-A3B"), bursts("cold-h100", "mixtral-8x7b"), stagger("cold-h100", "mixtral-8x7b")),
-        "leave one model and GPU out: Gemma-3-27B bf16 (62 layers), H200; the shipped dense fit (H100: Qwen3-8B and Qwen3-14B)": (
-            fit(group(dense), dense, "H100"), bursts("cold-h200", "gemma-3-27b"), stagger("cold-h200", "gemma-3-27b")),
-        "leave one model and GPU out: Llama-3.1-70B fp8 (80 layers), H200; the shipped dense fit (H100: Qwen3-8B and Qwen3-14B)": (
-            fit(group(dense), dense, "H100"), bursts("cold-h200", "llama-3.1-70b"), stagger("cold-h200", "llama-3.1-70b")),
-        "leave one model and GPU out: Qwen3-32B fp8, H200; the shipped dense fit (H100: Qwen3-8B and Qwen3-14B)": (
-            fit(group(dense), dense, "H100"), bursts("cold-h200", "qwen3-32b-fp8"), stagger("cold-h200", "qwen3-32b-fp8")),
-        "leave one GPU out: Qwen3-8B bf16, H200; the shipped dense fit (H100: Qwen3-8B and Qwen3-14B)": (
-            fit(group(dense), dense, "H100"), bursts("cold-h200", "qwen3-8b"), stagger("cold-h200", "qwen3-8b")),
-        "leave one GPU out: Qwen3-30B-A3B fp8, H200; the shipped MoE fit (H100)": (
-            fit(group(moe), moe, "H100"), bursts("cold-h200", "qwen3-30b-a3b"), stagger("cold-h200", "qwen3-30b-a3b")),
-    }  # fmt: skip
+    fits = {}
+    for _, kind, without, _, _ in BLOCKS:
+        if (kind, without) not in fits:
+            fits[kind, without] = fit(group(GROUPS[kind], without=without), GROUPS[kind], "held out")
+    blocks = {title: (fits[kind, without], bursts(folder, model), stagger(folder, model)) for title, kind, without, folder, model in BLOCKS}
     results = {title: score(title, *block) for title, block in blocks.items()}
     short = {run: sorted({m.concurrency for m in ms}) for run, ms in SHORT.items() if "cold-" in run}
     print(f"\nnot scored (short_window): {short}")
