@@ -22,9 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+from servelab.plan.calibration import calibration  # noqa: E402
 from servelab.plan.hardware import load_hardware  # noqa: E402
 from servelab.plan.model_spec import load_model  # noqa: E402
-from servelab.plan.predict import calibration, limits_for, predict, terms  # noqa: E402
+from servelab.plan.predict import limits_for, predict, terms  # noqa: E402
 from servelab.plan.quant import get_format  # noqa: E402
 
 SOLO = {1: 57.5, 2: 78.4, 4: 107.9, 8: 153.5, 16: 218.5, 32: 318.7}  # decode tok/s, one Spark (c=64: 315.2, at its KV limit)

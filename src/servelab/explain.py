@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from servelab.diagnose import diagnose
 from servelab.errors import ServelabError
 from servelab.metrics.repeats import RepeatStats, repeat_stats
+from servelab.plan.calibration import Calibration
 from servelab.plan.fit import Measured, measured_levels, predicted_ttft
-from servelab.plan.predict import API_TTFT_S, Calibration, Point, predict
+from servelab.plan.predict import API_TTFT_S, Point, predict
 from servelab.plan.quant import QuantFormat
 from servelab.results import RunResult
 from servelab.specs import Hardware, ModelSpec

@@ -25,9 +25,9 @@ from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LLAMA_SERVER_ENV,
 from servelab.metrics.slo import parse_slo
 from servelab.metrics.summary import LevelSummary
 from servelab.options import BenchOptions, Ceiling
+from servelab.plan.calibration import calibration
 from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
-from servelab.plan.predict import calibration
 from servelab.plan.quant import get_format
 from servelab.records import RequestRecord
 from servelab.report.explain_table import explain_table

@@ -21,10 +21,11 @@ from servelab.cli.common import console, event_loop_runner, output_dir, parse_du
 from servelab.errors import ServelabError
 from servelab.metrics.slo import SloResult, evaluate, parse_slo
 from servelab.options import BenchOptions
+from servelab.plan.calibration import calibration
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
-from servelab.plan.predict import calibration, limits_for, predict, terms
+from servelab.plan.predict import limits_for, predict, terms
 from servelab.results import load_run
 from servelab.workloads.datasets import load_dataset
 from servelab.workloads.sessions import parse_think_time

@@ -19,12 +19,13 @@ from rich.table import Table
 from servelab.cli.common import DbOpt, console, parse_float_list, parse_int_list, read_text, store_at, write_file
 from servelab.errors import ServelabError
 from servelab.explain import explain, repeatability
+from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, calibration
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.drafter import parse_drafter
 from servelab.plan.fit import error_summary, fit, leave_one_out, measured_levels
 from servelab.plan.hardware import load_hardware, profiles
 from servelab.plan.model_spec import load_model
-from servelab.plan.predict import BW_RANGE, COMPUTE_RANGE, Point, calibration, limits_for, predict, terms
+from servelab.plan.predict import Point, limits_for, predict, terms
 from servelab.plan.rate import RatePoint, at_rate
 from servelab.report import plots
 from servelab.report.explain_table import explain_table, repeat_table
@@ -32,7 +33,7 @@ from servelab.results import RunResult
 
 ASSUMPTIONS = ("no prefix-cache hits, acceptance not falling with the batch, the drafter's time per step of the calibration, "
                "TP all-reduce at the profile's estimated latency (not measured), vLLM's asynchronous scheduling, "
-               "FP8 priced at the BF16 compute rate (vLLM's online FP8 gains 1.45-1.7x in prefill, less without CUDA graphs), a fixed time per layer per step, "
+               "vLLM's FP8 at 1.5x the BF16 rate (MoE experts 1x) and 0.4 ms a layer dearer without CUDA graphs, a fixed time per layer per step, "
                "bursts of 2 requests per stream (vllm bench serve --num-prompts 2C; with speculative decoding a burst is priced as the steady state)")
 VARY_KEYS = {"quant": str, "tp": int, "draft-tokens": int, "acceptance": float, "max-num-seqs": int, "max-num-batched-tokens": int, "routing": float}
 

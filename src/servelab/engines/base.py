@@ -142,9 +142,6 @@ class Engine:
     gpu_memory_utilization_default: ClassVar[float | None] = None  # the value of flags.gpu_memory when not given
     max_num_seqs_floor: ClassVar[int | None] = None  # its smallest max_num_seqs default over devices (lint: unset above it)
 
-    # servelab predict: a compute dtype whose datasheet peak this engine's kernels do not approach → the dtype whose peak they run at
-    peak_dtype: ClassVar[dict[str, str]] = {}
-
     @property
     def recipe_names(self) -> tuple[str, ...]:
         """The names a recipe's ``engine`` field may use for it."""
@@ -233,6 +230,17 @@ class Engine:
             NotImplementedError: servelab does not know this engine's defaults.
         """
         raise NotImplementedError(f"{self.name}: no batch defaults known")
+
+    def compute_peak(self, hw: Hardware, dtype: str, moe: bool) -> float | None:
+        """The dense FLOP/s (not TFLOPS) its matrix products reach in ``dtype`` on ``hw``, for
+        ``servelab predict`` (before the calibration's η_c): the datasheet peak, unless this
+        engine's kernels are known to fall short of it; ``moe``: the model's FFN is a MoE."""
+        return hw.peak_flops(dtype)
+
+    def eager_extra_s(self, dtype: str, layers: int) -> float:
+        """Time a step without CUDA graphs adds in ``dtype`` beyond what a BF16 one adds (the
+        calibration's t_eager), s, for a model of ``layers`` layers; 0 unless measured."""
+        return 0.0
 
     def runtime_memory(self, spec: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1) -> RuntimeMemory:
         """Memory per GPU the engine takes before its KV cache, besides the weights.

@@ -182,6 +182,14 @@ def spec_tokens(argv: list[str]) -> int:
 
 
 SMALL_TIER_MAX_NUM_SEQS = 256  # the max_num_seqs default of `vllm serve` on DGX Spark, A100, RTX 5090 (server-facts.md §2.3)
+# Online FP8 (--quantization fp8) against BF16, measured on Qwen3-32B in both formats on one H200 (vLLM 0.25,
+# validation/cold-h200/qwen3-32b*): a 512-token prompt inside a CUDA graph prefills 1.45x faster (servelab, one stream: TTFT
+# 44 against 62 ms), steps of 8,192 prompt tokens 1.5-1.7x (bursts of 16-64 streams), never the datasheet's 2x; and a step
+# without CUDA graphs costs 25 ms more than with them in FP8 (a 522-token prompt, vllm bench serve, against a 512-token one,
+# servelab: 69 against 44 ms) where BF16's costs ~1 ms (63 against 62 ms): 0.39 ms over 64 layers. Held out on
+# Llama-3.1-70B fp8 (80 layers, H200): 1 % median, 3 % worst tok/s (validation/RESULTS-predict.md)
+FP8_GAIN = 1.5
+FP8_EAGER_LAYER_S = 0.4e-3
 
 
 class VLLM(Engine):
@@ -209,13 +217,6 @@ class VLLM(Engine):
     # --quantization / the checkpoint's quant_method (vllm/model_executor/layers/quantization/__init__.py)
     quant_formats = {"fp8": "fp8", "modelopt": "fp8", "modelopt_fp4": "nvfp4", "mxfp4": "mxfp4", "gptq": "gptq-int4",
                      "gptq_marlin": "gptq-int4", "awq": "awq-int4", "awq_marlin": "awq-int4"}  # fmt: skip
-    # FP8 priced at the BF16 rate (online --quantization fp8: Fp8PerTensorOnlineLinearMethod, CUTLASS scaled_mm; vLLM 0.25):
-    # held out, FP8 runs came out 2.3-6.3 % median / 15-23 % worst in tok/s so, against 10-20 % / 36-50 % at the FP8 peak
-    # (Llama-3.1-70B, Qwen3-32B on an H200, Mixtral-8x7B on an H100: validation/RESULTS-predict.md). A prompt alone prefills
-    # ~1.45x faster than BF16 (Qwen3-32B, H200, one stream: TTFT 44 against 62 ms), 8k-token burst steps 1.5-1.7x, never 2x,
-    # and the steady state's steps without CUDA graphs gain less (its TPOT at 64 streams 0.83x BF16's, pure decode 0.59x): an FP8
-    # step without graphs costs 18-61 ms more than with them, a BF16 one 1-9 ms (validation/cold-h200/qwen3-30b-a3b-ttft-probe.json)
-    peak_dtype = {"fp8": "bf16"}
     container_caches = (("vllm", ".cache/vllm"),)  # its torch_compile_cache survives the container
     cluster_backends = ("ray", "native")
     # vllm/engine/arg_utils.py (-tp/--tensor-parallel-size, --enable-expert-parallel/-ep)
@@ -344,6 +345,20 @@ class VLLM(Engine):
             cuda_graphs_gib=graphs,
             runner=f"vLLM {runner.upper()} model runner",
         )
+
+    def compute_peak(self, hw: Hardware, dtype: str, moe: bool) -> float | None:
+        """FP8 (online ``--quantization fp8``: Fp8PerTensorOnlineLinearMethod, CUTLASS scaled_mm;
+        vLLM 0.25) at ``FP8_GAIN`` × the BF16 peak, not the datasheet's 2 ×, and a MoE model's in
+        FP8 at the BF16 peak (its experts run in the Triton fused-MoE kernel, which showed no gain:
+        Mixtral-8x7B fp8 was closest at 1 ×, validation/RESULTS-predict.md); other dtypes at the datasheet peak."""
+        bf16 = hw.peak_flops("bf16")
+        if dtype != "fp8" or not bf16:
+            return hw.peak_flops(dtype)
+        return bf16 * (1.0 if moe else FP8_GAIN)
+
+    def eager_extra_s(self, dtype: str, layers: int) -> float:
+        """``FP8_EAGER_LAYER_S`` per layer in FP8 (its activation-quantization kernels outside a CUDA graph), else 0."""
+        return FP8_EAGER_LAYER_S * layers if dtype == "fp8" else 0.0
 
     def capture_sizes(
         self, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192, num_spec_tokens: int = 0, sm100: bool = False

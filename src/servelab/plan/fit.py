@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from servelab.errors import ServelabError
+from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, Calibration
 from servelab.plan.drafter import parse_drafter
-from servelab.plan.predict import BW_RANGE, COMPUTE_RANGE, Calibration, Point, Terms, limits_for, predict, step_times, terms
+from servelab.plan.predict import Point, Terms, limits_for, predict, step_times, terms
 from servelab.plan.quant import QuantFormat
 from servelab.plan.roofline import spec_tokens_per_step
 from servelab.results import RunResult

@@ -17,9 +17,10 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
   of B sequences; weights and FLOPs over the *padded* batch s = the smallest CUDA-graph capture
   size ≥ B (vLLM runs the captured graph of size s, its padding tokens routed like real ones);
   above the largest size the step runs without a graph and adds t_eager; peak: the datasheet's for
-  the format's compute dtype, or the dtype whose rate the engine's kernels reach
-  (``Engine.peak_dtype``: vLLM's FP8 is priced at the BF16 rate; its kernels gain 1.45–1.7 × in
-  prefill, less in the steps without CUDA graphs, never 2 ×);
+  the format's compute dtype, or the rate the engine's kernels were measured to reach
+  (``Engine.compute_peak``: vLLM's online FP8 at 1.5 × the BF16 peak, its MoE experts at 1 ×,
+  measured); a step without CUDA graphs adds t_eager and, in FP8 on vLLM, 0.4 ms a layer
+  (``Engine.eager_extra_s``);
 - **prefill** of one prompt alone: t_p = FLOPs ÷ (peak · η_c) (or its bytes, when larger);
 - **steady state** (``stagger``, servelab's default; vLLM's chunked prefill mixes prefills into
   decode steps): while a request decodes its O tokens, the other B − 1 streams each prefill once,
@@ -84,92 +85,26 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib.resources import files
-from pathlib import Path
 
 import numpy as np
-import yaml
-from pydantic import BaseModel, Field, ValidationError
 
 from servelab.engines import plan_engine
 from servelab.errors import ServelabError
 from servelab.plan.burst import simulate
+from servelab.plan.calibration import Calibration
 from servelab.plan.drafter import Drafter
 from servelab.plan.memory import plan_memory
 from servelab.plan.quant import QuantFormat
 from servelab.plan.roofline import compute_dtype, decode_step, prefill, spec_tokens_per_step, weights_touched
 from servelab.specs import Hardware, ModelSpec
-from servelab.yamlfile import read_yaml
 
-DEFAULT_CALIBRATION = "vllm-0.25-h100-bf16"  # dense models (data/calibration.yaml)
-MOE_CALIBRATION = "vllm-0.25-h100-moe-fp8"  # MoE models in FP8
-HYBRID_CALIBRATION = "vllm-0.25-h100-hybrid-fp8"  # hybrid (Mamba-2 / Gated DeltaNet) models in FP8
-FINE_EXPERT_WIDTH = 2048  # the MoE calibration is picked for experts this wide or narrower (fitted on Qwen3-30B-A3B's 768; Mixtral-8x7B's 14,336 and gpt-oss-120b's 2,880 were closer with the dense one: validation/RESULTS-predict.md)
 PADDING_NAMED = 1.1  # padding is named the bottleneck when it makes the decode step this much longer
 PREFILL_NAMED = 0.5  # prefill is named when the prompts add this share of the decode step to TPOT, or more
-BW_RANGE = (0.2, 1.0)  # the grid of η_bw in fit (steps of 0.01); the datasheet bandwidth is the ceiling
-COMPUTE_RANGE = (0.1, 1.2)  # … of η_c
 MIXED_SHARE = 0.25  # at most this share of the steps carries prompts (module docstring; measured 19–35 % at 32–256 streams: validation/mixed_steps.py)
 API_TTFT_S = 0.005  # TTFT's share outside the engine steps (HTTP, chat template, tokenization, the first chunk): 4–7 ms at one stream on vLLM 0.25 (validation/RESULTS-predict.md)
 ADMIT_S_PER_TOKEN = 2.0e-6  # the API server's time per request, per prompt token, one request after another (chat endpoint): a 256-stream burst of 1,024-token prompts ended 550 ms later than without it (validation/waves-h100/burst-*: TTFT p99 6.42–6.45 s measured, 5.88 s simulated), 2.1 ms a request
 ASYNC_WAIT_STEPS = 2  # steady state: the steps a new request waits for before the one that carries its prompt (module docstring; vLLM's asynchronous scheduling)
 BURST_REQUESTS = 2  # a burst's requests per stream: vllm bench serve --max-concurrency C --num-prompts 2C (the way issue 38's truth was measured)
-
-
-class Calibration(BaseModel):
-    """Efficiencies of one engine × hardware × format family, with where they came from."""
-
-    name: str
-    bw_efficiency: float = Field(gt=0, le=1.5, description="Achieved share of the datasheet memory bandwidth in decode.")
-    compute_efficiency: float = Field(gt=0, le=1.5, description="Achieved share of the datasheet dense peak in prefill.")
-    layer_overhead_us: float = Field(
-        ge=0, description="Fixed time per layer per step (a layer's kernels beyond its matrix products and their gaps, with the step's scheduling and sampling spread over its layers), µs; a step pays it for every layer it runs."
-    )
-    eager_step_ms: float = Field(
-        0.0, ge=0, description="Time a step adds when it runs without CUDA graphs (more tokens than the largest capture size: vLLM's piecewise-compiled or eager forward), ms; 0 in calibrations fitted before it existed."
-    )
-    draft_overhead_ms: float = Field(
-        0.0, ge=0, description="Time a speculative step adds for drafting (n-gram: CPU matching and the host sync it needs), ms; 0 when no speculative run was fitted."
-    )
-    source: str = Field(description="The runs it was fitted on.")
-    error: str = Field("", description="Measured error (leave-one-run-out), in words.")
-
-
-def calibrations() -> dict[str, Calibration]:
-    """The shipped calibrations (``servelab/data/calibration.yaml``) by name."""
-    data = yaml.safe_load(files("servelab.data").joinpath("calibration.yaml").read_text())
-    return {name: Calibration(name=name, **value) for name, value in data.items()}
-
-
-def calibration(name: str | None, spec: ModelSpec | None = None, fmt: QuantFormat | None = None) -> Calibration:
-    """A shipped calibration by name, or the first of a YAML file (``servelab calibrate --out``);
-    without a name, the shipped one that was fitted on such models: the hybrid one for a model with
-    recurrent layers in FP8, the MoE one for another MoE model in FP8 with experts at most
-    ``FINE_EXPERT_WIDTH`` wide, the dense one otherwise (on gpt-oss-120b MXFP4 on a DGX Spark the MoE one was 45–77 % slow,
-    the dense one 1–55 %; on Mixtral-8x7B fp8 on an H100, held out, 30 % against 6 % median: validation/RESULTS-predict.md).
-
-    Raises:
-        ServelabError: neither a known name (the known ones listed) nor a valid calibration file.
-    """
-    if name is None:
-        fp8 = spec is not None and fmt is not None and fmt.name == "fp8"
-        if fp8 and spec.state_bytes_per_seq():
-            name = HYBRID_CALIBRATION
-        else:
-            fine = spec.moe_layers and spec.moe_intermediate_size <= FINE_EXPERT_WIDTH
-            name = MOE_CALIBRATION if fp8 and fine else DEFAULT_CALIBRATION
-    known = calibrations()
-    if name in known:
-        return known[name]
-    path = Path(name)
-    if path.is_file():
-        data = read_yaml(path, "--calibration")
-        try:
-            (key, value), *_ = data.items()
-            return Calibration(name=key, **value)
-        except (AttributeError, ValueError, TypeError, ValidationError) as exc:
-            raise ServelabError(f"--calibration {name}: not a calibration file ({exc}); write one with servelab calibrate --out") from None
-    raise ServelabError(f"--calibration {name!r} is not known; use one of {', '.join(known)}, or a file from servelab calibrate --out")
 
 
 @dataclass(frozen=True)
@@ -252,6 +187,7 @@ class Terms:
     max_running: int = 1  # min(max_num_seqs, requests the KV cache holds)
     max_num_batched_tokens: int = 8192
     layers: int = 1  # the model's layers: a step pays the per-layer time for each (a draft pass for one)
+    eager_extra_s: float = 0.0  # what a step without CUDA graphs adds in this format beyond the calibration's t_eager (Engine.eager_extra_s)
 
 
 @dataclass(frozen=True)
@@ -284,8 +220,8 @@ def terms(
     step = decode_step(spec, fmt, hw, batch=running, context=context, tp=tp, tokens_per_seq=per_seq, routing=routing)
     pad = decode_step(spec, fmt, hw, batch=padded, context=context, tp=tp, routing=routing)
     padded_bytes = weights_touched(spec, fmt, padded, routing) / tp  # padding tokens reach experts too
-    dtype = compute_dtype(fmt)
-    peak = hw.peak_flops(plan_engine().peak_dtype.get(dtype, dtype)) or float("inf")  # the rate the engine's kernels reach
+    engine, dtype = plan_engine(), compute_dtype(fmt)
+    peak = engine.compute_peak(hw, dtype, bool(spec.moe_layers)) or float("inf")  # the rate the engine's kernels reach
     pf = prefill(spec, fmt, hw, tokens=input_tokens, tp=tp)
     bw = hw.bandwidth_gbs * 1e9
     k = (running - 1) / output_tokens
@@ -310,7 +246,7 @@ def terms(
     return Terms(padded_bytes / bw, pad.flops / peak, max(pf.flops / peak, pf.bytes / bw), running, padded, unpadded_bytes / bw,
                  step.flops / peak, draft_tokens, passes, draft_bytes / bw, allreduce_s(spec, hw, padded, tp), allreduce_s(spec, hw, input_tokens, tp),
                  mode, k, mixed_bytes / bw, (step.flops + m * pf.flops) / peak, kv / bw, running * per_seq > largest, mixed_tokens > largest,
-                 step_at, input_tokens, max_running, limits.max_num_batched_tokens, len(spec.layers))  # fmt: skip
+                 step_at, input_tokens, max_running, limits.max_num_batched_tokens, len(spec.layers), engine.eager_extra_s(dtype, len(spec.layers)))  # fmt: skip
 
 
 def allreduce_s(spec: ModelSpec, hw: Hardware, tokens: int, tp: int) -> float:
@@ -331,7 +267,8 @@ def step_times(t: Terms, bw, cmp, per_step: float):
     one second of each adds to them: ``(tpot, ttft, decode step, (the per-layer time on tpot, on
     ttft), (eager time on tpot, on ttft))``, s. The prompts prefilled beside the decode: a share f = min(k,
     ``MIXED_SHARE``) of the steps carries k ÷ f prompts, and such a mixed step reads its weights once, taking its
-    bytes ÷ bandwidth or FLOPs ÷ peak, whichever is larger, instead of the decode step's.
+    bytes ÷ bandwidth or FLOPs ÷ peak, whichever is larger, instead of the decode step's. The format's
+    known cost of a step without CUDA graphs (``Terms.eager_extra_s``) is in tpot and ttft already.
     ``bw``, ``cmp``: η_bw, η_c (floats, or arrays for the fit's grid); ``per_step``: tokens per
     step per sequence (speculative decoding)."""
     share = min(t.prompts_per_step, MIXED_SHARE)
@@ -344,8 +281,10 @@ def step_times(t: Terms, bw, cmp, per_step: float):
     admit = (prompts - 1) / 2 * ADMIT_S_PER_TOKEN * t.input_tokens if t.running > 1 else 0.0  # behind the others of its cohort in the API server
     ttft = API_TTFT_S + admit + wait * (decode + riding) + mixed + (t.kv_s + t.draft_bytes_s) / bw + t.allreduce_s + prompts * t.prefill_allreduce_s
     eager_tpot = t.decode_eager / per_step + share * (t.mixed_eager and not t.decode_eager)
+    eager_ttft = wait * (t.decode_eager + share * (t.mixed_eager and not t.decode_eager)) + t.mixed_eager
     layers = t.layers + t.draft_passes  # a step's: the model's, and one for each draft pass
-    return decode / per_step + riding, ttft, decode, (layers / per_step, wait * layers + t.layers), (eager_tpot, wait * (t.decode_eager + share * (t.mixed_eager and not t.decode_eager)) + t.mixed_eager)
+    tpot, ttft = decode / per_step + riding + t.eager_extra_s * eager_tpot, ttft + t.eager_extra_s * eager_ttft
+    return tpot, ttft, decode, (layers / per_step, wait * layers + t.layers), (eager_tpot, eager_ttft)
 
 
 def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int, acceptance: float = 0.0) -> Point:
@@ -355,12 +294,13 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
         return _burst(t, cal, concurrency=concurrency, output_tokens=output_tokens)
     layer, draft = cal.layer_overhead_us / 1e6, (cal.draft_overhead_ms / 1e3 if t.draft_tokens else 0.0)
     overhead = layer * (t.layers + t.draft_passes) + draft  # a step's: its layers', each draft pass's, the drafting time
-    eager = cal.eager_step_ms / 1e3
+    eager = cal.eager_step_ms / 1e3  # and the format's t.eager_extra_s, which step_times has added
     per_step = spec_tokens_per_step(acceptance, t.draft_tokens)
     tpot0, ttft0, decode, (o_tpot, o_ttft), (e_tpot, e_ttft) = step_times(t, cal.bw_efficiency, cal.compute_efficiency, per_step)
     tpot = float(tpot0 + layer * o_tpot + draft / per_step + eager * e_tpot)
     steps = ASYNC_WAIT_STEPS + 1 if t.running > 1 else 1  # the steps until the first token, each drafting
     ttft = float(ttft0 + layer * o_ttft + draft * steps + eager * e_ttft)
+    eager += t.eager_extra_s  # a step without CUDA graphs, all told
     t_d = float(decode) + overhead + eager * t.decode_eager
     t_p = t.prefill_s / cal.compute_efficiency + t.prefill_allreduce_s
     b, o = t.running, output_tokens
@@ -393,7 +333,7 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
     ``servelab.plan.burst``, each step's time the roofline with the calibration: max(weights ÷
     (bandwidth · η_bw), FLOPs ÷ (peak · η_c)) + KV ÷ (bandwidth · η_bw) + all-reduces + L · t_ℓ (+ t_eager
     above the largest capture size). Aggregate tok/s: every output token ÷ first send to last token."""
-    t0, eager = cal.layer_overhead_us / 1e6 * t.layers, cal.eager_step_ms / 1e3
+    t0, eager = cal.layer_overhead_us / 1e6 * t.layers, cal.eager_step_ms / 1e3 + t.eager_extra_s
 
     def step_s(decode: int, prompt: int) -> float:
         x = t.step_at(decode, prompt)

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from servelab.explain import Row
 from servelab.metrics.repeats import TOK_S_SPREAD, TTFT_SPREAD, RepeatStats
-from servelab.plan.predict import Calibration
+from servelab.plan.calibration import Calibration
 
 
 def explain_table(rows: list[Row], title: str, cal: Calibration) -> Table:

@@ -1,0 +1,88 @@
+"""The calibrations of ``servelab predict`` (``servelab.plan.predict``): efficiencies and times per
+layer and step of one engine × hardware × format family, fitted on real runs (``servelab.plan.fit``),
+the shipped ones (``servelab/data/calibration.yaml``, with their measured errors) and which one a
+model gets.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError
+
+from servelab.errors import ServelabError
+from servelab.plan.quant import QuantFormat
+from servelab.specs import ModelSpec
+from servelab.yamlfile import read_yaml
+
+DEFAULT_CALIBRATION = "vllm-0.25-h100-bf16"  # dense models (data/calibration.yaml)
+MOE_CALIBRATION = "vllm-0.25-h100-moe-fp8"  # MoE models in FP8
+HYBRID_CALIBRATION = "vllm-0.25-h100-hybrid-fp8"  # hybrid (Mamba-2 / Gated DeltaNet) models in FP8
+FINE_EXPERT_WIDTH = 2048  # the MoE calibration is picked for experts this wide or narrower (fitted on Qwen3-30B-A3B's 768; Mixtral-8x7B's 14,336 and gpt-oss-120b's 2,880 were closer with the dense one: validation/RESULTS-predict.md)
+BW_RANGE = (0.2, 1.0)  # the grid of η_bw in fit (steps of 0.01); the datasheet bandwidth is the ceiling
+COMPUTE_RANGE = (0.1, 1.2)  # … of η_c
+
+
+class Calibration(BaseModel):
+    """Efficiencies of one engine × hardware × format family, with where they came from."""
+
+    name: str
+    bw_efficiency: float = Field(gt=0, le=1.5, description="Achieved share of the datasheet memory bandwidth in decode.")
+    compute_efficiency: float = Field(gt=0, le=1.5, description="Achieved share of the datasheet dense peak in prefill.")
+    layer_overhead_us: float = Field(
+        ge=0, description="Fixed time per layer per step (a layer's kernels beyond its matrix products and their gaps, with the step's scheduling and sampling spread over its layers), µs; a step pays it for every layer it runs."
+    )
+    eager_step_ms: float = Field(
+        0.0, ge=0, description="Time a step adds when it runs without CUDA graphs (more tokens than the largest capture size: vLLM's piecewise-compiled or eager forward), ms; 0 in calibrations fitted before it existed."
+    )
+    draft_overhead_ms: float = Field(
+        0.0, ge=0, description="Time a speculative step adds for drafting (n-gram: CPU matching and the host sync it needs), ms; 0 when no speculative run was fitted."
+    )
+    source: str = Field(description="The runs it was fitted on.")
+    error: str = Field("", description="Measured error (leave-one-run-out), in words.")
+
+
+def calibrations() -> dict[str, Calibration]:
+    """The shipped calibrations (``servelab/data/calibration.yaml``) by name."""
+    data = yaml.safe_load(files("servelab.data").joinpath("calibration.yaml").read_text())
+    return {name: Calibration(name=name, **value) for name, value in data.items()}
+
+
+def calibration(name: str | None, spec: ModelSpec | None = None, fmt: QuantFormat | None = None) -> Calibration:
+    """A shipped calibration by name, or the first of a YAML file (``servelab calibrate --out``);
+    without a name, the shipped one that was fitted on such models: the hybrid one for a model with
+    recurrent layers in FP8, the MoE one for another MoE model in FP8 with experts at most
+    ``FINE_EXPERT_WIDTH`` wide, the dense one otherwise (on gpt-oss-120b MXFP4 on a DGX Spark the MoE one was 45–77 % slow,
+    the dense one 1–55 %; on Mixtral-8x7B fp8 on an H100, held out, 29 % against 4 % median: validation/RESULTS-predict.md).
+
+    Raises:
+        ServelabError: neither a known name (the known ones listed) nor a valid calibration file.
+    """
+    if name is None:
+        fp8 = spec is not None and fmt is not None and fmt.name == "fp8"
+        if fp8 and spec.state_bytes_per_seq():
+            name = HYBRID_CALIBRATION
+        else:
+            fine = spec.moe_layers and spec.moe_intermediate_size <= FINE_EXPERT_WIDTH
+            name = MOE_CALIBRATION if fp8 and fine else DEFAULT_CALIBRATION
+    known = calibrations()
+    if name in known:
+        return known[name]
+    path = Path(name)
+    if path.is_file():
+        data = read_yaml(path, "--calibration")
+        try:
+            (key, value), *_ = data.items()
+            if "step_overhead_ms" in value and "layer_overhead_us" not in value:
+                raise ServelabError(f"--calibration {name}: written before servelab timed a step per layer (it has step_overhead_ms, not "
+                                    "layer_overhead_us); run servelab calibrate --out on its runs again")  # fmt: skip
+            return Calibration(name=key, **value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise ServelabError(f"--calibration {name}: not a calibration file ({where}: {first['msg']}); write one with servelab calibrate --out") from None
+        except (AttributeError, ValueError, TypeError) as exc:
+            raise ServelabError(f"--calibration {name}: not a calibration file ({exc}); write one with servelab calibrate --out") from None
+    raise ServelabError(f"--calibration {name!r} is not known; use one of {', '.join(known)}, or a file from servelab calibrate --out")
