@@ -4,6 +4,7 @@ real (including speculative decoding with a draft model), and the findings they 
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 
 import pytest
@@ -153,6 +154,49 @@ def test_gpu_sampler_is_silent_without_nvml():
         return await sampler.stop(100)
 
     assert asyncio.run(go()) is None
+
+
+def test_gpu_sampler_reads_the_clock_and_power_limits(monkeypatch):
+    """With NVML (a stand-in module: no GPU here), the phase's stats carry the maximum SM clock and
+    the power limit beside the samples, so a power-capped level can be told."""
+    import types
+
+    from servelab.metrics.gpu import GpuSampler
+
+    fake = types.SimpleNamespace(
+        NVML_CLOCK_SM=1, NVML_TEMPERATURE_GPU=0, nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 1, nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetPowerUsage=lambda h: 690_000, nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=2**30),
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=96), nvmlDeviceGetClockInfo=lambda h, k: 1545,
+        nvmlDeviceGetTemperature=lambda h, k: 60, nvmlDeviceGetMaxClockInfo=lambda h, k: 1980, nvmlDeviceGetEnforcedPowerLimit=lambda h: 700_000,
+    )  # fmt: skip
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+
+    async def go():
+        sampler = GpuSampler()
+        sampler.start()
+        sampler._sample()  # a second sample now, not after the sampling interval
+        return await sampler.stop(100)
+
+    stats = asyncio.run(go())
+    assert (stats.max_sm_clock_mhz, stats.power_limit_w, stats.mean_sm_clock_mhz, stats.peak_power_w) == (1980, 700, 1545, 690)
+
+
+def test_a_power_capped_level_is_named_and_explained():
+    """A level whose SM clock fell under 90 % of its maximum while its power reached the limit is
+    power-capped (an H200 at 256 streams: 1,575 of 1,980 MHz at up to 696 of 700 W); below the cap,
+    or without the maximum and the limit (telemetry before they were recorded), nothing is said."""
+    from servelab.explain import CAUSES
+    from servelab.metrics.gpu import GpuStats
+
+    run = RunResult.model_validate_json((FIX.parent / "runs" / "vllm-0.25-h100-qwen3-8b-run.json").read_text())
+    base = {"gpus": 1, "samples": 20, "mean_power_w": 668.0, "energy_j": 1.0, "peak_memory_used_gib": 70.0, "mean_utilization_pct": 96.0, "peak_temperature_c": 60.0}
+    capped, cool, unknown = run.levels[-1], run.levels[0], run.levels[1]
+    capped.gpu = GpuStats(**base, peak_power_w=696.0, mean_sm_clock_mhz=1575.0, max_sm_clock_mhz=1980.0, power_limit_w=700.0)
+    cool.gpu = GpuStats(**base, peak_power_w=450.0, mean_sm_clock_mhz=1980.0, max_sm_clock_mhz=1980.0, power_limit_w=700.0)
+    unknown.gpu = GpuStats(**base, peak_power_w=696.0, mean_sm_clock_mhz=1575.0)
+    (found,) = [f for f in diagnose(run) if f.kind == "power_capped"]
+    assert found.evidence["concurrency"] == capped.concurrency and "80% of its maximum SM clock" in found.message and "1.26 ×" in found.message
+    assert "power_capped" in CAUSES
 
 
 def test_a_ceiling_exceeded_names_the_assumptions():

@@ -20,6 +20,8 @@ KV_FULL = 0.95  # peak KV-cache usage at which the cache counts as full
 CLIENT_BUSY = 0.9  # servelab's process busy this share of the measured phase: its timestamps wait for its event loop
 SEND_LAG_MS = 10.0  # a replay whose send lag p99 is above this did not keep the trace's schedule
 SHORT_WINDOW = 3.0  # a --duration window under this many request durations (E2E p50) is not yet a steady state
+CLOCK_CAPPED = 0.9  # a mean SM clock under this share of the maximum ...
+POWER_AT_LIMIT = 0.95  # ... while the peak power reached this share of the limit: the GPU was power-capped
 
 
 ANOMALY_TEXT = {
@@ -124,6 +126,15 @@ def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Fin
                                        "every expert equally likely (a skewed router, or random dummy weights, touches fewer experts per step and reads less)",
                                evidence={"concurrency": c, "pct_of_ceiling": pct, "decode_tok_s_p50": lv.decode_tok_s.p50,
                                          "ceiling_tok_s": lv.decode_ceiling_tok_s, **ce.model_dump()}))  # fmt: skip
+        if (g := lv.gpu) and g.max_sm_clock_mhz and g.power_limit_w and g.mean_sm_clock_mhz < CLOCK_CAPPED * g.max_sm_clock_mhz \
+                and g.peak_power_w >= POWER_AT_LIMIT * g.power_limit_w:  # fmt: skip
+            share = g.mean_sm_clock_mhz / g.max_sm_clock_mhz
+            out.append(Finding(kind="power_capped", severity="info",
+                               message=f"{at}: the GPU ran at {share:.0%} of its maximum SM clock ({g.mean_sm_clock_mhz:,.0f} of {g.max_sm_clock_mhz:,.0f} MHz) "
+                                       f"with power up to {g.peak_power_w:,.0f} of its {g.power_limit_w:,.0f} W limit: power-capped, so its compute-bound steps "
+                                       f"(prefill) took up to {1 / share:.2f} × as long as at full clock, and levels below the cap were not slowed so",
+                               evidence={"concurrency": c, "mean_sm_clock_mhz": g.mean_sm_clock_mhz, "max_sm_clock_mhz": g.max_sm_clock_mhz,
+                                         "peak_power_w": g.peak_power_w, "power_limit_w": g.power_limit_w}))  # fmt: skip
         if s is None:
             continue
         if cold and (s.prefix_cache_hit_rate or 0) > PREFIX_HIT_TOLERANCE:

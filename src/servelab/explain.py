@@ -40,6 +40,7 @@ CAUSES = {  # finding kind → the gap it explains (diagnose.py has the numbers)
     "unstable_measurement": "the client was saturated: its timestamps are late",
     "ceiling_exceeded": "faster than the roofline: MoE routing not uniform, or speculative decoding",
     "preemptions": "preemptions: work was recomputed",
+    "power_capped": "the GPU was power-capped: its clock fell, compute-bound steps slowed",
     "short_window": "a --duration window of under 3 request durations: latencies of the early requests only",
     "jit_compile": "a kernel compiled (JIT) inside the window: not a measurement",
 }

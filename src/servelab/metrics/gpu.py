@@ -3,7 +3,8 @@
 Where NVML is missing (no NVIDIA driver, a remote server, this CI) the sampler is silent and the
 phase gets no GPU figures: never an error. Samples every ``SAMPLE_INTERVAL_S`` of every visible
 GPU: power (W, ``nvmlDeviceGetPowerUsage``), memory used (GiB), GPU utilisation (%), SM clock (MHz)
-and temperature (°C). Energy = Σ power × interval over the phase (J), summed over GPUs; energy
+and temperature (°C); once, its maximum SM clock (``nvmlDeviceGetMaxClockInfo``) and power limit
+(``nvmlDeviceGetEnforcedPowerLimit``), so that a power-capped phase can be told (``servelab.diagnose``). Energy = Σ power × interval over the phase (J), summed over GPUs; energy
 per output token = energy ÷ output tokens of the phase (docs/metrics.md, "GPU telemetry").
 """
 
@@ -30,6 +31,8 @@ class GpuStats(BaseModel):
     mean_utilization_pct: float
     mean_sm_clock_mhz: float
     peak_temperature_c: float
+    max_sm_clock_mhz: float | None = None  # the lowest of the GPUs' maximum SM clocks; None where NVML did not say (runs before 2026-11-26)
+    power_limit_w: float | None = None  # the GPUs' enforced power limits, summed like the power
 
 
 def _nvml():
@@ -50,6 +53,7 @@ class GpuSampler:
         self.nv = None
         self.handles: list = []
         self.rows: list[tuple[float, float, float, float, float, float]] = []  # t, W, GiB, %, MHz, °C
+        self.limits: tuple[float | None, float | None] = (None, None)  # max SM clock (MHz), power limit (W)
         self._task: asyncio.Task | None = None
 
     def _sample(self) -> None:
@@ -78,6 +82,11 @@ class GpuSampler:
         except Exception:  # driver trouble mid-run: give up on telemetry, not on the run
             self.nv = None
             return
+        try:
+            self.limits = (float(min(self.nv.nvmlDeviceGetMaxClockInfo(h, self.nv.NVML_CLOCK_SM) for h in self.handles)),
+                           sum(self.nv.nvmlDeviceGetEnforcedPowerLimit(h) for h in self.handles) / 1000)  # fmt: skip
+        except Exception:  # not every device reports them (a vGPU, a MIG slice): the figures, without the cap's
+            self.limits = (None, None)
         self._task = asyncio.create_task(self._loop())
 
     async def stop(self, output_tokens: int | None = None) -> GpuStats | None:
@@ -106,4 +115,6 @@ class GpuSampler:
             mean_utilization_pct=sum(r[3] for r in rows) / n,
             mean_sm_clock_mhz=sum(r[4] for r in rows) / n,
             peak_temperature_c=max(r[5] for r in rows),
+            max_sm_clock_mhz=self.limits[0],
+            power_limit_w=self.limits[1],
         )
