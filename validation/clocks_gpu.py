@@ -14,7 +14,6 @@ median (W) over the samples at ``BUSY_W`` or more, and every sample.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -22,22 +21,15 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cold_gpu import MODELS, OUTPUT, kit_with, reset, vllm_bench  # noqa: E402
-from vllm_gpu import serve, stop  # noqa: E402
+from cold_gpu import OUTPUT, model_args, reset, serve_model, vllm_bench  # noqa: E402
+from vllm_gpu import stop  # noqa: E402
 
 BUSY_W = 250  # samples at this power or more are the GPU at work (an idle H200 draws ~120 W)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kit", type=Path, required=True)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--model", choices=list(MODELS), required=True)
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    flags, env, vocab = MODELS[args.model]
-    pgid, url = serve(kit_with(args.kit, args.model, vocab), args.model, args.out / f"{args.model}-clocks-boot.log", *flags,
-                      env={**env, "VLLM_SERVER_DEV_MODE": "1"})  # fmt: skip
+    args = model_args(__doc__.split("\n\n")[0])
+    pgid, url = serve_model(args.kit, args.model, args.out / f"{args.model}-clocks-boot.log")
     rows = []
     try:
         for c in (4, 64, 256):

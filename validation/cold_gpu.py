@@ -114,10 +114,28 @@ def vllm_bench(url: str, model: str, out: Path, concurrency: int, prompts: int, 
     return res
 
 
-def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS) -> None:
+def serve_model(kit: Path, model: str, log: Path) -> tuple[int, str]:
+    """Start vLLM on ``MODELS[model]`` with its development endpoints (``/reset_prefix_cache``); (process group, URL)."""
     flags, env, vocab = MODELS[model]
+    return serve(kit_with(kit, model, vocab), model, log, *flags, env={**env, "VLLM_SERVER_DEV_MODE": "1"})
+
+
+def model_args(description: str, *extra: tuple[str, dict]) -> argparse.Namespace:
+    """--kit, --out (created) and --model, and ``extra`` options as (flag, add_argument keywords)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--kit", type=Path, required=True, help="the gpu-vllm kit folder (serve.sh, configs/, tokenizer/)")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--model", choices=list(MODELS), required=True)
+    for flag, kw in extra:
+        ap.add_argument(flag, **kw)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    return args
+
+
+def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS) -> None:
     log = out / f"{model}-boot.log"
-    pgid, url = serve(kit_with(kit, model, vocab), model, log, *flags, env={**env, "VLLM_SERVER_DEV_MODE": "1"})
+    pgid, url = serve_model(kit, model, log)
     try:
         for c in levels:  # warm-up: every batch shape the levels reach, before any window
             vllm_bench(url, model, out, c, c, 16, 10_000 + c)
@@ -149,13 +167,8 @@ def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kit", type=Path, required=True, help="the gpu-vllm kit folder (serve.sh, configs/, tokenizer/)")
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--model", choices=list(MODELS), required=True)
-    ap.add_argument("--levels", default=",".join(map(str, LEVELS)), help="streams per level, comma-separated (a large model's 256 outlasts one call)")
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = model_args(__doc__.split("\n\n")[0], ("--levels", {"default": ",".join(map(str, LEVELS)),
+                                                              "help": "streams per level, comma-separated (a large model's 256 outlasts one call)"}))  # fmt: skip
     run_model(args.kit, args.out, args.model, tuple(int(c) for c in args.levels.split(",")))
 
 

@@ -16,7 +16,6 @@ Prints one row per probe (client TTFT mean, server TTFT mean, requests) and writ
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import urllib.request
@@ -25,8 +24,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cold_gpu import INPUT, MODELS, OUTPUT, kit_with, reset, vllm_bench  # noqa: E402
-from vllm_gpu import bench, serve, stop  # noqa: E402
+from cold_gpu import INPUT, OUTPUT, model_args, reset, serve_model, vllm_bench  # noqa: E402
+from vllm_gpu import bench, stop  # noqa: E402
 
 
 def server_ttft(url: str) -> tuple[float, float]:
@@ -43,15 +42,8 @@ def server_ttft(url: str) -> tuple[float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kit", type=Path, required=True)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--model", choices=list(MODELS), required=True)
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    flags, env, vocab = MODELS[args.model]
-    log = args.out / f"{args.model}-probe-boot.log"
-    pgid, url = serve(kit_with(args.kit, args.model, vocab), args.model, log, *flags, env={**env, "VLLM_SERVER_DEV_MODE": "1"})
+    args = model_args(__doc__.split("\n\n")[0])
+    pgid, url = serve_model(args.kit, args.model, args.out / f"{args.model}-probe-boot.log")
     rows = []
     try:
         for c in (1, 4, 16, 64):  # the warm-up of cold_gpu.py
