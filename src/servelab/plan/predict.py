@@ -226,7 +226,7 @@ def terms(
     bw = hw.bandwidth_gbs * 1e9
     k = (running - 1) / output_tokens
     m = k / min(k, MIXED_SHARE) if k else 1.0
-    kv = running * spec.seq_bytes(context, 2.0) / tp  # KV cache and recurrent state, read by attention and the recurrent layers
+    kv_seq = spec.seq_bytes(context, 2.0) / tp / bw  # one sequence's KV cache and recurrent state (read by attention and the recurrent layers) ÷ bandwidth
     mixed_tokens = round((running - 1) * per_seq + m * input_tokens)  # a prompt's step: the prompts and the other sequences' decode tokens
     mixed_bytes = weights_touched(spec, fmt, round(running * per_seq + m * input_tokens), routing) / tp  # the whole decode batch's and the prompts'
     largest = max(limits.capture_sizes, default=0)
@@ -234,7 +234,6 @@ def terms(
     passes = draft_tokens if drafter and drafter.method != "ngram" else 0
     draft_bytes = passes * drafter.pass_bytes(spec, running, routing) / tp if passes and drafter else 0.0
     sizes, per_decode, per_prompt = sorted(limits.capture_sizes), step.flops / (running * per_seq), pf.flops / input_tokens
-    kv_seq = spec.seq_bytes(context, 2.0) / tp / bw
 
     @lru_cache(maxsize=None)
     def step_at(decode: int, prompt: int) -> StepTerms:
@@ -245,7 +244,7 @@ def terms(
 
     return Terms(padded_bytes / bw, pad.flops / peak, max(pf.flops / peak, pf.bytes / bw), running, padded, unpadded_bytes / bw,
                  step.flops / peak, draft_tokens, passes, draft_bytes / bw, allreduce_s(spec, hw, padded, tp), allreduce_s(spec, hw, input_tokens, tp),
-                 mode, k, mixed_bytes / bw, (step.flops + m * pf.flops) / peak, kv / bw, running * per_seq > largest, mixed_tokens > largest,
+                 mode, k, mixed_bytes / bw, (step.flops + m * pf.flops) / peak, running * kv_seq, running * per_seq > largest, mixed_tokens > largest,
                  step_at, input_tokens, max_running, limits.max_num_batched_tokens, len(spec.layers), engine.eager_extra_s(dtype, len(spec.layers)))  # fmt: skip
 
 
@@ -294,13 +293,13 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
         return _burst(t, cal, concurrency=concurrency, output_tokens=output_tokens)
     layer, draft = cal.layer_overhead_us / 1e6, (cal.draft_overhead_ms / 1e3 if t.draft_tokens else 0.0)
     overhead = layer * (t.layers + t.draft_passes) + draft  # a step's: its layers', each draft pass's, the drafting time
-    eager = cal.eager_step_ms / 1e3  # and the format's t.eager_extra_s, which step_times has added
+    cal_eager = cal.eager_step_ms / 1e3  # the calibration's; step_times has added the format's (t.eager_extra_s)
     per_step = spec_tokens_per_step(acceptance, t.draft_tokens)
     tpot0, ttft0, decode, (o_tpot, o_ttft), (e_tpot, e_ttft) = step_times(t, cal.bw_efficiency, cal.compute_efficiency, per_step)
-    tpot = float(tpot0 + layer * o_tpot + draft / per_step + eager * e_tpot)
+    tpot = float(tpot0 + layer * o_tpot + draft / per_step + cal_eager * e_tpot)
     steps = ASYNC_WAIT_STEPS + 1 if t.running > 1 else 1  # the steps until the first token, each drafting
-    ttft = float(ttft0 + layer * o_ttft + draft * steps + eager * e_ttft)
-    eager += t.eager_extra_s  # a step without CUDA graphs, all told
+    ttft = float(ttft0 + layer * o_ttft + draft * steps + cal_eager * e_ttft)
+    eager = cal_eager + t.eager_extra_s  # a step without CUDA graphs, all told
     t_d = float(decode) + overhead + eager * t.decode_eager
     t_p = t.prefill_s / cal.compute_efficiency + t.prefill_allreduce_s
     b, o = t.running, output_tokens
