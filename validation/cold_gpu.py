@@ -16,7 +16,8 @@ call, so that each call stays under the device tool's 10 minutes):
 - ``gemma-3-27b`` (bf16, 62 layers) and ``llama-3.1-70b`` (``--quantization fp8``, 80 layers, H200):
   deep dense models, the check of the per-layer step time (``--levels 1,4,16,64`` keeps a call under
   10 minutes); ``qwen3-32b-fp8``: Qwen3-32B with ``--quantization fp8``, against its BF16 run on the
-  same GPU (FP8's prefill speed).
+  same GPU (FP8's prefill speed); ``qwen2-57b-a14b`` (``--quantization fp8``, uniform routing: 64 experts
+  of 2,560, top 8, and a shared expert; validation/configs/qwen2-57b-a14b), a MoE no fit has seen, on an H100.
 
 On each server (started with ``VLLM_SERVER_DEV_MODE=1``), 512 prompt / 128 output tokens, chat endpoint:
 
@@ -61,6 +62,7 @@ MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tok
     "gemma-3-27b": (("--max-model-len", "2048"), {}, 262208),  # 62 layers: the per-layer step time's check (the kit's tokenizer grown to its vocabulary)
     "llama-3.1-70b": (("--max-model-len", "2048", "--quantization", "fp8"), {}, 128256),  # 80 layers, dense FP8 (H200)
     "qwen3-32b-fp8": (("--max-model-len", "2048", "--quantization", "fp8"), {}, None),  # FP8 against qwen3-32b's BF16 on one GPU
+    "qwen2-57b-a14b": (("--max-model-len", "2048", "--quantization", "fp8"), UNIFORM, None),  # MoE: 64 experts of 2,560 (top 8) and a shared one (H100)
 }
 JIT = "Triton kernel JIT compilation during inference"
 

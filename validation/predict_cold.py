@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "validation"))
 
-from predict_loo import RUNS, SHORT, levels  # noqa: E402
+from predict_loo import RUNS, SHORT, levels, moe_levels  # noqa: E402
 
 from servelab.metrics.bootlog import parse_bootlog  # noqa: E402
-from servelab.plan.fit import Measured, fit  # noqa: E402
+from servelab.plan.fit import Measured, fit, fit_moe  # noqa: E402
 from servelab.plan.hardware import load_hardware  # noqa: E402
 from servelab.plan.model_spec import load_model  # noqa: E402
 from servelab.plan.calibration import Calibration  # noqa: E402
@@ -46,6 +46,7 @@ MODELS = {  # name → (model reference, format)
     "gemma-3-27b": (str(V / "configs/gemma-3-27b"), "bf16"),
     "llama-3.1-70b": (str(V / "configs/llama-3.1-70b"), "fp8"),
     "qwen3-32b-fp8": (str(V / "configs/qwen3-32b"), "fp8"),
+    "qwen2-57b-a14b": (str(V / "configs/qwen2-57b-a14b"), "fp8"),
 }
 HARDWARE = {"cold-h100": "h100-sxm", "cold-h200": "h200"}
 
@@ -91,7 +92,7 @@ def err(pred: float, meas: float) -> float:
 def score(title: str, cal: Calibration, burst: list[Burst], steady: list[Measured]) -> dict:
     """Print one held-out block's table; its errors (absolute %) by kind."""
     print(f"\n### {title}\n\ncalibration: η_bw {cal.bw_efficiency:.2f}, η_c {cal.compute_efficiency:.2f}, t_ℓ {cal.layer_overhead_us:.1f} µs per layer, "
-          f"t_eager {cal.eager_step_ms:.2f} ms\n\n| mode | c | tok/s meas / pred | err | TTFT ms meas / pred | err | TTFT p99 ms meas / pred | err | TPOT ms meas / pred | err |\n"
+          f"t_eager {cal.eager_step_ms:.2f} ms, MoE layer {cal.moe_layer_us:.1f} µs and {cal.moe_eager_layer_ms:.2f} ms without CUDA graphs\n\n| mode | c | tok/s meas / pred | err | TTFT ms meas / pred | err | TTFT p99 ms meas / pred | err | TPOT ms meas / pred | err |\n"
           "|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
     errs: dict[str, list[float]] = {"tok_s": [], "ttft": [], "single": []}
     for b in burst:
@@ -125,29 +126,30 @@ def group(name: str, *, without: str | None = None) -> list[Measured]:
     return [m for g, path, model, quant, hw in RUNS if g == name and not (without and without in path.as_posix()) for m in levels(path, model, quant, hw)]
 
 
-SHIPPED_DENSE = "the shipped dense fit (H100: Qwen3-8B and Qwen3-14B)"
-BLOCKS = [  # (title, the calibration group, a run left out of its fit, the runs' folder, the model)
-    ("leave one model out: Qwen3-14B bf16, H100; dense fit on Qwen3-8B (H100) only", "dense", "qwen3-14b", "cold-h100", "qwen3-14b"),
-    (f"leave one model and GPU out: Qwen3-32B bf16, H200; {SHIPPED_DENSE}", "dense", None, "cold-h200", "qwen3-32b"),
-    ("leave one model out: Mixtral-8x7B fp8 (8 experts of 14,336, top 2), H100; the dense fit predict picks for such wide experts "
-     "(H100: Qwen3-8B and Qwen3-14B)", "dense", None, "cold-h100", "mixtral-8x7b"),
-    ("the same with the MoE fit (Qwen3-30B-A3B: 128 experts of 768, top 8), for comparison", "moe", None, "cold-h100", "mixtral-8x7b"),
-    (f"leave one model and GPU out: Gemma-3-27B bf16 (62 layers), H200; {SHIPPED_DENSE}", "dense", None, "cold-h200", "gemma-3-27b"),
-    (f"leave one model and GPU out: Llama-3.1-70B fp8 (80 layers), H200; {SHIPPED_DENSE}", "dense", None, "cold-h200", "llama-3.1-70b"),
-    (f"FP8's constants were measured on it (engines/vllm.py), not held out: Qwen3-32B fp8, H200; {SHIPPED_DENSE}", "dense", None, "cold-h200",
-     "qwen3-32b-fp8"),
-    (f"leave one GPU out: Qwen3-8B bf16, H200; {SHIPPED_DENSE}", "dense", None, "cold-h200", "qwen3-8b"),
-    ("leave one GPU out: Qwen3-30B-A3B fp8, H200; the shipped MoE fit (H100)", "moe", None, "cold-h200", "qwen3-30b-a3b"),
+SHIPPED = "the shipped fit (dense: Qwen3-8B and Qwen3-14B; MoE layer times: Qwen3-30B-A3B fp8; all H100)"
+BLOCKS = [  # (title, the dense runs left out of the fit, with the MoE layer times or not, the runs' folder, the model)
+    ("leave one model out: Qwen3-14B bf16, H100; dense fit on Qwen3-8B (H100) only", "qwen3-14b", True, "cold-h100", "qwen3-14b"),
+    (f"leave one model and GPU out: Qwen3-32B bf16, H200; {SHIPPED}", None, True, "cold-h200", "qwen3-32b"),
+    (f"leave one model out: Mixtral-8x7B fp8 (8 experts of 14,336, top 2), H100; {SHIPPED}", None, True, "cold-h100", "mixtral-8x7b"),
+    ("the same without the MoE layer times (the dense fit alone), for comparison", None, False, "cold-h100", "mixtral-8x7b"),
+    (f"leave one model out: Qwen2-57B-A14B fp8 (64 experts of 2,560, top 8, and a shared one), H100; {SHIPPED}", None, True, "cold-h100",
+     "qwen2-57b-a14b"),
+    (f"leave one model and GPU out: Gemma-3-27B bf16 (62 layers), H200; {SHIPPED}", None, True, "cold-h200", "gemma-3-27b"),
+    (f"leave one model and GPU out: Llama-3.1-70B fp8 (80 layers), H200; {SHIPPED}", None, True, "cold-h200", "llama-3.1-70b"),
+    (f"FP8's constants were measured on it (engines/vllm.py), not held out: Qwen3-32B fp8, H200; {SHIPPED}", None, True, "cold-h200", "qwen3-32b-fp8"),
+    (f"leave one GPU out: Qwen3-8B bf16, H200; {SHIPPED}", None, True, "cold-h200", "qwen3-8b"),
+    (f"leave one GPU out: Qwen3-30B-A3B fp8, H200; {SHIPPED}", None, True, "cold-h200", "qwen3-30b-a3b"),
 ]  # fmt: skip
-GROUPS = {"dense": "vllm-0.25-h100-dense-bf16", "moe": "vllm-0.25-h100-moe-fp8"}
+DENSE = "vllm-0.25-h100-dense-bf16"
 
 
 def main() -> dict[str, dict[str, list[float]]]:
     fits = {}
-    for _, kind, without, _, _ in BLOCKS:
-        if (kind, without) not in fits:
-            fits[kind, without] = fit(group(GROUPS[kind], without=without), GROUPS[kind], "held out")
-    blocks = {title: (fits[kind, without], bursts(folder, model), stagger(folder, model)) for title, kind, without, folder, model in BLOCKS}
+    for _, without, moe, _, _ in BLOCKS:
+        if (without, moe) not in fits:
+            dense = fit(group(DENSE, without=without), DENSE, "held out")
+            fits[without, moe] = fit_moe(moe_levels(), dense) if moe else dense
+    blocks = {title: (fits[without, moe], bursts(folder, model), stagger(folder, model)) for title, without, moe, folder, model in BLOCKS}
     results = {title: score(title, *block) for title, block in blocks.items()}
     short = {run: sorted({m.concurrency for m in ms}) for run, ms in SHORT.items() if "cold-" in run}
     print(f"\nnot scored (short_window): {short}")

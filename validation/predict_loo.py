@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from servelab.diagnose import diagnose  # noqa: E402
-from servelab.plan.fit import Measured, error_summary, fit, leave_one_out, measured_levels, predicted_ttft
+from servelab.plan.fit import Measured, error_summary, fit, fit_moe, leave_one_out, measured_levels, predicted_ttft  # noqa: E402
+from servelab.plan.calibration import Calibration  # noqa: E402
 from servelab.plan.hardware import load_hardware  # noqa: E402
 from servelab.plan.model_spec import load_model  # noqa: E402
 from servelab.plan.predict import predict  # noqa: E402
@@ -37,9 +38,11 @@ RUNS = [
     *[("vllm-0.25-h100-dense-bf16", V / f"waves-h100/burst-{i}-run.json", "qwen3-8b", "bf16", "h100-sxm") for i in (1, 2, 3)],
     ("vllm-0.25-h100-dense-bf16", V / "predict-h100/dense-run.json", "qwen3-8b", "bf16", "h100-sxm"),
     ("vllm-0.25-h100-dense-bf16", V / "cold-h100/qwen3-14b-stagger-run.json", str(V / "configs/qwen3-14b"), "bf16", "h100-sxm"),
-    *[("vllm-0.25-h100-moe-fp8", V / f"predict-h100/{name}-run.json", "qwen3-30b-a3b", "fp8", "h100-sxm") for name in ("moe", "moe-caps", "moe-long", "moe-1024")],
     *[("vllm-0.25-h100-hybrid-fp8", V / f"predict-h100/{name}-run.json", "nemotron-3-nano-30b-a3b", "fp8", "h100-sxm") for name in ("hybrid", "hybrid-1024")],
 ]
+# The MoE layer times of the dense calibration (moe_layer_us, moe_eager_layer_ms: servelab.plan.fit.fit_moe, the dense fit held),
+# fitted on a MoE model's cold steady-state run (validation/cold_gpu.py; uniform-random routing).
+MOE_RUNS = [(V / "cold-h100/qwen3-30b-a3b-stagger-run.json", "qwen3-30b-a3b", "fp8", "h100-sxm")]
 # Held out of every fit: predicted with the calibration fitted on all of the named group's runs.
 HELD_OUT = [
     ("vllm-0.25-h100-dense-bf16", V / "predict-h100/ngram-run.json", "qwen3-8b", "bf16", "h100-sxm"),  # n-gram, 3 draft tokens
@@ -77,6 +80,26 @@ def err(pred: float, meas: float) -> float:
     return 100 * (pred - meas) / meas
 
 
+def moe_levels() -> list[Measured]:
+    """The steady-state levels of ``MOE_RUNS``."""
+    return [m for path, model, quant, hw in MOE_RUNS for m in levels(path, model, quant, hw)]
+
+
+def print_moe(dense: Calibration) -> None:
+    """The MoE layer times: each level of ``MOE_RUNS`` predicted with them fitted on the others (the dense fit held), then fitted on all."""
+    lvs = moe_levels()
+    print("\n## vllm-0.25-h100-bf16's MoE layer times (the dense fit held)\n\n| run | c | measured tok/s | predicted | err | TPOT ms meas / pred | err | "
+          "TTFT ms meas / pred (p50) | err |\n|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+    pairs = []
+    for n, lv in enumerate(lvs):
+        pt = predict(lv.terms, fit_moe(lvs[:n] + lvs[n + 1 :], dense), concurrency=lv.concurrency, output_tokens=lv.output_tokens)
+        pairs.append((0, lv, pt))
+        print(f"| {MOE_RUNS[0][0].relative_to(ROOT).as_posix()} | {lv.concurrency} | {lv.tok_s:,.0f} | {pt.aggregate_tok_s:,.0f} | {err(pt.aggregate_tok_s, lv.tok_s):+.1f} % | "
+              f"{lv.tpot_s * 1e3:.2f} / {pt.tpot_s * 1e3:.2f} | {err(pt.tpot_s, lv.tpot_s):+.1f} % | {lv.ttft_s * 1e3:.1f} / {pt.ttft_s * 1e3:.1f} | {err(pt.ttft_s, lv.ttft_s):+.1f} % |")  # fmt: skip
+    whole = fit_moe(lvs, dense)
+    print(f"\nleave-one-level-out: {error_summary(pairs)}\nfit on all: moe_layer_us {whole.moe_layer_us:.2f}, moe_eager_layer_ms {whole.moe_eager_layer_ms:.3f}")
+
+
 def main() -> None:
     groups: dict[str, list[tuple[str, list]]] = {}
     for group, path, model, quant, hw in RUNS:
@@ -91,6 +114,8 @@ def main() -> None:
         print(f"\n{group}, leave-one-out: {error_summary(pairs)}")
         whole = fit([lv for _, lvs in runs for lv in lvs], group, "all runs")
         print(f"fit on all: bw_efficiency {whole.bw_efficiency:.3f}, compute_efficiency {whole.compute_efficiency:.3f}, layer_overhead_us {whole.layer_overhead_us:.2f}, eager_step_ms {whole.eager_step_ms:.3f}")
+        if group == "vllm-0.25-h100-dense-bf16":
+            print_moe(whole)
         for g, path, model, quant, hw in HELD_OUT:
             if g != group:
                 continue

@@ -139,7 +139,8 @@ def predict_cmd(
                           "variants": [{"settings": v, "limits": asdict(lim), "points": [asdict(p) for p in pts]} for v, lim, pts in results],
                           "not_fitting": [{"settings": v, "why": why} for v, why in unfit]}, indent=2, default=str))  # fmt: skip
         return
-    caption = (f"calibration {cal.name} (η_bw {cal.bw_efficiency}, η_c {cal.compute_efficiency}, {cal.layer_overhead_us} µs per layer per step, {cal.eager_step_ms} ms more without CUDA graphs; {cal.source}). "
+    moe = f", a MoE layer {cal.moe_layer_us} µs more ({cal.moe_eager_layer_ms} ms without CUDA graphs)" if spec.moe_layers and (cal.moe_layer_us or cal.moe_eager_layer_ms) else ""
+    caption = (f"calibration {cal.name} (η_bw {cal.bw_efficiency}, η_c {cal.compute_efficiency}, {cal.layer_overhead_us} µs per layer per step{moe}, {cal.eager_step_ms} ms more without CUDA graphs; {cal.source}). "
                f"Measured error: {cal.error} Assumes {_assumptions(routing)}.")  # fmt: skip
     title = f"predicted: {spec.name} · {hw.name} · {input_tokens:,} in / {output_tokens:,} out · " + ("open loop" if rates else closed_loop)
     title, caption = escape(title), escape(caption)  # model names and calibration files are the user's text, not markup
@@ -292,7 +293,8 @@ def calibrate_cmd(
     error = "leave-one-out: " + error_summary(leave_one_out(measured, name))
     cal = fit([m for levels in measured for m in levels], name, f"servelab calibrate on {', '.join(label for label, _ in found)}").model_copy(update={"error": error})
     drafting = f", draft_overhead_ms {cal.draft_overhead_ms}" if cal.draft_overhead_ms else ""
-    console.print(escape(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}, layer_overhead_us {cal.layer_overhead_us}, eager_step_ms {cal.eager_step_ms}{drafting}\n{error}"))
+    moe = f", moe_layer_us {cal.moe_layer_us}, moe_eager_layer_ms {cal.moe_eager_layer_ms}" if cal.moe_layer_us or cal.moe_eager_layer_ms else ""
+    console.print(escape(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}, layer_overhead_us {cal.layer_overhead_us}, eager_step_ms {cal.eager_step_ms}{moe}{drafting}\n{error}"))
     if cal.bw_efficiency in BW_RANGE or cal.compute_efficiency in COMPUTE_RANGE:
         console.print("[yellow]an efficiency sits at the edge of its range: these runs do not pin it down; add levels at other concurrencies (1 stream fixes the prefill efficiency)[/]")
     if out is not None:

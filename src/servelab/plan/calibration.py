@@ -17,10 +17,8 @@ from servelab.plan.quant import QuantFormat
 from servelab.specs import ModelSpec
 from servelab.yamlfile import read_yaml
 
-DEFAULT_CALIBRATION = "vllm-0.25-h100-bf16"  # dense models (data/calibration.yaml)
-MOE_CALIBRATION = "vllm-0.25-h100-moe-fp8"  # MoE models in FP8
+DEFAULT_CALIBRATION = "vllm-0.25-h100-bf16"  # dense and MoE models (data/calibration.yaml)
 HYBRID_CALIBRATION = "vllm-0.25-h100-hybrid-fp8"  # hybrid (Mamba-2 / Gated DeltaNet) models in FP8
-FINE_EXPERT_WIDTH = 2048  # the MoE calibration is picked for experts this wide or narrower (fitted on Qwen3-30B-A3B's 768; Mixtral-8x7B's 14,336 and gpt-oss-120b's 2,880 were closer with the dense one: validation/RESULTS-predict.md)
 BW_RANGE = (0.2, 1.0)  # the grid of η_bw in fit (steps of 0.01); the datasheet bandwidth is the ceiling
 COMPUTE_RANGE = (0.1, 1.2)  # … of η_c
 
@@ -33,6 +31,12 @@ class Calibration(BaseModel):
     compute_efficiency: float = Field(gt=0, le=1.5, description="Achieved share of the datasheet dense peak in prefill.")
     layer_overhead_us: float = Field(
         ge=0, description="Fixed time per layer per step (a layer's kernels beyond its matrix products and their gaps, with the step's scheduling and sampling spread over its layers), µs; a step pays it for every layer it runs."
+    )
+    moe_layer_us: float = Field(
+        0.0, ge=0, description="Time a MoE layer adds per step beyond t_ℓ, with CUDA graphs (its router and expert-dispatch kernels: top-k, moe_align_block_size, the second grouped GEMM, the weighted sum), µs; 0 where no MoE run was fitted."
+    )
+    moe_eager_layer_ms: float = Field(
+        0.0, ge=0, description="Time a MoE layer adds to a step without CUDA graphs (its kernels launched one by one from Python), ms; 0 where no MoE run was fitted."
     )
     eager_step_ms: float = Field(
         0.0, ge=0, description="Time a step adds when it runs without CUDA graphs (more tokens than the largest capture size: vLLM's piecewise-compiled or eager forward), ms; 0 in calibrations fitted before it existed."
@@ -53,20 +57,15 @@ def calibrations() -> dict[str, Calibration]:
 def calibration(name: str | None, spec: ModelSpec | None = None, fmt: QuantFormat | None = None) -> Calibration:
     """A shipped calibration by name, or the first of a YAML file (``servelab calibrate --out``);
     without a name, the shipped one that was fitted on such models: the hybrid one for a model with
-    recurrent layers in FP8, the MoE one for another MoE model in FP8 with experts at most
-    ``FINE_EXPERT_WIDTH`` wide, the dense one otherwise (on gpt-oss-120b MXFP4 on a DGX Spark the MoE one was 45–77 % slow,
-    the dense one 1–55 %; on Mixtral-8x7B fp8 on an H100, held out, 29 % against 4 % median: validation/RESULTS-predict.md).
+    recurrent layers in FP8, the dense one otherwise, MoE models included (its MoE layer times were
+    fitted on Qwen3-30B-A3B; held out on Mixtral-8x7B and Qwen2-57B-A14B: validation/RESULTS-predict.md).
 
     Raises:
         ServelabError: neither a known name (the known ones listed) nor a valid calibration file.
     """
     if name is None:
         fp8 = spec is not None and fmt is not None and fmt.name == "fp8"
-        if fp8 and spec.state_bytes_per_seq():
-            name = HYBRID_CALIBRATION
-        else:
-            fine = spec.moe_layers and spec.moe_intermediate_size <= FINE_EXPERT_WIDTH
-            name = MOE_CALIBRATION if fp8 and fine else DEFAULT_CALIBRATION
+        name = HYBRID_CALIBRATION if fp8 and spec.state_bytes_per_seq() else DEFAULT_CALIBRATION
     known = calibrations()
     if name in known:
         return known[name]

@@ -76,7 +76,9 @@ def fit(rows: list[Measured], name: str, source: str) -> Calibration:
     (at one stream) the dense fit moved to η_bw 1.0 and its single-stream error held out from
     2.8 to 9.9 % (validation/RESULTS-predict.md); its error is reported instead. With speculative
     levels among at least two without, those two fit the above and the speculative ones then the
-    drafting time per step (``draft_overhead_ms``, closed form on their TPOT).
+    drafting time per step (``draft_overhead_ms``, closed form on their TPOT). With levels of MoE
+    models among at least two of dense ones, the dense ones fit the above and the MoE ones then
+    the MoE layer times (:func:`fit_moe`); a MoE model alone folds its layers' times into the rest.
 
     Args:
         rows: the measured levels.
@@ -87,6 +89,10 @@ def fit(rows: list[Measured], name: str, source: str) -> Calibration:
     rows = [m for m in rows if m.terms.mode != "burst"]  # bursts are predicted step by step (servelab.plan.burst): held out of every fit
     if len(rows) < 2:
         raise ServelabError("a calibration needs at least two measured steady-state levels (servelab bench, --closed-loop stagger)")
+    dense = [m for m in rows if not m.terms.moe_layers]
+    moe = [m for m in rows if m.terms.moe_layers]
+    if moe and len([m for m in dense if not m.terms.draft_tokens]) >= 2:
+        return fit_moe(moe, fit(dense, name, source))
     plain = [m for m in rows if not m.terms.draft_tokens]
     drafted = [m for m in rows if m.terms.draft_tokens]
     if len(plain) < 2 or not drafted:
@@ -97,6 +103,34 @@ def fit(rows: list[Measured], name: str, source: str) -> Calibration:
             spec_tokens_per_step(m.acceptance, m.terms.draft_tokens), m.tpot_s) for m in drafted]  # fmt: skip
     extra = _least_squares_term(np.array([p.tpot_s / tpot for p, _, tpot in per]), np.array([1 / (k * tpot) for _, k, tpot in per]))
     return cal.model_copy(update={"draft_overhead_ms": round(float(extra) * 1e3, 3)})
+
+
+def fit_moe(rows: list[Measured], cal: Calibration) -> Calibration:
+    """``cal`` with the times of a MoE layer fitted on MoE models' steady-state levels, everything
+    else held: ``moe_layer_us`` (with CUDA graphs: every step pays it) and ``moe_eager_layer_ms``
+    (the steps without them), both ≥ 0, the least squares of :func:`fit` on the same relative errors
+    of TPOT p50 and aggregate tok/s (both linear in them). The dense models' fit thus carries to MoE
+    models: they share the memory system, the attention and the per-layer kernels, and a MoE layer
+    adds its router and dispatch kernels (validation/RESULTS-predict.md).
+
+    Raises:
+        ServelabError: no steady-state level of a MoE model among ``rows``.
+    """
+    rows = [m for m in rows if m.terms.mode != "burst" and m.terms.moe_layers]
+    if not rows:
+        raise ServelabError("fitting the MoE layer times needs steady-state levels of a MoE model (servelab bench, --closed-loop stagger)")
+    a, b, c = [], [], []
+    for m in rows:
+        per_step = spec_tokens_per_step(m.acceptance, m.terms.draft_tokens)
+        p = predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance)
+        _, _, _, _, (e_tpot, e_ttft), (s_tpot, s_ttft) = step_times(m.terms, cal.bw_efficiency, cal.compute_efficiency, per_step)
+        n, o, waiting = m.terms.moe_layers, m.output_tokens, m.concurrency / m.terms.running
+        cycle = m.concurrency * o / m.tok_s
+        a += [p.tpot_s / m.tpot_s, m.tok_s / p.aggregate_tok_s]
+        b += [n * s_tpot / m.tpot_s, n * waiting * (s_ttft + (o - 1) * s_tpot) / cycle]
+        c += [n * e_tpot / m.tpot_s, n * waiting * (e_ttft + (o - 1) * e_tpot) / cycle]
+    layer, eager = _least_squares_terms(np.array(a), np.array(b, dtype=float), np.array(c, dtype=float))
+    return cal.model_copy(update={"moe_layer_us": round(float(layer) * 1e6, 2), "moe_eager_layer_ms": round(float(eager) * 1e3, 3)})
 
 
 def _least_squares_term(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -129,7 +163,7 @@ def _fit_base(rows: list[Measured], name: str, source: str) -> Calibration:
     same = Counter(_load(m) for m in rows)
     for m in rows:
         per_step = spec_tokens_per_step(m.acceptance, m.terms.draft_tokens)
-        tpot, ttft, _, (o_tpot, o_ttft), (e_tpot, e_ttft) = step_times(m.terms, bw, cmp, per_step)
+        tpot, ttft, _, (o_tpot, o_ttft), (e_tpot, e_ttft), _ = step_times(m.terms, bw, cmp, per_step)
         ratios.append((tpot / m.tpot_s, o_tpot / m.tpot_s, e_tpot / m.tpot_s))
         waiting, cycle, o = m.concurrency / m.terms.running, m.concurrency * m.output_tokens / m.tok_s, m.output_tokens
         ratios.append((waiting * (ttft + (o - 1) * tpot) / cycle, waiting * (o_ttft + (o - 1) * o_tpot) / cycle, waiting * (e_ttft + (o - 1) * e_tpot) / cycle))

@@ -11,7 +11,9 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
   t₀ = L · t_ℓ for a model of L layers (t_ℓ the calibrated time per layer: a layer's norms, rotary,
   attention set-up and activation kernels and the gaps between them in its CUDA graph; a constant t₀
   fitted on 36- and 40-layer models left the 64-layer Qwen3-32B 6 % fast at one stream, held out, and
-  t_ℓ 0.3 % on the 62-layer Gemma-3-27B and 0.6 % on the 80-layer Llama-3.1-70B, validation/RESULTS-predict.md):
+  t_ℓ 0.3 % on the 62-layer Gemma-3-27B and 0.6 % on the 80-layer Llama-3.1-70B, validation/RESULTS-predict.md),
+  and each of its L_moe MoE layers adds t_moe (``moe_layer_us``: its router and dispatch kernels, 21–27 µs
+  fitted on three MoE models and two GPUs) and, in a step without CUDA graphs, ``moe_eager_layer_ms``:
   the matrix products read the weights touched (MoE: the distinct experts B tokens reach under
   uniform routing) or are compute-bound, and attention then reads the KV cache and recurrent state
   of B sequences; weights and FLOPs over the *padded* batch s = the smallest CUDA-graph capture
@@ -187,6 +189,7 @@ class Terms:
     max_running: int = 1  # min(max_num_seqs, requests the KV cache holds)
     max_num_batched_tokens: int = 8192
     layers: int = 1  # the model's layers: a step pays the per-layer time for each (a draft pass for one)
+    moe_layers: int = 0  # … of them MoE layers: a step pays the MoE layer times for each (Calibration.moe_layer_us, moe_eager_layer_ms)
     eager_extra_s: float = 0.0  # what a step without CUDA graphs adds in this format beyond the calibration's t_eager (Engine.eager_extra_s)
 
 
@@ -245,7 +248,8 @@ def terms(
     return Terms(padded_bytes / bw, pad.flops / peak, max(pf.flops / peak, pf.bytes / bw), running, padded, unpadded_bytes / bw,
                  step.flops / peak, draft_tokens, passes, draft_bytes / bw, allreduce_s(spec, hw, padded, tp), allreduce_s(spec, hw, input_tokens, tp),
                  mode, k, mixed_bytes / bw, (step.flops + m * pf.flops) / peak, running * kv_seq, running * per_seq > largest, mixed_tokens > largest,
-                 step_at, input_tokens, max_running, limits.max_num_batched_tokens, len(spec.layers), engine.eager_extra_s(dtype, len(spec.layers)))  # fmt: skip
+                 step_at, input_tokens, max_running, limits.max_num_batched_tokens, len(spec.layers), spec.moe_layers,
+                 engine.eager_extra_s(dtype, len(spec.layers)))  # fmt: skip
 
 
 def allreduce_s(spec: ModelSpec, hw: Hardware, tokens: int, tp: int) -> float:
@@ -264,7 +268,7 @@ def allreduce_s(spec: ModelSpec, hw: Hardware, tokens: int, tp: int) -> float:
 def step_times(t: Terms, bw, cmp, per_step: float):
     """TPOT and TTFT of a level without the calibrated times per step (module docstring), and what
     one second of each adds to them: ``(tpot, ttft, decode step, (the per-layer time on tpot, on
-    ttft), (eager time on tpot, on ttft))``, s. The prompts prefilled beside the decode: a share f = min(k,
+    ttft), (eager time on tpot, on ttft), (a fixed time per step on tpot, on ttft))``, s. The prompts prefilled beside the decode: a share f = min(k,
     ``MIXED_SHARE``) of the steps carries k ÷ f prompts, and such a mixed step reads its weights once, taking its
     bytes ÷ bandwidth or FLOPs ÷ peak, whichever is larger, instead of the decode step's. The format's
     known cost of a step without CUDA graphs (``Terms.eager_extra_s``) is in tpot and ttft already.
@@ -283,7 +287,7 @@ def step_times(t: Terms, bw, cmp, per_step: float):
     eager_ttft = wait * (t.decode_eager + share * (t.mixed_eager and not t.decode_eager)) + t.mixed_eager
     layers = t.layers + t.draft_passes  # a step's: the model's, and one for each draft pass
     tpot, ttft = decode / per_step + riding + t.eager_extra_s * eager_tpot, ttft + t.eager_extra_s * eager_ttft
-    return tpot, ttft, decode, (layers / per_step, wait * layers + t.layers), (eager_tpot, eager_ttft)
+    return tpot, ttft, decode, (layers / per_step, wait * layers + t.layers), (eager_tpot, eager_ttft), (1 / per_step, wait + 1)
 
 
 def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int, acceptance: float = 0.0) -> Point:
@@ -295,11 +299,12 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     overhead = layer * (t.layers + t.draft_passes) + draft  # a step's: its layers', each draft pass's, the drafting time
     cal_eager = cal.eager_step_ms / 1e3  # the calibration's; step_times has added the format's (t.eager_extra_s)
     per_step = spec_tokens_per_step(acceptance, t.draft_tokens)
-    tpot0, ttft0, decode, (o_tpot, o_ttft), (e_tpot, e_ttft) = step_times(t, cal.bw_efficiency, cal.compute_efficiency, per_step)
-    tpot = float(tpot0 + layer * o_tpot + draft / per_step + cal_eager * e_tpot)
-    steps = ASYNC_WAIT_STEPS + 1 if t.running > 1 else 1  # the steps until the first token, each drafting
-    ttft = float(ttft0 + layer * o_ttft + draft * steps + cal_eager * e_ttft)
-    eager = cal_eager + t.eager_extra_s  # a step without CUDA graphs, all told
+    tpot0, ttft0, decode, (o_tpot, o_ttft), (e_tpot, e_ttft), (s_tpot, s_ttft) = step_times(t, cal.bw_efficiency, cal.compute_efficiency, per_step)
+    moe, moe_eager = cal.moe_layer_us / 1e6 * t.moe_layers, cal.moe_eager_layer_ms / 1e3 * t.moe_layers  # a step's MoE layers', with and without CUDA graphs
+    tpot = float(tpot0 + layer * o_tpot + (draft + moe) * s_tpot + (cal_eager + moe_eager) * e_tpot)
+    ttft = float(ttft0 + layer * o_ttft + (draft + moe) * s_ttft + (cal_eager + moe_eager) * e_ttft)
+    overhead += moe
+    eager = cal_eager + t.eager_extra_s + moe_eager  # a step without CUDA graphs, all told
     t_d = float(decode) + overhead + eager * t.decode_eager
     t_p = t.prefill_s / cal.compute_efficiency + t.prefill_allreduce_s
     b, o = t.running, output_tokens
@@ -332,7 +337,8 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
     ``servelab.plan.burst``, each step's time the roofline with the calibration: max(weights ÷
     (bandwidth · η_bw), FLOPs ÷ (peak · η_c)) + KV ÷ (bandwidth · η_bw) + all-reduces + L · t_ℓ (+ t_eager
     above the largest capture size). Aggregate tok/s: every output token ÷ first send to last token."""
-    t0, eager = cal.layer_overhead_us / 1e6 * t.layers, cal.eager_step_ms / 1e3 + t.eager_extra_s
+    t0 = (cal.layer_overhead_us * t.layers + cal.moe_layer_us * t.moe_layers) / 1e6
+    eager = cal.eager_step_ms / 1e3 + t.eager_extra_s + cal.moe_eager_layer_ms / 1e3 * t.moe_layers
 
     def step_s(decode: int, prompt: int) -> float:
         x = t.step_at(decode, prompt)
