@@ -516,6 +516,7 @@ def test_cold_held_out_errors_hold():
         "Qwen3-30B-A3B fp8": (5.5, 21, 30, 1.5),  # on an H200
         "Mixtral-8x7B fp8 (8 experts of 14": (7, 27.5, 34, 6.5),
         "Qwen2-57B-A14B fp8 (64 experts of 2": (1.5, 6, 23, 2.5),
+        "Mixtral-8x7B fp8 again": (7, 15.5, 23, 5.5),  # the same server on another H100 machine: 17–19 % slower at 64 streams
     }
     assert set(med) == set(bounds)
     over = {name: (got, bounds[name]) for name, got in med.items() if any(g >= b for g, b in zip(got, bounds[name], strict=True))}

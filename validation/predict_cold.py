@@ -48,7 +48,7 @@ MODELS = {  # name → (model reference, format)
     "qwen3-32b-fp8": (str(V / "configs/qwen3-32b"), "fp8"),
     "qwen2-57b-a14b": (str(V / "configs/qwen2-57b-a14b"), "fp8"),
 }
-HARDWARE = {"cold-h100": "h100-sxm", "cold-h200": "h200"}
+HARDWARE = {"cold-h100": "h100-sxm", "cold-h100-rerun": "h100-sxm", "cold-h200": "h200"}  # cold-h100-rerun: another H100 machine
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,8 @@ BLOCKS = [  # (title, the dense runs left out of the fit, with the MoE layer tim
     (f"leave one model and GPU out: Qwen3-32B bf16, H200; {SHIPPED}", None, True, "cold-h200", "qwen3-32b"),
     (f"leave one model out: Mixtral-8x7B fp8 (8 experts of 14,336, top 2), H100; {SHIPPED}", None, True, "cold-h100", "mixtral-8x7b"),
     ("the same without the MoE layer times (the dense fit alone), for comparison", None, False, "cold-h100", "mixtral-8x7b"),
+    (f"leave one model out: Mixtral-8x7B fp8 again, on another H100 machine (same software, clocks); {SHIPPED}", None, True, "cold-h100-rerun",
+     "mixtral-8x7b"),
     (f"leave one model out: Qwen2-57B-A14B fp8 (64 experts of 2,560, top 8, and a shared one), H100; {SHIPPED}", None, True, "cold-h100",
      "qwen2-57b-a14b"),
     (f"leave one model and GPU out: Gemma-3-27B bf16 (62 layers), H200; {SHIPPED}", None, True, "cold-h200", "gemma-3-27b"),
