@@ -94,6 +94,7 @@ def test_fit_moe_recovers_the_moe_layer_times_beside_the_dense_fit():
     got = fit(rows, "t", "synthetic")
     assert (got.bw_efficiency, got.compute_efficiency) == (pytest.approx(0.86, abs=0.011), pytest.approx(0.74, abs=0.011))
     assert got.moe_layer_us == pytest.approx(30.0, abs=1.0) and got.moe_eager_layer_ms == pytest.approx(0.5, abs=0.02)
+    assert fit_moe(rows[5:], got) == got  # refitted from zero, not on top of its own
     with pytest.raises(ServelabError, match="steady-state levels of a MoE model"):
         fit_moe(rows[:5], got)
 

@@ -119,6 +119,7 @@ def fit_moe(rows: list[Measured], cal: Calibration) -> Calibration:
     rows = [m for m in rows if m.terms.mode != "burst" and m.terms.moe_layers]
     if not rows:
         raise ServelabError("fitting the MoE layer times needs steady-state levels of a MoE model (servelab bench, --closed-loop stagger)")
+    cal = cal.model_copy(update={"moe_layer_us": 0.0, "moe_eager_layer_ms": 0.0})  # fitted afresh, not on top of ``cal``'s own
     a, b, c = [], [], []
     for m in rows:
         per_step = spec_tokens_per_step(m.acceptance, m.terms.draft_tokens)
