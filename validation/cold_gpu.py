@@ -122,12 +122,12 @@ def serve_model(kit: Path, model: str, log: Path) -> tuple[int, str]:
     return serve(kit_with(kit, model, vocab), model, log, *flags, env={**env, "VLLM_SERVER_DEV_MODE": "1"})
 
 
-def model_args(description: str, *extra: tuple[str, dict]) -> argparse.Namespace:
-    """--kit, --out (created) and --model, and ``extra`` options as (flag, add_argument keywords)."""
+def model_args(description: str, *extra: tuple[str, dict], many: bool = False) -> argparse.Namespace:
+    """--kit, --out (created) and --model (``many``: one or more, a list), and ``extra`` options as (flag, add_argument keywords)."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--kit", type=Path, required=True, help="the gpu-vllm kit folder (serve.sh, configs/, tokenizer/)")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--model", choices=list(MODELS), required=True)
+    ap.add_argument("--model", choices=list(MODELS), required=True, **({"nargs": "+"} if many else {}))
     for flag, kw in extra:
         ap.add_argument(flag, **kw)
     args = ap.parse_args()

@@ -15,13 +15,12 @@ Prints one row per model and prompt length and writes ``OUT/eager-probe.json``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cold_gpu import MODELS, reset, serve_model  # noqa: E402
+from cold_gpu import model_args, reset, serve_model  # noqa: E402
 from ttft_probe_gpu import server_ttft  # noqa: E402
 from vllm_gpu import bench, stop  # noqa: E402
 
@@ -30,12 +29,7 @@ REQUESTS, OUTPUT = 6, 16
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kit", type=Path, required=True, help="the gpu-vllm kit folder (serve.sh, configs/, tokenizer/)")
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--model", choices=list(MODELS), nargs="+", required=True)
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = model_args(__doc__.split("\n\n")[0], many=True)
     rows = []
     for model in args.model:
         pgid, url = serve_model(args.kit, model, args.out / f"{model}-eager-boot.log")

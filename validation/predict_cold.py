@@ -29,10 +29,10 @@ sys.path.insert(0, str(ROOT / "validation"))
 from predict_loo import RUNS, SHORT, levels, moe_levels  # noqa: E402
 
 from servelab.metrics.bootlog import parse_bootlog  # noqa: E402
+from servelab.plan.calibration import Calibration  # noqa: E402
 from servelab.plan.fit import Measured, fit, fit_moe  # noqa: E402
 from servelab.plan.hardware import load_hardware  # noqa: E402
 from servelab.plan.model_spec import load_model  # noqa: E402
-from servelab.plan.calibration import Calibration  # noqa: E402
 from servelab.plan.predict import limits_for, predict, terms  # noqa: E402
 from servelab.plan.quant import get_format  # noqa: E402
 
@@ -146,11 +146,11 @@ DENSE = "vllm-0.25-h100-dense-bf16"
 
 
 def main() -> dict[str, dict[str, list[float]]]:
-    fits = {}
+    fits, moe_runs = {}, moe_levels()
     for _, without, moe, _, _ in BLOCKS:
         if (without, moe) not in fits:
             dense = fit(group(DENSE, without=without), DENSE, "held out")
-            fits[without, moe] = fit_moe(moe_levels(), dense) if moe else dense
+            fits[without, moe] = fit_moe(moe_runs, dense) if moe else dense
     blocks = {title: (fits[without, moe], bursts(folder, model), stagger(folder, model)) for title, without, moe, folder, model in BLOCKS}
     results = {title: score(title, *block) for title, block in blocks.items()}
     short = {run: sorted({m.concurrency for m in ms}) for run, ms in SHORT.items() if "cold-" in run}

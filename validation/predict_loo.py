@@ -20,11 +20,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from servelab.diagnose import diagnose  # noqa: E402
-from servelab.plan.fit import Measured, error_summary, fit, fit_moe, leave_one_out, measured_levels, predicted_ttft  # noqa: E402
 from servelab.plan.calibration import Calibration  # noqa: E402
+from servelab.plan.fit import (  # noqa: E402
+    Measured,
+    error_summary,
+    fit,
+    fit_moe,
+    leave_one_out,
+    measured_levels,
+    predicted_ttft,
+)
 from servelab.plan.hardware import load_hardware  # noqa: E402
 from servelab.plan.model_spec import load_model  # noqa: E402
-from servelab.plan.predict import predict  # noqa: E402
+from servelab.plan.predict import Point, predict  # noqa: E402
 from servelab.plan.quant import get_format  # noqa: E402
 from servelab.results import RunResult  # noqa: E402
 
@@ -80,6 +88,18 @@ def err(pred: float, meas: float) -> float:
     return 100 * (pred - meas) / meas
 
 
+LOO_HEAD = ("| run | c | measured tok/s | predicted | err | TPOT ms meas / pred | err | TTFT ms meas / pred (p50; bursts: mean) | err |\n"
+            "|---|---|---|---|---|---|---|---|---|")
+
+
+def loo_row(run: str, lv: Measured, pt: Point) -> str:
+    """One level of a leave-one-out table: measured against predicted tok/s, TPOT and TTFT."""
+    ttft = predicted_ttft(lv, pt)
+    return (f"| {run} ({lv.terms.mode}) | {lv.concurrency} | {lv.tok_s:,.0f} | {pt.aggregate_tok_s:,.0f} | {err(pt.aggregate_tok_s, lv.tok_s):+.1f} % | "
+            f"{lv.tpot_s * 1e3:.2f} / {pt.tpot_s * 1e3:.2f} | {err(pt.tpot_s, lv.tpot_s):+.1f} % | {lv.ttft_s * 1e3:.1f} / {ttft * 1e3:.1f} | "
+            f"{err(ttft, lv.ttft_s):+.1f} % |")  # fmt: skip
+
+
 def moe_levels() -> list[Measured]:
     """The steady-state levels of ``MOE_RUNS``."""
     return [m for path, model, quant, hw in MOE_RUNS for m in levels(path, model, quant, hw)]
@@ -88,14 +108,12 @@ def moe_levels() -> list[Measured]:
 def print_moe(dense: Calibration) -> None:
     """The MoE layer times: each level of ``MOE_RUNS`` predicted with them fitted on the others (the dense fit held), then fitted on all."""
     lvs = moe_levels()
-    print("\n## vllm-0.25-h100-bf16's MoE layer times (the dense fit held)\n\n| run | c | measured tok/s | predicted | err | TPOT ms meas / pred | err | "
-          "TTFT ms meas / pred (p50) | err |\n|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+    print(f"\n## vllm-0.25-h100-bf16's MoE layer times (the dense fit held)\n\n{LOO_HEAD}")
     pairs = []
     for n, lv in enumerate(lvs):
         pt = predict(lv.terms, fit_moe(lvs[:n] + lvs[n + 1 :], dense), concurrency=lv.concurrency, output_tokens=lv.output_tokens)
         pairs.append((0, lv, pt))
-        print(f"| {MOE_RUNS[0][0].relative_to(ROOT).as_posix()} | {lv.concurrency} | {lv.tok_s:,.0f} | {pt.aggregate_tok_s:,.0f} | {err(pt.aggregate_tok_s, lv.tok_s):+.1f} % | "
-              f"{lv.tpot_s * 1e3:.2f} / {pt.tpot_s * 1e3:.2f} | {err(pt.tpot_s, lv.tpot_s):+.1f} % | {lv.ttft_s * 1e3:.1f} / {pt.ttft_s * 1e3:.1f} | {err(pt.ttft_s, lv.ttft_s):+.1f} % |")  # fmt: skip
+        print(loo_row(MOE_RUNS[0][0].relative_to(ROOT).as_posix(), lv, pt))
     whole = fit_moe(lvs, dense)
     print(f"\nleave-one-level-out: {error_summary(pairs)}\nfit on all: moe_layer_us {whole.moe_layer_us:.2f}, moe_eager_layer_ms {whole.moe_eager_layer_ms:.3f}")
 
@@ -105,12 +123,10 @@ def main() -> None:
     for group, path, model, quant, hw in RUNS:
         groups.setdefault(group, []).append((path.relative_to(ROOT).as_posix(), levels(path, model, quant, hw)))
     for group, runs in groups.items():
-        print(f"\n## {group}\n\n| run | c | measured tok/s | predicted | err | TPOT ms meas / pred | err | TTFT ms meas / pred (p50; bursts: mean) | err |\n|---|---|---|---|---|---|---|---|---|")
+        print(f"\n## {group}\n\n{LOO_HEAD}")
         pairs = leave_one_out([lvs for _, lvs in runs], group)
         for i, lv, pt in pairs:
-            print(f"| {runs[i][0]} ({lv.terms.mode}) | {lv.concurrency} | {lv.tok_s:,.0f} | {pt.aggregate_tok_s:,.0f} | {err(pt.aggregate_tok_s, lv.tok_s):+.1f} % | "
-                  f"{lv.tpot_s * 1e3:.2f} / {pt.tpot_s * 1e3:.2f} | {err(pt.tpot_s, lv.tpot_s):+.1f} % | {lv.ttft_s * 1e3:.1f} / {predicted_ttft(lv, pt) * 1e3:.1f} | "
-                  f"{err(predicted_ttft(lv, pt), lv.ttft_s):+.1f} % |")
+            print(loo_row(runs[i][0], lv, pt))
         print(f"\n{group}, leave-one-out: {error_summary(pairs)}")
         whole = fit([lv for _, lvs in runs for lv in lvs], group, "all runs")
         print(f"fit on all: bw_efficiency {whole.bw_efficiency:.3f}, compute_efficiency {whole.compute_efficiency:.3f}, layer_overhead_us {whole.layer_overhead_us:.2f}, eager_step_ms {whole.eager_step_ms:.3f}")

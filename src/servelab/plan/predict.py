@@ -290,21 +290,26 @@ def step_times(t: Terms, bw, cmp, per_step: float):
     return tpot, ttft, decode, (layers / per_step, wait * layers + t.layers), (eager_tpot, eager_ttft), (1 / per_step, wait + 1)
 
 
+def _step_extras(t: Terms, cal: Calibration) -> tuple[float, float]:
+    """What a step pays beyond its roofline terms and its layers' t_ℓ, s: its MoE layers' time (every
+    step: ``moe_layer_us`` each), and what a step without CUDA graphs adds, all told (the calibration's
+    t_eager, the format's ``Terms.eager_extra_s`` and ``moe_eager_layer_ms`` for each MoE layer)."""
+    return cal.moe_layer_us / 1e6 * t.moe_layers, cal.eager_step_ms / 1e3 + t.eager_extra_s + cal.moe_eager_layer_ms / 1e3 * t.moe_layers
+
+
 def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int, acceptance: float = 0.0) -> Point:
     """A level's prediction from its terms and a calibration; with draft tokens, ``acceptance`` the
     acceptance rate, accepted ÷ drafted tokens (module docstring)."""
     if t.mode == "burst" and t.step_at and not t.draft_tokens:
         return _burst(t, cal, concurrency=concurrency, output_tokens=output_tokens)
     layer, draft = cal.layer_overhead_us / 1e6, (cal.draft_overhead_ms / 1e3 if t.draft_tokens else 0.0)
-    overhead = layer * (t.layers + t.draft_passes) + draft  # a step's: its layers', each draft pass's, the drafting time
-    cal_eager = cal.eager_step_ms / 1e3  # the calibration's; step_times has added the format's (t.eager_extra_s)
+    moe, eager = _step_extras(t, cal)
+    overhead = layer * (t.layers + t.draft_passes) + moe + draft  # a step's: its layers', its MoE layers', each draft pass's, the drafting time
+    fitted_eager = eager - t.eager_extra_s  # step_times has added the format's
     per_step = spec_tokens_per_step(acceptance, t.draft_tokens)
     tpot0, ttft0, decode, (o_tpot, o_ttft), (e_tpot, e_ttft), (s_tpot, s_ttft) = step_times(t, cal.bw_efficiency, cal.compute_efficiency, per_step)
-    moe, moe_eager = cal.moe_layer_us / 1e6 * t.moe_layers, cal.moe_eager_layer_ms / 1e3 * t.moe_layers  # a step's MoE layers', with and without CUDA graphs
-    tpot = float(tpot0 + layer * o_tpot + (draft + moe) * s_tpot + (cal_eager + moe_eager) * e_tpot)
-    ttft = float(ttft0 + layer * o_ttft + (draft + moe) * s_ttft + (cal_eager + moe_eager) * e_ttft)
-    overhead += moe
-    eager = cal_eager + t.eager_extra_s + moe_eager  # a step without CUDA graphs, all told
+    tpot = float(tpot0 + layer * o_tpot + (draft + moe) * s_tpot + fitted_eager * e_tpot)
+    ttft = float(ttft0 + layer * o_ttft + (draft + moe) * s_ttft + fitted_eager * e_ttft)
     t_d = float(decode) + overhead + eager * t.decode_eager
     t_p = t.prefill_s / cal.compute_efficiency + t.prefill_allreduce_s
     b, o = t.running, output_tokens
@@ -337,8 +342,8 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
     ``servelab.plan.burst``, each step's time the roofline with the calibration: max(weights ÷
     (bandwidth · η_bw), FLOPs ÷ (peak · η_c)) + KV ÷ (bandwidth · η_bw) + all-reduces + L · t_ℓ (+ t_eager
     above the largest capture size). Aggregate tok/s: every output token ÷ first send to last token."""
-    t0 = (cal.layer_overhead_us * t.layers + cal.moe_layer_us * t.moe_layers) / 1e6
-    eager = cal.eager_step_ms / 1e3 + t.eager_extra_s + cal.moe_eager_layer_ms / 1e3 * t.moe_layers
+    moe, eager = _step_extras(t, cal)
+    t0 = cal.layer_overhead_us / 1e6 * t.layers + moe
 
     def step_s(decode: int, prompt: int) -> float:
         x = t.step_at(decode, prompt)
