@@ -11,6 +11,16 @@ Usage (on a GPU machine where ``import vllm`` works through ../shared/gpu-vllm; 
     python3 validation/eager_probe_gpu.py --kit .gpu-vllm --out OUT --model mixtral-8x7b qwen3-30b-a3b
 
 Prints one row per model and prompt length and writes ``OUT/eager-probe.json``.
+
+Whether the eager extra is the host's launch time hidden by a longer step's GPU work, and whether
+vLLM's routing simulator (``VLLM_MOE_ROUTING_SIMULATION_STRATEGY``, which every MoE run here uses)
+causes it: ``--capture-to 4096`` adds CUDA-graph capture sizes 1,024, 2,048 and 4,096 to vLLM's
+default list, so that each size S can be probed inside a graph (S tokens) and without (S + 10);
+``--prompts`` picks the lengths; ``--routing model`` serves the MoE without the simulator (the dummy
+weights' own routing):
+
+    python3 validation/eager_probe_gpu.py --kit .gpu-vllm --out OUT --model qwen3-30b-a3b --capture-to 4096 \
+        --prompts 512,522,1024,1034,2048,2058,4096,4106
 """
 
 from __future__ import annotations
@@ -20,32 +30,44 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cold_gpu import model_args, reset, serve_model  # noqa: E402
+from cold_gpu import MODELS, UNIFORM, kit_with, model_args, reset  # noqa: E402
 from ttft_probe_gpu import server_ttft  # noqa: E402
-from vllm_gpu import bench, stop  # noqa: E402
+from vllm_gpu import bench, serve, stop  # noqa: E402
+
+from servelab.engines.vllm import default_capture_sizes  # noqa: E402
 
 PROMPTS = (512, 522)  # at and just above the largest capture size
 REQUESTS, OUTPUT = 6, 16
 
 
 def main() -> None:
-    args = model_args(__doc__.split("\n\n")[0], many=True)
+    args = model_args(__doc__.split("\n\n")[0], ("--prompts", {"default": ",".join(map(str, PROMPTS))}),
+                      ("--capture-to", {"type": int, "default": 0, "help": "add capture sizes 1,024, 2,048, … up to this"}),
+                      ("--routing", {"choices": ["uniform", "model"], "default": "uniform"}), many=True)  # fmt: skip
+    prompts = tuple(int(p) for p in args.prompts.split(","))
+    tag = f"{'-capture' + str(args.capture_to) if args.capture_to else ''}{'-model-routing' if args.routing == 'model' else ''}"
     rows = []
     for model in args.model:
-        pgid, url = serve_model(args.kit, model, args.out / f"{model}-eager-boot.log")
+        flags, env, vocab = MODELS[model]
+        if args.routing == "model":
+            env = {k: v for k, v in env.items() if k not in UNIFORM}
+        sizes = default_capture_sizes(256, 8192) + [s for s in (1024, 2048, 4096, 8192) if s <= args.capture_to]
+        extra = ("--compilation-config", json.dumps({"cudagraph_capture_sizes": sizes}), "--max-model-len", str(max(prompts) + 1024)) if args.capture_to else ()
+        pgid, url = serve(kit_with(args.kit, model, vocab), model, args.out / f"{model}{tag}-eager-boot.log", *flags, *extra,
+                          env={**env, "VLLM_SERVER_DEV_MODE": "1"})  # fmt: skip
         try:
-            for prompt in (*PROMPTS, *PROMPTS):  # the first pair warms up (Triton compiles each shape once)
+            for prompt in (*prompts, *prompts):  # the first pass warms up (Triton compiles each shape once)
                 reset(url)
                 s0, n0 = server_ttft(url)
                 run = bench(url, args.out / f"{model}-{prompt}-{len(rows)}", "1", "--input-tokens", str(prompt), "--output-tokens", str(OUTPUT),
                             "--requests", str(REQUESTS))[0]  # fmt: skip
                 s1, n1 = server_ttft(url)
-                rows.append({"model": model, "prompt_tokens": prompt, "client_ttft_ms": run.levels[0].ttft_ms.mean,
+                rows.append({"model": model, "routing": args.routing, "capture_to": args.capture_to, "prompt_tokens": prompt, "client_ttft_ms": run.levels[0].ttft_ms.mean,
                              "server_ttft_ms": 1e3 * (s1 - s0) / max(n1 - n0, 1), "tpot_ms": run.levels[0].tpot_ms.p50})  # fmt: skip
                 print(rows[-1], flush=True)
         finally:
             stop(pgid)
-        (args.out / "eager-probe.json").write_text(json.dumps(rows, indent=1))
+        (args.out / f"eager-probe{tag}.json").write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":
