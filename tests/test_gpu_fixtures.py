@@ -45,6 +45,22 @@ def test_bootlog_moe_backends_and_capture_list():
     assert (f.kv_cache_tokens, f.kv_cache_gib, f.max_concurrency.factor, f.gpu_memory_utilization) == (465456, 42.62, 113.64, 0.92)
 
 
+def test_bootlog_moe_kernel_config_tuned_or_default():
+    """vLLM 0.25 names the tuned fused-MoE config it loaded, or warns that it found none for the experts on
+    this GPU and runs its default (the file it looked for named either way, from the last of the paths it tried);
+    one untuned layer makes the run untuned, whatever the order; a dense model has neither."""
+    f = parse_bootlog(MOE_LOG)
+    assert (f.moe_config, f.moe_config_tuned) == ("E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8.json", False)
+    tuned = parse_bootlog((FIX / "bootlogs" / "vllm-0.25-h200-qwen3-next-80b-a3b-8192.log").read_text())
+    assert (tuned.moe_config, tuned.moe_config_tuned) == ("E=512,N=256,device_name=NVIDIA_H200.json", True)
+    lines = ["INFO 11-26 05:22:31 [fused_moe.py:1093] Using configuration from /x/configs/E=8,N=14336,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8.json for MoE layer.",
+             "WARNING 11-26 05:22:32 [fused_moe.py:1106] Using default MoE config. Performance might be sub-optimal! Config file not found at "
+             "/mine/E=64,N=2560,device_name=NVIDIA_H100_80GB_HBM3.json, /x/configs/E=64,N=2560,device_name=NVIDIA_H100_80GB_HBM3.json"]  # fmt: skip
+    for text in ("\n".join(lines), "\n".join(reversed(lines))):
+        assert (parse_bootlog(text).moe_config, parse_bootlog(text).moe_config_tuned) == ("E=64,N=2560,device_name=NVIDIA_H100_80GB_HBM3.json", False)
+    assert (parse_bootlog(DENSE_LOG).moe_config, parse_bootlog(DENSE_LOG).moe_config_tuned) == (None, None)
+
+
 @pytest.mark.parametrize(("cfg", "quant", "log"), [(QWEN3_8B, "bf16", DENSE_LOG), (QWEN3_30B, "fp8", MOE_LOG)])
 def test_plan_predicts_vllms_kv_cache_within_3_percent(cfg, quant, log):
     facts = parse_bootlog(log)

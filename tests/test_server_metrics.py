@@ -199,6 +199,36 @@ def test_a_power_capped_level_is_named_and_explained():
     assert "power_capped" in CAUSES
 
 
+def test_untuned_moe_kernels_are_a_finding_and_name_a_missed_level():
+    """A boot log saying vLLM ran its MoE layers with its default kernel config (no tuned one for these
+    experts on this GPU) is a finding with vLLM's way to tune one; explain names it at a level the model
+    misses, not at one it predicts; a tuned config, or no boot log, says nothing."""
+    from servelab.engines.bootfacts import BootFacts
+    from servelab.explain import CAUSES, explain
+    from servelab.plan.calibration import calibration
+    from servelab.plan.hardware import load_hardware
+    from servelab.plan.model_spec import load_model
+    from servelab.plan.quant import get_format
+
+    run = RunResult.model_validate_json((FIX.parent / "runs" / "vllm-0.25-h100-qwen3-8b-run.json").read_text())
+    assert not [f for f in diagnose(run) if f.kind == "untuned_moe_kernels"]
+    config = "E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8.json"
+    run.boot = BootFacts(engine="vllm", moe_config=config, moe_config_tuned=True)
+    assert not [f for f in diagnose(run) if f.kind == "untuned_moe_kernels"]
+    run.boot = BootFacts(engine="vllm", moe_config=config, moe_config_tuned=False)
+    (found,) = [f for f in diagnose(run) if f.kind == "untuned_moe_kernels"]
+    assert found.evidence == {"moe_config": config} and "vLLM ran the MoE layers with its default kernel config" in found.message
+    assert "benchmark_moe.py --tune" in found.message and "VLLM_TUNED_CONFIG_FOLDER" in found.message and "gains is not measured" in found.message
+    args = (load_model("qwen3-8b"), get_format("bf16"), load_hardware("h100-sxm"))
+    right = explain(run, *args, calibration("vllm-0.25-h100-bf16"))
+    assert all(r.cause.startswith("as predicted") and CAUSES["untuned_moe_kernels"] not in r.cause for r in right)
+    slow = explain(run, *args, calibration("vllm-0.25-h100-bf16").model_copy(update={"bw_efficiency": 0.4}))  # predicted below the measure
+    assert all(r.tok_s_error < -0.15 and CAUSES["untuned_moe_kernels"] not in r.cause for r in slow[:-1])
+    fast = explain(run, *args, calibration("vllm-0.25-h100-bf16").model_copy(update={"bw_efficiency": 1.5, "compute_efficiency": 1.5}))
+    missed = [r for r in fast if r.tok_s_error > 0.15]
+    assert missed and all(CAUSES["untuned_moe_kernels"] in r.cause for r in missed)
+
+
 def test_a_ceiling_exceeded_names_the_assumptions():
     """On a MoE model with dummy weights vLLM decoded at 144–169 % of the roofline (issue 17): the
     "% of ceiling" above 100 is a finding that names what the ceiling assumed."""

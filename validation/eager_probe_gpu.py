@@ -17,7 +17,9 @@ vLLM's routing simulator (``VLLM_MOE_ROUTING_SIMULATION_STRATEGY``, which every 
 causes it: ``--capture-to 4096`` adds CUDA-graph capture sizes 1,024, 2,048 and 4,096 to vLLM's
 default list, so that each size S can be probed inside a graph (S tokens) and without (S + 10);
 ``--prompts`` picks the lengths; ``--routing model`` serves the MoE without the simulator (the dummy
-weights' own routing):
+weights' own routing); ``--tuned-config SRC:NAME`` serves it with the fused-MoE config file SRC under the
+name vLLM looks for (NAME, from a boot log's "Config file not found at …"), through
+``VLLM_TUNED_CONFIG_FOLDER``: whether the default config is what slows a MoE's prefill:
 
     python3 validation/eager_probe_gpu.py --kit .gpu-vllm --out OUT --model qwen3-30b-a3b --capture-to 4096 \
         --prompts 512,522,1024,1034,2048,2058,4096,4106
@@ -26,7 +28,9 @@ weights' own routing):
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -43,9 +47,15 @@ REQUESTS, OUTPUT = 6, 16
 def main() -> None:
     args = model_args(__doc__.split("\n\n")[0], ("--prompts", {"default": ",".join(map(str, PROMPTS))}),
                       ("--capture-to", {"type": int, "default": 0, "help": "add capture sizes 1,024, 2,048, … up to this"}),
-                      ("--routing", {"choices": ["uniform", "model"], "default": "uniform"}), many=True)  # fmt: skip
+                      ("--routing", {"choices": ["uniform", "model"], "default": "uniform"}), ("--tuned-config", {"default": ""}), many=True)  # fmt: skip
     prompts = tuple(int(p) for p in args.prompts.split(","))
-    tag = f"{'-capture' + str(args.capture_to) if args.capture_to else ''}{'-model-routing' if args.routing == 'model' else ''}"
+    tag = f"{'-capture' + str(args.capture_to) if args.capture_to else ''}{'-model-routing' if args.routing == 'model' else ''}{'-tuned' if args.tuned_config else ''}"
+    tuned = {}
+    if args.tuned_config:
+        src, name = args.tuned_config.split(":", 1)
+        folder = Path(tempfile.mkdtemp())
+        shutil.copy(src, folder / name)
+        tuned = {"VLLM_TUNED_CONFIG_FOLDER": str(folder)}
     rows = []
     for model in args.model:
         flags, env, vocab = MODELS[model]
@@ -54,7 +64,7 @@ def main() -> None:
         sizes = default_capture_sizes(256, 8192) + [s for s in (1024, 2048, 4096, 8192) if s <= args.capture_to]
         extra = ("--compilation-config", json.dumps({"cudagraph_capture_sizes": sizes}), "--max-model-len", str(max(prompts) + 1024)) if args.capture_to else ()
         pgid, url = serve(kit_with(args.kit, model, vocab), model, args.out / f"{model}{tag}-eager-boot.log", *flags, *extra,
-                          env={**env, "VLLM_SERVER_DEV_MODE": "1"})  # fmt: skip
+                          env={**env, **tuned, "VLLM_SERVER_DEV_MODE": "1"})  # fmt: skip
         try:
             for prompt in (*prompts, *prompts):  # the first pass warms up (Triton compiles each shape once)
                 reset(url)
@@ -62,7 +72,7 @@ def main() -> None:
                 run = bench(url, args.out / f"{model}-{prompt}-{len(rows)}", "1", "--input-tokens", str(prompt), "--output-tokens", str(OUTPUT),
                             "--requests", str(REQUESTS))[0]  # fmt: skip
                 s1, n1 = server_ttft(url)
-                rows.append({"model": model, "routing": args.routing, "capture_to": args.capture_to, "prompt_tokens": prompt, "client_ttft_ms": run.levels[0].ttft_ms.mean,
+                rows.append({"model": model, "routing": args.routing, "capture_to": args.capture_to, "tuned_config": args.tuned_config, "prompt_tokens": prompt, "client_ttft_ms": run.levels[0].ttft_ms.mean,
                              "server_ttft_ms": 1e3 * (s1 - s0) / max(n1 - n0, 1), "tpot_ms": run.levels[0].tpot_ms.p50})  # fmt: skip
                 print(rows[-1], flush=True)
         finally:

@@ -162,8 +162,24 @@ def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Fin
             out.append(Finding(kind="prompt_count_mismatch", severity="warning",
                                message=f"{at}: the server processed {s.prompt_tokens:.0f} prompt tokens, the client sent {lv.phase_prompt_tokens}",
                                evidence={"concurrency": c, "server_prompt_tokens": s.prompt_tokens, "client_prompt_tokens": lv.phase_prompt_tokens}))  # fmt: skip
-    out += _acceptance_trend(run) + _padding(run, capture_sizes) + _prompt_truncation(run) + _unstable_repeats(run)
+    out += _acceptance_trend(run) + _padding(run, capture_sizes) + _prompt_truncation(run) + _unstable_repeats(run) + _untuned_moe(run)
     return out
+
+
+def _untuned_moe(run: RunResult) -> list[Finding]:
+    """The server's boot log says it ran its MoE layers with its default kernel config, having no tuned
+    one for these experts on this GPU (``BootFacts.moe_config_tuned``)."""
+    boot = run.boot
+    if boot is None or boot.moe_config_tuned is not False:
+        return []
+    engine = engines.get(boot.engine or run.endpoint.engine)
+    return [Finding(kind="untuned_moe_kernels", severity="info",
+                    message=f"{engine.title} ran the MoE layers with its default kernel config, having no tuned one for these experts on this GPU "
+                            f"({boot.moe_config} not found); it warns that performance may be sub-optimal"
+                            + (f": {engine.moe_tuning}" if engine.moe_tuning else "")
+                            + ". How much a tuned config gains is not measured: untuned on an H100, Qwen3-30B-A3B's prefill of 1,024–4,096 tokens "
+                              "took 1.5 × predict's time, and a config tuned for the H200 did not speed it up (validation/RESULTS-predict.md)",
+                    evidence={"moe_config": boot.moe_config})]  # fmt: skip
 
 
 def _unstable_repeats(run: RunResult) -> list[Finding]:

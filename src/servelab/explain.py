@@ -6,7 +6,8 @@ predicted bottleneck, and the cause: "as predicted" when aggregate tok/s and TPO
 ``AGREE`` (noting a TTFT — p50, a burst's mean — off by more than twice that, with the terms the
 model's TTFT is made of), a burst's first wave that needs several prefill steps, the level's findings (``servelab.diagnose``: prefix-cache
 hits, synchronized waves, CUDA-graph padding, server queueing with its cause, a busy client, a
-ceiling exceeded — MoE routing not uniform or speculative decoding — preemptions); a gap beyond
+ceiling exceeded — MoE routing not uniform or speculative decoding — preemptions; and, for a level
+the model puts above its measure, the run's own: MoE layers without a tuned kernel config, from the boot log); a gap beyond
 ``AGREE`` is put on those findings, else on the calibration (this engine × hardware × model family
 is not the one it was fitted on) — or, on a run with speculative decoding, on the drafting time per
 step the calibration holds.
@@ -43,6 +44,7 @@ CAUSES = {  # finding kind → the gap it explains (diagnose.py has the numbers)
     "power_capped": "the GPU was power-capped: its clock fell, compute-bound steps slowed",
     "short_window": "a --duration window of under 3 request durations: latencies of the early requests only",
     "jit_compile": "a kernel compiled (JIT) inside the window: not a measurement",
+    "untuned_moe_kernels": "the MoE layers ran the engine's default kernel config (no tuned one for this GPU; the engine warns it may be slower)",
 }
 
 
@@ -73,8 +75,9 @@ def explain(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardware, cal
     rows = []
     for m in measured_levels(run, spec, fmt, hw, tp=tp):
         pt = predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance)
-        mine = [f for f in findings if f.evidence.get("concurrency") == m.concurrency and f.kind in CAUSES]
         agree = abs(pt.aggregate_tok_s / m.tok_s - 1) <= AGREE and abs(pt.tpot_s / m.tpot_s - 1) <= AGREE
+        slower = not agree and pt.aggregate_tok_s > m.tok_s  # measured below the prediction: what slowed the whole run may be why
+        mine = [f for f in findings if f.kind in CAUSES and (f.evidence.get("concurrency") == m.concurrency or (slower and "concurrency" not in f.evidence))]
         named = [CAUSES[f.kind] + (f" ({f.evidence['cause']})" if f.kind == "server_queueing" else "") for f in mine]
         wave = _wave(m)
         if wave:

@@ -61,6 +61,8 @@ class BootFacts(BaseModel):
     cudagraph_sizes: list[int] | None = None
     attention_backend: str | None = None
     moe_backend: str | None = None
+    moe_config: str | None = Field(None, description="The tuned MoE kernel config the engine looked for (vLLM: the file name, E=…,N=…,device_name=…[,dtype=…].json).")
+    moe_config_tuned: bool | None = Field(None, description="Whether it found that config (False: it ran its MoE layers with its default kernel config; finding untuned_moe_kernels).")
     quant_backends: list[str] = Field(default_factory=list)
     slots: int | None = None
     warnings: list[str] = Field(default_factory=list)

@@ -75,6 +75,11 @@ def _engine_config(f: BootFacts, m: re.Match) -> None:
     f.max_model_len = f.max_model_len or int(m.group(3))
 
 
+def _moe_default(f: BootFacts, m: re.Match) -> None:
+    """A MoE layer without a tuned config: it names the run's config even after another layer's tuned one."""
+    f.moe_config, f.moe_config_tuned = m.group(1), False
+
+
 RULES: list[Rule] = [
     Rule(re.compile(r"vLLM (?:API )?server version ([\w.+\-]+)"), set_fact("version"), "0.6–0.33"),
     Rule(re.compile(r"non-default args: (\{.*\})"), _non_default, "0.9–0.33"),
@@ -100,6 +105,10 @@ RULES: list[Rule] = [
     # "Using Triton backend for FP8 MoE" (0.13)
     Rule(re.compile(r"Using '?([\w\-]+)'? (?:NvFp4|Fp8|Unquantized|Int8|Mxfp4|MxFp8|WNA16|W4A8|Mxfp4Mxfp8) MoE backend"), set_fact("moe_backend"), "0.15–0.25"),
     Rule(re.compile(r"Using (\w+) backend for (?:FP8|NVFP4|MXFP4|MXFP8|INT8|W4A8|WNA16|BF16|FP16) MoE"), set_fact("moe_backend"), "0.11–0.13"),
+    # vllm/model_executor/layers/fused_moe/fused_moe.py get_moe_configs: the tuned Triton config of the model's
+    # experts on this GPU, or its default ("Performance might be sub-optimal!"; the paths it tried, ", "-joined)
+    Rule(re.compile(r"Using configuration from \S*?([^/\s]+\.json) for MoE layer"), set_facts(moe_config=lambda m: m.group(1), moe_config_tuned=lambda m: True), "0.25"),
+    Rule(re.compile(r"Using default MoE config\. Performance might be sub-optimal! Config file not found at .*?([^/\s]+\.json)$"), _moe_default, "0.25"),
     Rule(re.compile(r"Using (\S+) for (?:NVFP4|MXFP4|MXFP8) GEMM|Using (\S+) for mixed-precision linear"), _quant, "0.11–0.25"),
     Rule(re.compile(r"Selected (\w+Kernel) for \w+"), _quant, "0.2x (scaled-mm kernel of a quantized linear)"),
     Rule(re.compile(r"Loading weights took ([\d.]+) seconds"), set_fact("weights_load_s", lambda m: float(m.group(1))), "0.6–0.33"),
@@ -205,6 +214,8 @@ class VLLM(Engine):
     # TileLang kernels likewise; a MoE kernel compiling for a new batch shape inside a level (issue 38: 432 tok/s
     # and an 860 ms TTFT at 4 streams against ~650 tok/s)
     jit_warning = re.compile(r"(?:Triton kernel|TileLang) JIT compilation during inference: ([\w.]+?)(?:\.\s|\.?$|\s)")
+    moe_tuning = ("tune one for this GPU with vLLM's benchmarks/kernels/benchmark_moe.py --tune and point VLLM_TUNED_CONFIG_FOLDER at the "
+                  "folder it writes (vllm/model_executor/layers/fused_moe/fused_moe.py, get_moe_configs)")  # fmt: skip
     rules = RULES
     ready = READY
     notable = NOTABLE

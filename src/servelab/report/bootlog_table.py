@@ -39,6 +39,8 @@ def bootlog_table(f: BootFacts) -> Table:
     row("slots", f.slots)
     row("attention backend", f.attention_backend)
     row("MoE backend", f.moe_backend)
+    if f.moe_config:
+        row("MoE kernel config", f.moe_config, " (tuned)" if f.moe_config_tuned else " not found: the engine's default (finding untuned_moe_kernels)")
     row("quantized-linear kernels", ", ".join(f.quant_backends) or None)
     for w in f.warnings:
         t.add_row("[yellow]warning[/]", escape(w))
