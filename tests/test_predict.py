@@ -506,7 +506,7 @@ def test_cold_held_out_errors_hold():
     sys.modules["predict_cold"] = cold  # its dataclass looks its module up
     spec.loader.exec_module(cold)
     res = {title.split(":")[1].split(",")[0].strip(): errs for title, errs in cold.main().items() if not title.startswith("the same")}
-    med = {name: (statistics.median(e["tok_s"]), max(e["tok_s"]), statistics.median(e["ttft"]), max(e["single"])) for name, e in res.items()}
+    med = {name: (statistics.median(e["tok_s"]), max(e["tok_s"]), statistics.median(e["ttft"]), max(e["single"], default=0.0)) for name, e in res.items()}
     bounds = {  # tok/s median, worst, TTFT median, single-stream TPOT worst, all %
         "Qwen3-14B bf16": (5.5, 11, 8, 4.5),
         "Qwen3-32B bf16": (3.5, 17, 13, 2.5),  # another size and another GPU (H200)
@@ -518,6 +518,7 @@ def test_cold_held_out_errors_hold():
         "Mixtral-8x7B fp8 (8 experts of 14": (7, 27.5, 34, 6.5),
         "Qwen2-57B-A14B fp8 (64 experts of 2": (1.5, 6, 23, 2.5),
         "Mixtral-8x7B fp8 again": (7, 15.5, 23, 5.5),  # the same server on another H100 machine: 17–19 % slower at 64 streams
+        "Qwen3-30B-A3B fp8 again": (4.5, 15, 13, 1),  # the MoE fit's model on a fourth H100 machine (4–64 streams): 19 % slower at 16 in the steady state
     }
     assert set(med) == set(bounds)
     over = {name: (got, bounds[name]) for name, got in med.items() if any(g >= b for g, b in zip(got, bounds[name], strict=True))}
