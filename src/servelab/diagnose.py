@@ -175,10 +175,7 @@ def _untuned_moe(run: RunResult) -> list[Finding]:
     engine = engines.get(boot.engine or run.endpoint.engine)
     return [Finding(kind="untuned_moe_kernels", severity="info",
                     message=f"{engine.title} ran the MoE layers with its default kernel config, having no tuned one for these experts on this GPU "
-                            f"({boot.moe_config} not found); it warns that performance may be sub-optimal"
-                            + (f": {engine.moe_tuning}" if engine.moe_tuning else "")
-                            + ". How much a tuned config gains is not measured: untuned on an H100, Qwen3-30B-A3B's prefill of 1,024–4,096 tokens "
-                              "took 1.5 × predict's time, and a config tuned for the H200 did not speed it up (validation/RESULTS-predict.md)",
+                            f"({boot.moe_config} not found)" + (f"; {engine.untuned_moe}" if engine.untuned_moe else ""),
                     evidence={"moe_config": boot.moe_config})]  # fmt: skip
 
 

@@ -129,8 +129,8 @@ class Engine:
     rules: ClassVar[list[Rule]] = []
     # a kernel compiled while serving (its name the first group): that window was not a measurement (docs/metrics.md, jit_compile)
     jit_warning: ClassVar[re.Pattern[str] | None] = None
-    # how to give its MoE layers a tuned kernel config when the boot log says it had none (finding untuned_moe_kernels)
-    moe_tuning: ClassVar[str | None] = None
+    # what its boot log's "no tuned MoE kernel config" means and how to tune one (finding untuned_moe_kernels)
+    untuned_moe: ClassVar[str | None] = None
     ready: ClassVar[re.Pattern | None] = None
     notable: ClassVar[re.Pattern | None] = None
 

@@ -214,8 +214,10 @@ class VLLM(Engine):
     # TileLang kernels likewise; a MoE kernel compiling for a new batch shape inside a level (issue 38: 432 tok/s
     # and an 860 ms TTFT at 4 streams against ~650 tok/s)
     jit_warning = re.compile(r"(?:Triton kernel|TileLang) JIT compilation during inference: ([\w.]+?)(?:\.\s|\.?$|\s)")
-    moe_tuning = ("tune one for this GPU with vLLM's benchmarks/kernels/benchmark_moe.py --tune and point VLLM_TUNED_CONFIG_FOLDER at the "
-                  "folder it writes (vllm/model_executor/layers/fused_moe/fused_moe.py, get_moe_configs)")  # fmt: skip
+    untuned_moe = ("it warns that performance may be sub-optimal: tune one for this GPU with vLLM's benchmarks/kernels/benchmark_moe.py --tune "
+                   "and point VLLM_TUNED_CONFIG_FOLDER at the folder it writes (vllm/model_executor/layers/fused_moe/fused_moe.py, get_moe_configs). "
+                   "How much a tuned config gains is not measured: untuned on an H100, Qwen3-30B-A3B's prefill of 1,024–4,096 tokens took 1.5 × "
+                   "predict's time, and the config vLLM ships for these experts on the H200 did not speed it up (validation/RESULTS-predict.md)")  # fmt: skip
     rules = RULES
     ready = READY
     notable = NOTABLE
