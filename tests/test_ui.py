@@ -72,17 +72,16 @@ def cells(browser, column: int) -> list[str]:
 
 def navigate(browser, element) -> None:
     """Click ``element`` and wait until the browser has left the current page and loaded the next one
-    (no stale reads; an element found in a page still loading can be replaced under the next click:
-    chromedriver's "Node with given id does not belong to the document")."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
+    (no stale reads). The current document is marked, and the wait ends on a complete document without
+    the mark; a call that lands while the old document is torn down fails in chromedriver with "Node with
+    given id does not belong to the document" (not a stale-element error) and is simply asked again."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    old = browser.find_element(By.TAG_NAME, "html")
+    browser.execute_script("window.__servelab_page = true")
     element.click()
-    wait = WebDriverWait(browser, 30)
-    wait.until(expected_conditions.staleness_of(old))
-    wait.until(lambda b: b.execute_script("return document.readyState") == "complete")
+    WebDriverWait(browser, 30, ignored_exceptions=(WebDriverException,)).until(
+        lambda b: b.execute_script("return window.__servelab_page === undefined && document.readyState === 'complete'"))
 
 
 def number(text: str) -> float:
