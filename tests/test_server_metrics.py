@@ -86,14 +86,17 @@ def bench(url, tmp_path, **kw):
 
 
 def test_llamacpp_speculative_decoding_counters_for_real(tmp_path):
-    """Gemma 3 270M drafting for itself (greedy): every draft token is accepted."""
+    """Gemma 3 270M drafting for itself (greedy): nearly every draft token is accepted. Not every one: the
+    verify pass scores 1 + 4 tokens in a batch, the draft pass one at a time, and their float sums can
+    round a near-tie the other way (a clean-clone CI run measured 0.89 on 2 cores), so the bound is 0.75:
+    far above what a misread counter gives (0, or above 1)."""
     extra = ["--model-draft", str(model_path()), "--spec-type", "draft-simple", "--spec-draft-n-max", "4"]
     with LocalServer(tmp_path / "server.log", extra_args=extra) as server:
         run = bench(server.url, tmp_path, concurrency=[1], requests=2, warmup=0, input_tokens=64, output_tokens=32)
     s = run.levels[0].server
     assert s.engine == "llama.cpp" and s.spec_drafts > 0
     assert s.acceptance_rate == pytest.approx(s.spec_accepted_tokens / s.spec_draft_tokens)
-    assert s.acceptance_rate > 0.9
+    assert 0.75 < s.acceptance_rate <= 1
     assert s.mean_acceptance_length == pytest.approx(1 + s.spec_accepted_tokens / s.spec_drafts)
     assert len(s.per_position_acceptance) == 4 and all(0 <= a <= 1 for a in s.per_position_acceptance)
     assert s.generation_tokens == run.levels[0].output_tokens == 2 * 32  # server and client agree
