@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from servelab.cli import app
@@ -121,3 +123,25 @@ def test_cli_json_keys_and_stdin(tmp_path):
     assert res.exit_code == 0 and "2,243,474" in res.output
     res = cli.invoke(app, ["bootlog", str(tmp_path / "missing.log")])
     assert res.exit_code == 2 and "cannot read" in res.output
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(st.text(max_size=300), max_size=20))
+def test_any_text_is_read_without_raising(lines):
+    """A startup log is untrusted text: whatever its lines, reading it gives facts, never a traceback."""
+    text = "\n".join(lines)
+    facts = parse_bootlog(text)
+    assert facts.recognised_lines + facts.unrecognised_lines <= len(text.splitlines())  # blank lines are not counted
+
+
+@settings(max_examples=200, deadline=None)
+@given(name=st.from_regex(r"E=[0-9]{1,3},N=[0-9]{1,5},device_name=[A-Za-z0-9_\-]{1,30}(,dtype=[a-z0-9_]{1,12})?\.json", fullmatch=True),
+       folders=st.lists(st.from_regex(r"/[A-Za-z0-9_.=,\-]{1,12}", fullmatch=True), min_size=1, max_size=3), tuned=st.booleans())  # fmt: skip
+def test_moe_kernel_config_lines_name_the_file(name, folders, tuned):
+    """vLLM's fused-MoE config lines, in any folder (the paths it tried joined by ', ' when none was
+    found): the file's name and whether it was found are read, whatever the folders are called."""
+    paths = [f"{folder}/{name}" for folder in folders]
+    line = (f"INFO 11-26 05:22:31 [fused_moe.py:1093] Using configuration from {paths[0]} for MoE layer." if tuned
+            else f"WARNING 11-26 05:22:31 [fused_moe.py:1106] Using default MoE config. Performance might be sub-optimal! Config file not found at {', '.join(paths)}")  # fmt: skip
+    facts = parse_bootlog(line)
+    assert (facts.moe_config, facts.moe_config_tuned) == (name, tuned)
