@@ -116,10 +116,14 @@ def vllm_bench(url: str, model: str, out: Path, concurrency: int, prompts: int, 
     return res
 
 
-def serve_model(kit: Path, model: str, log: Path) -> tuple[int, str]:
-    """Start vLLM on ``MODELS[model]`` with its development endpoints (``/reset_prefix_cache``); (process group, URL)."""
-    flags, env, vocab = MODELS[model]
-    return serve(kit_with(kit, model, vocab), model, log, *flags, env={**env, "VLLM_SERVER_DEV_MODE": "1"})
+def serve_model(kit: Path, model: str, log: Path, *extra: str, env: dict | None = None, simulate_routing: bool = True) -> tuple[int, str]:
+    """Start vLLM on ``MODELS[model]`` with its development endpoints (``/reset_prefix_cache``), ``extra``
+    flags after the model's and ``env`` over its environment; ``simulate_routing`` False serves a MoE
+    without vLLM's routing simulator (``UNIFORM``: the dummy weights' own routing); (process group, URL)."""
+    flags, model_env, vocab = MODELS[model]
+    if not simulate_routing:
+        model_env = {k: v for k, v in model_env.items() if k not in UNIFORM}
+    return serve(kit_with(kit, model, vocab), model, log, *flags, *extra, env={**model_env, **(env or {}), "VLLM_SERVER_DEV_MODE": "1"})
 
 
 def model_args(description: str, *extra: tuple[str, dict], many: bool = False) -> argparse.Namespace:

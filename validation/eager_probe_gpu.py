@@ -34,9 +34,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cold_gpu import MODELS, UNIFORM, kit_with, model_args, reset  # noqa: E402
+from cold_gpu import model_args, reset, serve_model  # noqa: E402
 from ttft_probe_gpu import server_ttft  # noqa: E402
-from vllm_gpu import bench, serve, stop  # noqa: E402
+from vllm_gpu import bench, stop  # noqa: E402
 
 from servelab.engines.vllm import default_capture_sizes  # noqa: E402
 
@@ -56,15 +56,11 @@ def main() -> None:
         folder = Path(tempfile.mkdtemp())
         shutil.copy(src, folder / name)
         tuned = {"VLLM_TUNED_CONFIG_FOLDER": str(folder)}
+    sizes = default_capture_sizes(256, 8192) + [s for s in (1024, 2048, 4096, 8192) if s <= args.capture_to]
+    extra = ("--compilation-config", json.dumps({"cudagraph_capture_sizes": sizes}), "--max-model-len", str(max(prompts) + 1024)) if args.capture_to else ()
     rows = []
     for model in args.model:
-        flags, env, vocab = MODELS[model]
-        if args.routing == "model":
-            env = {k: v for k, v in env.items() if k not in UNIFORM}
-        sizes = default_capture_sizes(256, 8192) + [s for s in (1024, 2048, 4096, 8192) if s <= args.capture_to]
-        extra = ("--compilation-config", json.dumps({"cudagraph_capture_sizes": sizes}), "--max-model-len", str(max(prompts) + 1024)) if args.capture_to else ()
-        pgid, url = serve(kit_with(args.kit, model, vocab), model, args.out / f"{model}{tag}-eager-boot.log", *flags, *extra,
-                          env={**env, **tuned, "VLLM_SERVER_DEV_MODE": "1"})  # fmt: skip
+        pgid, url = serve_model(args.kit, model, args.out / f"{model}{tag}-eager-boot.log", *extra, env=tuned, simulate_routing=args.routing == "uniform")
         try:
             for prompt in (*prompts, *prompts):  # the first pass warms up (Triton compiles each shape once)
                 reset(url)
