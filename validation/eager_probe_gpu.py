@@ -69,7 +69,8 @@ def main() -> None:
                             "--requests", str(REQUESTS))[0]  # fmt: skip
                 s1, n1 = server_ttft(url)
                 rows.append({"model": model, "routing": args.routing, "capture_to": args.capture_to, "tuned_config": args.tuned_config, "prompt_tokens": prompt, "client_ttft_ms": run.levels[0].ttft_ms.mean,
-                             "server_ttft_ms": 1e3 * (s1 - s0) / max(n1 - n0, 1), "tpot_ms": run.levels[0].tpot_ms.p50})  # fmt: skip
+                             "server_ttft_ms": 1e3 * (s1 - s0) / max(n1 - n0, 1), "tpot_ms": run.levels[0].tpot_ms.p50,
+                             "prefix_cache_hit_rate": run.levels[0].server.prefix_cache_hit_rate if run.levels[0].server else None})  # fmt: skip
                 print(rows[-1], flush=True)
         finally:
             stop(pgid)
