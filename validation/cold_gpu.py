@@ -17,7 +17,10 @@ call, so that each call stays under the device tool's 10 minutes):
   deep dense models, the check of the per-layer step time (``--levels 1,4,16,64`` keeps a call under
   10 minutes); ``qwen3-32b-fp8``: Qwen3-32B with ``--quantization fp8``, against its BF16 run on the
   same GPU (FP8's prefill speed); ``qwen2-57b-a14b`` (``--quantization fp8``, uniform routing: 64 experts
-  of 2,560, top 8, and a shared expert; validation/configs/qwen2-57b-a14b), a MoE no fit has seen, on an H100.
+  of 2,560, top 8, and a shared expert; validation/configs/qwen2-57b-a14b), a MoE no fit has seen, on an H100;
+  ``qwen3-30b-a3b-bf16``: the kit's Qwen3-30B-A3B in BF16 (uniform routing), the MoE layer times' model in a
+  format no MoE fit has seen (61 GB of weights: an H100 holds it at max_model_len 2,048); ``mixtral-8x7b-bf16``
+  likewise (94 GB: an H200).
 
 On each server (started with ``VLLM_SERVER_DEV_MODE=1``), 512 prompt / 128 output tokens, chat endpoint:
 
@@ -63,6 +66,8 @@ MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tok
     "llama-3.1-70b": (("--max-model-len", "2048", "--quantization", "fp8"), {}, 128256),  # 80 layers, dense FP8 (H200)
     "qwen3-32b-fp8": (("--max-model-len", "2048", "--quantization", "fp8"), {}, None),  # FP8 against qwen3-32b's BF16 on one GPU
     "qwen2-57b-a14b": (("--max-model-len", "2048", "--quantization", "fp8"), UNIFORM, None),  # MoE: 64 experts of 2,560 (top 8) and a shared one (H100)
+    "qwen3-30b-a3b-bf16": (("--max-model-len", "2048"), UNIFORM, None),  # the MoE of the MoE layer times, in BF16: a format no MoE fit has seen (H100)
+    "mixtral-8x7b-bf16": (("--max-model-len", "2048"), UNIFORM, 32000),  # 94 GB in BF16 (H200): FP8's MoE term held out, one stream beside mixtral-8x7b
 }
 JIT = "Triton kernel JIT compilation during inference"
 
@@ -72,8 +77,9 @@ def kit_with(kit: Path, model: str, vocab: int | None) -> Path:
     tmp = Path(tempfile.mkdtemp()) / "kit"
     shutil.copytree(kit, tmp)
     (tmp / "configs").chmod(0o755)
-    if not (tmp / "configs" / model).exists():  # MODEL-fp8: MODEL's config, quantized by vLLM
-        shutil.copytree(HERE / "configs" / model.removesuffix("-fp8"), tmp / "configs" / model)
+    if not (tmp / "configs" / model).exists():  # MODEL-fp8, MODEL-bf16: MODEL's config (the kit's or ours), in another format
+        base = model.removesuffix("-fp8").removesuffix("-bf16")
+        shutil.copytree(tmp / "configs" / base if (tmp / "configs" / base).exists() else HERE / "configs" / base, tmp / "configs" / model)
     if vocab:
         (tmp / "tokenizer").chmod(0o755)
         subprocess.run([sys.executable, str(kit / "resize_tokenizer.py"), str(vocab), str(tmp / "resized")], check=True)

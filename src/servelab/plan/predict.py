@@ -13,7 +13,8 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
   fitted on 36- and 40-layer models left the 64-layer Qwen3-32B 6 % fast at one stream, held out, and
   t_ℓ 0.3 % on the 62-layer Gemma-3-27B and 0.6 % on the 80-layer Llama-3.1-70B, validation/RESULTS-predict.md),
   and each of its L_moe MoE layers adds t_moe (``moe_layer_us``: its router and dispatch kernels, 21–27 µs
-  fitted on three MoE models and two GPUs) and, in a step without CUDA graphs, ``moe_eager_layer_ms``:
+  in FP8 fitted on three MoE models and two GPUs, of which the format's ``Engine.moe_layer_extra_s``: vLLM's
+  FP8 17.3 µs, its fused-MoE op quantizing its activations) and, in a step without CUDA graphs, ``moe_eager_layer_ms``:
   the matrix products read the weights touched (MoE: the distinct experts B tokens reach under
   uniform routing) or are compute-bound, and attention then reads the KV cache and recurrent state
   of B sequences; weights and FLOPs over the *padded* batch s = the smallest CUDA-graph capture
@@ -191,6 +192,7 @@ class Terms:
     layers: int = 1  # the model's layers: a step pays the per-layer time for each (a draft pass for one)
     moe_layers: int = 0  # … of them MoE layers: a step pays the MoE layer times for each (Calibration.moe_layer_us, moe_eager_layer_ms)
     eager_extra_s: float = 0.0  # what a step without CUDA graphs adds in this format beyond the calibration's t_eager (Engine.eager_extra_s)
+    moe_extra_s: float = 0.0  # what the MoE layers add to every step in this format beyond the calibration's moe_layer_us (Engine.moe_layer_extra_s)
 
 
 @dataclass(frozen=True)
@@ -249,7 +251,7 @@ def terms(
                  step.flops / peak, draft_tokens, passes, draft_bytes / bw, allreduce_s(spec, hw, padded, tp), allreduce_s(spec, hw, input_tokens, tp),
                  mode, k, mixed_bytes / bw, (step.flops + m * pf.flops) / peak, running * kv_seq, running * per_seq > largest, mixed_tokens > largest,
                  step_at, input_tokens, max_running, limits.max_num_batched_tokens, len(spec.layers), spec.moe_layers,
-                 engine.eager_extra_s(dtype, len(spec.layers)))  # fmt: skip
+                 engine.eager_extra_s(dtype, len(spec.layers)), engine.moe_layer_extra_s(dtype) * spec.moe_layers)  # fmt: skip
 
 
 def allreduce_s(spec: ModelSpec, hw: Hardware, tokens: int, tp: int) -> float:
@@ -271,7 +273,8 @@ def step_times(t: Terms, bw, cmp, per_step: float):
     ttft), (eager time on tpot, on ttft), (a fixed time per step on tpot, on ttft))``, s. The prompts prefilled beside the decode: a share f = min(k,
     ``MIXED_SHARE``) of the steps carries k ÷ f prompts, and such a mixed step reads its weights once, taking its
     bytes ÷ bandwidth or FLOPs ÷ peak, whichever is larger, instead of the decode step's. The format's
-    known cost of a step without CUDA graphs (``Terms.eager_extra_s``) is in tpot and ttft already.
+    known costs (a step without CUDA graphs: ``Terms.eager_extra_s``; its MoE layers in every step:
+    ``Terms.moe_extra_s``) are in tpot and ttft already.
     ``bw``, ``cmp``: η_bw, η_c (floats, or arrays for the fit's grid); ``per_step``: tokens per
     step per sequence (speculative decoding)."""
     share = min(t.prompts_per_step, MIXED_SHARE)
@@ -286,15 +289,18 @@ def step_times(t: Terms, bw, cmp, per_step: float):
     eager_tpot = t.decode_eager / per_step + share * (t.mixed_eager and not t.decode_eager)
     eager_ttft = wait * (t.decode_eager + share * (t.mixed_eager and not t.decode_eager)) + t.mixed_eager
     layers = t.layers + t.draft_passes  # a step's: the model's, and one for each draft pass
-    tpot, ttft = decode / per_step + riding + t.eager_extra_s * eager_tpot, ttft + t.eager_extra_s * eager_ttft
+    tpot = decode / per_step + riding + t.eager_extra_s * eager_tpot + t.moe_extra_s / per_step
+    ttft = ttft + t.eager_extra_s * eager_ttft + t.moe_extra_s * (wait + 1)
     return tpot, ttft, decode, (layers / per_step, wait * layers + t.layers), (eager_tpot, eager_ttft), (1 / per_step, wait + 1)
 
 
 def _step_extras(t: Terms, cal: Calibration) -> tuple[float, float]:
     """What a step pays beyond its roofline terms and its layers' t_ℓ, s: its MoE layers' time (every
-    step: ``moe_layer_us`` each), and what a step without CUDA graphs adds, all told (the calibration's
-    t_eager, the format's ``Terms.eager_extra_s`` and ``moe_eager_layer_ms`` for each MoE layer)."""
-    return cal.moe_layer_us / 1e6 * t.moe_layers, cal.eager_step_ms / 1e3 + t.eager_extra_s + cal.moe_eager_layer_ms / 1e3 * t.moe_layers
+    step: ``moe_layer_us`` each and the format's ``Terms.moe_extra_s``), and what a step without CUDA
+    graphs adds, all told (the calibration's t_eager, the format's ``Terms.eager_extra_s`` and
+    ``moe_eager_layer_ms`` for each MoE layer)."""
+    return (cal.moe_layer_us / 1e6 * t.moe_layers + t.moe_extra_s,
+            cal.eager_step_ms / 1e3 + t.eager_extra_s + cal.moe_eager_layer_ms / 1e3 * t.moe_layers)  # fmt: skip
 
 
 def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int, acceptance: float = 0.0) -> Point:
@@ -305,11 +311,11 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     layer, draft = cal.layer_overhead_us / 1e6, (cal.draft_overhead_ms / 1e3 if t.draft_tokens else 0.0)
     moe, eager = _step_extras(t, cal)
     overhead = layer * (t.layers + t.draft_passes) + moe + draft  # a step's: its layers', its MoE layers', each draft pass's, the drafting time
-    fitted_eager = eager - t.eager_extra_s  # step_times has added the format's
+    fitted_eager, fitted_moe = eager - t.eager_extra_s, moe - t.moe_extra_s  # step_times has added the format's
     per_step = spec_tokens_per_step(acceptance, t.draft_tokens)
     tpot0, ttft0, decode, (o_tpot, o_ttft), (e_tpot, e_ttft), (s_tpot, s_ttft) = step_times(t, cal.bw_efficiency, cal.compute_efficiency, per_step)
-    tpot = float(tpot0 + layer * o_tpot + (draft + moe) * s_tpot + fitted_eager * e_tpot)
-    ttft = float(ttft0 + layer * o_ttft + (draft + moe) * s_ttft + fitted_eager * e_ttft)
+    tpot = float(tpot0 + layer * o_tpot + (draft + fitted_moe) * s_tpot + fitted_eager * e_tpot)
+    ttft = float(ttft0 + layer * o_ttft + (draft + fitted_moe) * s_ttft + fitted_eager * e_ttft)
     t_d = float(decode) + overhead + eager * t.decode_eager
     t_p = t.prefill_s / cal.compute_efficiency + t.prefill_allreduce_s
     b, o = t.running, output_tokens
