@@ -199,12 +199,15 @@ SMALL_TIER_MAX_NUM_SEQS = 256  # the max_num_seqs default of `vllm serve` on DGX
 # Llama-3.1-70B fp8 (80 layers, H200): 1 % median, 3 % worst tok/s (validation/RESULTS-predict.md)
 FP8_GAIN = 1.5
 FP8_EAGER_LAYER_S = 0.4e-3
-# What a MoE layer costs more in online FP8 than in BF16, every step: vLLM's fused-MoE op quantizes its activations
+# What a MoE layer costs more in online FP8 than in BF16, every step; the likely cause, read in vLLM's source (not
+# profiled): its fused-MoE op quantizes its activations
 # itself, before each of its two grouped GEMMs (vllm/model_executor/layers/fused_moe/fused_moe.py, fused_experts_impl ->
 # utils.moe_kernel_quantize_input -> ops.scaled_fp8_quant, dynamic per tensor: a max reduction and a quantization kernel
-# each), where a dense FP8 linear's quantization is fused into the norm before it. Measured on Qwen3-30B-A3B in both
-# formats on one H100 (validation/eager-h100/format/): one stream's TPOT 4.62 ms in BF16 against 4.50 in FP8, where the
-# bytes alone put BF16 0.95 ms slower (its experts' and attention's weights twice FP8's): 17.3 us over each of 48 layers.
+# each), where a dense FP8 linear's is a torch op that vLLM's torch.compile (Inductor) fuses with the kernels around
+# it (vllm/config/vllm.py enable_norm_fusion). Measured on Qwen3-30B-A3B in both formats on one H100
+# (validation/eager-h100/format/): one stream's TPOT 4.62 ms in BF16 against 4.50 in FP8, where the bytes alone put BF16
+# 0.95 ms slower (its experts' and attention's weights twice FP8's): 17.3 us over each of 48 layers. Held out on
+# Mixtral-8x7B in BF16 on an H200 (validation/eager-h200/format/): one stream 2.8 % off, 10.0 % without it.
 FP8_MOE_LAYER_S = 17.3e-6
 
 
