@@ -15,6 +15,7 @@ import yaml
 from typer.testing import CliRunner
 
 from servelab.cli import app
+from servelab.engines import plan_engine
 from servelab.errors import ServelabError
 from servelab.plan.calibration import Calibration, calibration
 from servelab.plan.fit import Measured, fit, fit_moe, leave_one_out
@@ -314,7 +315,7 @@ def test_cli_predicts_with_its_calibration_and_refuses_bad_input():
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     assert [p["concurrency"] for p in doc["variants"][0]["points"]] == [1, 64] and doc["calibration"]["name"] == "vllm-0.25-h100-bf16"
-    assert "uniform MoE routing" in doc["assumptions"]
+    assert "uniform MoE routing" in doc["assumptions"] and doc["assumptions"].endswith(plan_engine().pricing)  # vLLM's FP8 pricing, from its constants
     picked = {(m, q): json.loads(cli.invoke(app, ["predict", "--model", m, "--quant", q, "--concurrency", "1", "--json"]).output)["calibration"]["name"]
               for m, q in (("qwen3-30b-a3b", "fp8"), ("gpt-oss-20b", "mxfp4"), ("qwen3-8b", "fp8"))}  # fmt: skip
     assert picked == {("qwen3-30b-a3b", "fp8"): "vllm-0.25-h100-bf16", ("gpt-oss-20b", "mxfp4"): "vllm-0.25-h100-bf16", ("qwen3-8b", "fp8"): "vllm-0.25-h100-bf16"}

@@ -49,7 +49,7 @@ MODELS = {  # name → (model reference, format)
     "qwen2-57b-a14b": (str(V / "configs/qwen2-57b-a14b"), "fp8"),
     "qwen3-30b-a3b-bf16": ("qwen3-30b-a3b", "bf16"),
 }
-HARDWARE = {"cold-h100": "h100-sxm", "cold-h100-rerun": "h100-sxm", "cold-h100-machine4": "h100-sxm", "cold-h100-machine5": "h100-sxm", "cold-h200": "h200"}  # -rerun, -machine4: other H100 machines
+HARDWARE = {"cold-h100": "h100-sxm", "cold-h100-rerun": "h100-sxm", "cold-h100-machine4": "h100-sxm", "cold-h100-machine5": "h100-sxm", "cold-h200": "h200"}  # -rerun, -machine4, -machine5: other H100 machines
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from servelab.cli.common import DbOpt, console, parse_float_list, parse_int_list, read_text, store_at, write_file
+from servelab.engines import plan_engine
 from servelab.errors import ServelabError
 from servelab.explain import explain, repeatability
 from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, calibration
@@ -33,15 +34,16 @@ from servelab.results import RunResult
 
 ASSUMPTIONS = ("no prefix-cache hits, acceptance not falling with the batch, the drafter's time per step of the calibration, "
                "TP all-reduce at the profile's estimated latency (not measured), vLLM's asynchronous scheduling, "
-               "vLLM's FP8 at 1.5x the BF16 rate (MoE experts 1x), 0.4 ms a layer dearer without CUDA graphs and 17 µs a MoE layer dearer in every step, a fixed time per layer per step, "
+               "a fixed time per layer per step, "
                "bursts of 2 requests per stream (vllm bench serve --num-prompts 2C; with speculative decoding a burst is priced as the steady state)")
 VARY_KEYS = {"quant": str, "tp": int, "draft-tokens": int, "acceptance": float, "max-num-seqs": int, "max-num-batched-tokens": int, "routing": float}
 
 
 def _assumptions(routing: float) -> str:
-    """The assumptions of a prediction, its MoE routing first."""
+    """The assumptions of a prediction, its MoE routing first, the plan engine's kernel pricing (``Engine.pricing``) last."""
     moe = "uniform MoE routing" if routing == 1 else f"MoE tokens sharing experts as B^{routing:g} independent ones would (--routing {routing:g})"
-    return f"{moe}, {ASSUMPTIONS}"
+    pricing = plan_engine().pricing
+    return f"{moe}, {ASSUMPTIONS}" + (f", {pricing}" if pricing else "")
 
 
 def _variants(vary: list[str], base: dict) -> list[dict]:

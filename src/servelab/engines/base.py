@@ -219,6 +219,8 @@ class Engine:
     # --- lint and plan -------------------------------------------------------------------------
     # the engine's names of weight quantizations (as its boot log prints them) → servelab plan formats
     quant_formats: ClassVar[dict[str, str]] = {}
+    # how predict prices the engine's kernels beyond the calibration (compute_peak, eager_extra_s, moe_layer_extra_s), stated with every prediction
+    pricing: ClassVar[str | None] = None
 
     def lint_rules(self, argv: list[str], concurrencies: list[int]) -> list[LintFinding]:
         """Pitfalls only this engine has, for one resolved variant's server command ``argv`` and the

@@ -224,6 +224,8 @@ class VLLM(Engine):
     # TileLang kernels likewise; a MoE kernel compiling for a new batch shape inside a level (issue 38: 432 tok/s
     # and an 860 ms TTFT at 4 streams against ~650 tok/s)
     jit_warning = re.compile(r"(?:Triton kernel|TileLang) JIT compilation during inference: ([\w.]+?)(?:\.\s|\.?$|\s)")
+    pricing = (f"vLLM's FP8 at {FP8_GAIN:g}x the BF16 rate (MoE experts 1x), {FP8_EAGER_LAYER_S * 1e3:g} ms a layer dearer without CUDA graphs "
+               f"and {FP8_MOE_LAYER_S * 1e6:g} µs a MoE layer dearer in every step")
     untuned_moe = ("it warns that performance may be sub-optimal: tune one for this GPU with vLLM's benchmarks/kernels/benchmark_moe.py --tune "
                    "and point VLLM_TUNED_CONFIG_FOLDER at the folder it writes (vllm/model_executor/layers/fused_moe/fused_moe.py, get_moe_configs). "
                    "How much a tuned config gains is not measured: untuned on an H100, Qwen3-30B-A3B's prefill of 1,024–4,096 tokens took 1.5 × "
