@@ -246,9 +246,10 @@ class Engine:
         calibration's t_eager), s, for a model of ``layers`` layers; 0 unless measured."""
         return 0.0
 
-    def moe_layer_extra_s(self, dtype: str) -> float:
+    def moe_layer_extra_s(self, dtype: str, hidden: int, width: int) -> float:
         """Time a MoE layer adds to every step in ``dtype`` beyond what it adds in BF16 (the
-        calibration's ``moe_layer_us``), s; 0 unless measured."""
+        calibration's ``moe_layer_us``), s, for a model of ``hidden`` hidden size whose routed experts
+        are ``width`` wide on one GPU; 0 unless measured."""
         return 0.0
 
     def runtime_memory(self, spec: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1) -> RuntimeMemory:

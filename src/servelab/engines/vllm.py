@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 from datetime import datetime
 
@@ -199,16 +200,15 @@ SMALL_TIER_MAX_NUM_SEQS = 256  # the max_num_seqs default of `vllm serve` on DGX
 # Llama-3.1-70B fp8 (80 layers, H200): 1 % median, 3 % worst tok/s (validation/RESULTS-predict.md)
 FP8_GAIN = 1.5
 FP8_EAGER_LAYER_S = 0.4e-3
-# What a MoE layer costs more in online FP8 than in BF16, every step; the likely cause, read in vLLM's source (not
-# profiled): its fused-MoE op quantizes its activations
-# itself, before each of its two grouped GEMMs (vllm/model_executor/layers/fused_moe/fused_moe.py, fused_experts_impl ->
-# utils.moe_kernel_quantize_input -> ops.scaled_fp8_quant, dynamic per tensor: a max reduction and a quantization kernel
-# each), where a dense FP8 linear's is a torch op that vLLM's torch.compile (Inductor) fuses with the kernels around
-# it (vllm/config/vllm.py enable_norm_fusion). Measured on Qwen3-30B-A3B in both formats on one H100
-# (validation/eager-h100/format/): one stream's TPOT 4.62 ms in BF16 against 4.50 in FP8, where the bytes alone put BF16
-# 0.95 ms slower (its experts' and attention's weights twice FP8's): 17.3 us over each of 48 layers. Held out on
-# Mixtral-8x7B in BF16 on an H200 (validation/eager-h200/format/): one stream 2.8 % off, 10.0 % without it.
-FP8_MOE_LAYER_S = 17.3e-6
+# What a MoE layer costs more in online FP8 than in BF16, every step (docs/metrics.md, FP8 MoE layer): its fused-MoE op
+# quantizes its activations itself (fused_moe.py fused_experts_impl -> ops.scaled_fp8_quant: a memset, a max reduction and
+# a quantization kernel, on the input and the intermediate), whose max reduction (csrc/quantization/w8a8/fp8/common.cu
+# segmented_max_reduction_strided) has each of a row's 256 threads read ceil(hidden / 256), then ceil(width / 256) elements
+# in turn: FP8_MOE_READ_S a read (kernel profile, validation/moe-kernel/: 4.7, 6.9, 15.2 us for 11, 24, 72 reads). The
+# rest makes Qwen3-30B-A3B's 11 reads the 17.3 us measured on it in both formats (validation/eager-h100/format/).
+FP8_QUANT_THREADS = 256
+FP8_MOE_READ_S = 0.17e-6
+FP8_MOE_LAYER_S = 17.3e-6 - 11 * FP8_MOE_READ_S
 
 
 class VLLM(Engine):
@@ -225,7 +225,8 @@ class VLLM(Engine):
     # and an 860 ms TTFT at 4 streams against ~650 tok/s)
     jit_warning = re.compile(r"(?:Triton kernel|TileLang) JIT compilation during inference: ([\w.]+?)(?:\.\s|\.?$|\s)")
     pricing = (f"vLLM's FP8 at {FP8_GAIN:g}x the BF16 rate (MoE experts 1x), {FP8_EAGER_LAYER_S * 1e3:g} ms a layer dearer without CUDA graphs "
-               f"and {FP8_MOE_LAYER_S * 1e6:g} µs a MoE layer dearer in every step")
+               f"and {FP8_MOE_LAYER_S * 1e6:.1f} µs + {FP8_MOE_READ_S * 1e6:g} µs per {FP8_QUANT_THREADS} elements of hidden size and of "
+               "expert width a MoE layer dearer in every step")
     untuned_moe = ("it warns that performance may be sub-optimal: tune one for this GPU with vLLM's benchmarks/kernels/benchmark_moe.py --tune "
                    "and point VLLM_TUNED_CONFIG_FOLDER at the folder it writes (vllm/model_executor/layers/fused_moe/fused_moe.py, get_moe_configs). "
                    "How much a tuned config gains is not measured: untuned on an H100, Qwen3-30B-A3B's prefill of 1,024–4,096 tokens took 1.5 × "
@@ -385,9 +386,10 @@ class VLLM(Engine):
         """``FP8_EAGER_LAYER_S`` per layer in FP8 (its activation-quantization kernels outside a CUDA graph), else 0."""
         return FP8_EAGER_LAYER_S * layers if dtype == "fp8" else 0.0
 
-    def moe_layer_extra_s(self, dtype: str) -> float:
-        """``FP8_MOE_LAYER_S`` in FP8 (the fused-MoE op quantizing its activations before each grouped GEMM), else 0."""
-        return FP8_MOE_LAYER_S if dtype == "fp8" else 0.0
+    def moe_layer_extra_s(self, dtype: str, hidden: int, width: int) -> float:
+        """FP8: ``FP8_MOE_LAYER_S`` + ``FP8_MOE_READ_S`` × (⌈``hidden`` ÷ 256⌉ + ⌈``width`` ÷ 256⌉), else 0."""
+        reads = math.ceil(hidden / FP8_QUANT_THREADS) + math.ceil(width / FP8_QUANT_THREADS)
+        return FP8_MOE_LAYER_S + FP8_MOE_READ_S * reads if dtype == "fp8" else 0.0
 
     def capture_sizes(
         self, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192, num_spec_tokens: int = 0, sm100: bool = False

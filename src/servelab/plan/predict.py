@@ -14,7 +14,8 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
   t_ℓ 0.3 % on the 62-layer Gemma-3-27B and 0.6 % on the 80-layer Llama-3.1-70B, validation/RESULTS-predict.md),
   and each of its L_moe MoE layers adds t_moe (``moe_layer_us``: its router and dispatch kernels, 21–27 µs
   in FP8 fitted on three MoE models and two GPUs, of which the format's ``Engine.moe_layer_extra_s``: vLLM's
-  FP8 17.3 µs, its fused-MoE op quantizing its activations) and, in a step without CUDA graphs, ``moe_eager_layer_ms``:
+  FP8 17.3 µs on Qwen3-30B-A3B and 27.7 on Mixtral-8x7B, its fused-MoE op quantizing its activations, the
+  longer the wider its hidden size and experts) and, in a step without CUDA graphs, ``moe_eager_layer_ms``:
   the matrix products read the weights touched (MoE: the distinct experts B tokens reach under
   uniform routing) or are compute-bound, and attention then reads the KV cache and recurrent state
   of B sequences; weights and FLOPs over the *padded* batch s = the smallest CUDA-graph capture
@@ -251,7 +252,7 @@ def terms(
                  step.flops / peak, draft_tokens, passes, draft_bytes / bw, allreduce_s(spec, hw, padded, tp), allreduce_s(spec, hw, input_tokens, tp),
                  mode, k, mixed_bytes / bw, (step.flops + m * pf.flops) / peak, running * kv_seq, running * per_seq > largest, mixed_tokens > largest,
                  step_at, input_tokens, max_running, limits.max_num_batched_tokens, len(spec.layers), spec.moe_layers,
-                 engine.eager_extra_s(dtype, len(spec.layers)), engine.moe_layer_extra_s(dtype) * spec.moe_layers)  # fmt: skip
+                 engine.eager_extra_s(dtype, len(spec.layers)), engine.moe_layer_extra_s(dtype, spec.hidden_size, spec.moe_intermediate_size // tp) * spec.moe_layers)  # fmt: skip
 
 
 def allreduce_s(spec: ModelSpec, hw: Hardware, tokens: int, tp: int) -> float:
