@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -131,31 +132,25 @@ def main() -> None:
             E, N, K, topk = SHAPES[name]
             for fp8 in (False, True):
                 dtype = "fp8_w8a8" if fp8 else None
-                per_copy = 3 * E * N * K * (1 if fp8 else 2)
+                elem = 1 if fp8 else 2  # bytes a weight
+                per_copy = 3 * E * N * K * elem
                 copies = max(2, min(16, int(COPY_BYTES // per_copy)))
                 layers = [_layer(E, N, K, fp8, seed) for seed in range(copies)]
                 tuned = bool(get_moe_configs(E, N, dtype, 0, 0))
                 for M in BATCHES:
                     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16) * 0.5
                     distinct = sum(int(torch.unique(fused_topk(x, x @ la["gate"], topk, True)[1]).numel()) for la in layers) / copies
-                    bytes_ = distinct * 3 * N * K * (1 if fp8 else 2)
+                    bytes_ = distinct * 3 * N * K * elem
                     modes = ["auto", "default"] if tuned else ["auto"]
                     for mode in modes:
                         default = get_default_config(M, E, N, K, topk, dtype, None)
                         cfg = try_get_optimal_moe_config((E, 2 * N, K), (E, K, N), topk, dtype, M) if mode == "auto" else default
-                        if mode == "default":
-                            with override_config(default):
-                                t = _time(layers, x, topk)
-                        else:
+                        with override_config(default) if mode == "default" else nullcontext():
                             t = _time(layers, x, topk)
-                        row = {"gpu": gpu, "shape": name, "format": "fp8" if fp8 else "bf16", "M": M, "mode": mode,
-                               "tuned_file": tuned, "config": cfg, "layer_us": round(t * 1e6, 2), "distinct_experts": distinct,
-                               "expert_bytes": bytes_, "read_tb_s": round(bytes_ / t / 1e12, 3)}  # fmt: skip
-                        if M in PROFILED:
-                            if mode == "default":
-                                with override_config(default):
-                                    row["kernels_us"] = _kernels(layers[0], x, topk)
-                            else:
+                            row = {"gpu": gpu, "shape": name, "format": "fp8" if fp8 else "bf16", "M": M, "mode": mode,
+                                   "tuned_file": tuned, "config": cfg, "layer_us": round(t * 1e6, 2), "distinct_experts": distinct,
+                                   "expert_bytes": bytes_, "read_tb_s": round(bytes_ / t / 1e12, 3)}  # fmt: skip
+                            if M in PROFILED:
                                 row["kernels_us"] = _kernels(layers[0], x, topk)
                         rows.append(row)
                         c = {k: cfg[k] for k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "num_warps", "num_stages") if k in cfg}
