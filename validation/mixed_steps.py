@@ -13,6 +13,10 @@ Input: validation/predict-h100/{moe-long,hybrid}-chunks.jsonl.xz — per success
 validation/predict-h100/{moe-long,hybrid}-run.json, its level (``c``), its start (s, the run's
 clock) and its chunks' times after the start (ms), taken from the run's records.jsonl.
 
+Then the same for the steady state of every cold run (validation/cold-*/MODEL-stagger-records.jsonl.xz,
+servelab bench's records of validation/cold_gpu.py), with each machine's CUDA-graph capture time from
+the run's boot log beside it: what a step carrying prompts costs by model and machine (issue 38).
+
 Usage: ``python validation/mixed_steps.py`` (no GPU).
 """
 
@@ -27,6 +31,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent / "predict-h100"
 GAP_S = 0.0015  # chunks further apart than this belong to different steps
 LONG = 2.5  # a step this many times the median step carries prompts
+COLD_LONG = 1.6  # … in the cold runs, whose decode steps are longer beside a mixed step (Mixtral: 19 against ~43 ms)
+COLD = Path(__file__).resolve().parent
 
 
 def levels(path: Path) -> dict[int, list[dict]]:
@@ -38,22 +44,49 @@ def levels(path: Path) -> dict[int, list[dict]]:
     return dict(sorted(by.items()))
 
 
+def row(name: str, c: int, reqs: list[tuple[float, np.ndarray]], long_at: float) -> str:
+    """One level's table row from its requests' (start, chunk times after it), s: its steps, and those
+    longer than ``long_at`` × the median step (the ones that carry prompts)."""
+    t = np.sort(np.concatenate([start + chunks for start, chunks in reqs]))
+    lo, hi = np.percentile(t, 20), np.percentile(t, 80)
+    t = t[(t > lo) & (t < hi)]
+    starts = t[np.concatenate([[0], np.nonzero(np.diff(t) > GAP_S)[0] + 1])]
+    steps = np.diff(starts)
+    p50 = np.median(steps)
+    long = steps > long_at * p50
+    first = np.array([start + chunks[0] for start, chunks in reqs])
+    prompts = int(((first > lo) & (first < hi)).sum())
+    return (f"| {name} | {c} | {len(steps)} | {p50 * 1e3:.1f} | {long.mean():.0%} | {steps[long].mean() * 1e3 if long.any() else 0:.0f} | "
+            f"{prompts / len(steps):.2f} | {prompts / max(long.sum(), 1):.2f} |")
+
+
+def cold_levels(path: Path) -> dict[int, list[tuple[float, np.ndarray]]]:
+    """A cold run's measured levels (validation/cold_gpu.py's servelab bench records): each successful
+    request's start and chunk times after it, s."""
+    by: dict[int, list[tuple[float, np.ndarray]]] = {}
+    with lzma.open(path, "rt") as f:
+        for line in f:
+            r = json.loads(line)
+            if r["phase"] == "measured" and r["status"] == "ok" and r["chunk_times"]:
+                by.setdefault(r["concurrency"], []).append((r["start"], np.array(r["chunk_times"])))
+    return dict(sorted(by.items()))
+
+
 def main() -> None:
-    print("| run | streams | steps | decode step p50 ms | steps carrying prompts | such a step, mean ms | prompts per step | prompts per such step |")
-    print("|---|---|---|---|---|---|---|---|")
+    head = ("| run | streams | steps | decode step p50 ms | steps carrying prompts | such a step, mean ms | prompts per step | prompts per such step |\n"
+            "|---|---|---|---|---|---|---|---|")
+    print(head)
     for name in ("moe-long", "hybrid"):
         for c, reqs in levels(HERE / f"{name}-chunks.jsonl.xz").items():
-            t = np.sort(np.concatenate([r["start"] + np.array(r["chunks_ms"]) / 1e3 for r in reqs]))
-            lo, hi = np.percentile(t, 20), np.percentile(t, 80)
-            t = t[(t > lo) & (t < hi)]
-            starts = t[np.concatenate([[0], np.nonzero(np.diff(t) > GAP_S)[0] + 1])]
-            steps = np.diff(starts)
-            p50 = np.median(steps)
-            long = steps > LONG * p50
-            first = np.array([r["start"] + r["chunks_ms"][0] / 1e3 for r in reqs])
-            prompts = int(((first > lo) & (first < hi)).sum())
-            print(f"| {name} | {c} | {len(steps)} | {p50 * 1e3:.1f} | {long.mean():.0%} | {steps[long].mean() * 1e3 if long.any() else 0:.0f} | "
-                  f"{prompts / len(steps):.2f} | {prompts / max(long.sum(), 1):.2f} |")
+            print(row(name, c, [(r["start"], np.array(r["chunks_ms"]) / 1e3) for r in reqs], LONG))
+    print(f"\nThe cold runs' steady state (validation/cold-*/, 512/128 tokens; a step longer than {COLD_LONG} × the median carries prompts; "
+          "the machine's CUDA-graph capture time from the run's boot log)\n")
+    print(head.replace("| run |", "| run | graph capture s |").replace("|---|", "|---|---|", 1))
+    for path in sorted(COLD.glob("cold-*/*-stagger-records.jsonl.xz")):
+        boot = json.loads(path.with_name(path.name.replace("records.jsonl.xz", "run.json")).read_text()).get("boot") or {}
+        for c, reqs in cold_levels(path).items():
+            if c > 1:
+                print(row(f"{path.parent.name}/{path.name.split('-stagger')[0]} | {boot.get('graph_capture_s') or '–'}", c, reqs, COLD_LONG))
 
 
 if __name__ == "__main__":
