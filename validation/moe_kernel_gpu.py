@@ -22,12 +22,18 @@ runs in one) over ``COPIES`` weight copies in turn, so that no layer's experts s
 Also per M in ``PROFILED``, a torch.profiler breakdown by kernel (eager calls, GPU time only). Writes
 ``OUT/moe-kernel.json`` and prints a table: µs per layer, the distinct experts' bytes and the bandwidth
 they were read at.
+
+``--eager`` instead: the FP8 layer without CUDA graphs at ``EAGER_BATCHES`` tokens (a 512-token prompt
+beside 15 decoding sequences, two beside 63: vLLM's steps that carry prompts run so), ``CALLS`` layers
+called back to back: the host's time to launch them (no sync inside), the wall time until the GPU is
+done, and the same layers inside a CUDA graph; ``OUT/moe-eager.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -51,6 +57,7 @@ COPY_BYTES = 12e9  # weight copies per shape and format: enough to leave L2 (50 
 CALLS = 48  # layers per captured graph
 REPLAYS = 10
 PROFILED = (1, 64)  # batches also broken down by kernel
+EAGER_BATCHES = (527, 1087)  # --eager: tokens of a step that carries one or two 512-token prompts
 
 
 def _layer(E: int, N: int, K: int, fp8: bool, seed: int) -> dict:
@@ -117,12 +124,51 @@ def _kernels(layer: dict, x: torch.Tensor, topk: int) -> dict[str, float]:
     return out
 
 
+def _eager(layers: list[dict], x: torch.Tensor, topk: int) -> tuple[float, float]:
+    """``CALLS`` FP8 layers without a graph: the host's launch time and the wall time until the GPU ends, s a layer."""
+    for layer in layers:
+        _call(layer, x, topk)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    t0 = time.perf_counter()
+    for i in range(CALLS):
+        _call(layers[i % len(layers)], x, topk)
+    host = time.perf_counter() - t0
+    end.record()
+    torch.cuda.synchronize()
+    return host / CALLS, start.elapsed_time(end) / 1e3 / CALLS
+
+
+def eager_main(out: Path, shapes: list[str]) -> None:
+    """``--eager`` (module docstring)."""
+    rows, gpu = [], torch.cuda.get_device_name()
+    print(f"{gpu}; FP8, µs per layer: host launch, wall without graphs, inside a graph")
+    with set_current_vllm_config(VllmConfig()):
+        for name in shapes:
+            E, N, K, topk = SHAPES[name]
+            copies = max(2, min(16, int(COPY_BYTES // (3 * E * N * K))))
+            layers = [_layer(E, N, K, True, seed) for seed in range(copies)]
+            for M in EAGER_BATCHES:
+                x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16) * 0.5
+                host, wall = _eager(layers, x, topk)
+                graph = _time(layers, x, topk)
+                rows.append({"gpu": gpu, "shape": name, "M": M, "host_us": round(host * 1e6, 1), "eager_us": round(wall * 1e6, 1), "graph_us": round(graph * 1e6, 1)})
+                print(f"{name:16} {M:>5} host {host * 1e6:8.1f}  eager {wall * 1e6:8.1f}  graph {graph * 1e6:8.1f}", flush=True)
+                (out / "moe-eager.json").write_text(json.dumps(rows, indent=1))
+            del layers
+            torch.cuda.empty_cache()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--eager", action="store_true", help="the FP8 layer without CUDA graphs (module docstring)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.eager:
+        return eager_main(args.out, args.shapes.split(","))
     rows = []
     gpu = torch.cuda.get_device_name()
     print(f"{gpu}; µs per layer (router + experts), the distinct experts' bytes at M and their read rate")
