@@ -153,6 +153,9 @@ def test_cudagraph_default_list_and_padding():
     sizes = default_capture_sizes(256, 8192)
     assert len(sizes) == 51 and sizes[:5] == [1, 2, 4, 8, 16] and sizes[-1] == 512 and 272 in sizes
     assert max(default_capture_sizes(1024, 16384, sm100=True)) == 1024
+    larger = default_capture_sizes(1024, 8192, largest=2048)  # vLLM --max-cudagraph-capture-size 2048: every 16 tokens up to it
+    assert larger[:51] == default_capture_sizes(1024, 8192) and len(larger) == 51 + 96 and larger[-1] == 2048
+    assert max(default_capture_sizes(1024, 1024, largest=2048)) == 1024  # capped at max_num_batched_tokens
     rows = {r.concurrency: r for r in padding([1, 2, 4, 8, 16, 32, 64], [4, 5, 10, 100])}
     assert (rows[5].graph_size, rows[5].waste) == (8, pytest.approx(3 / 8))
     assert (rows[10].graph_size, rows[10].waste) == (16, pytest.approx(6 / 16))

@@ -35,6 +35,10 @@ On each server (started with ``VLLM_SERVER_DEV_MODE=1``), 512 prompt / 128 outpu
 
 Writes ``OUT/MODEL-bursts.json`` (one row per level, vllm bench serve's result with the hits and
 JIT lines), ``OUT/MODEL-stagger-run.json`` and ``OUT/MODEL-boot.log``; prints both tables.
+
+``--capture-sizes 576,…,2048`` serves the model with CUDA graphs captured at these sizes too (vLLM's
+defaults and these, files named MODEL-captureN, N the largest), ``--stagger-only`` skips the bursts:
+what larger graphs gain the steady state (validation/capture-h100/).
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vllm_gpu import bench, serve, stop  # noqa: E402
+
+from servelab.engines.vllm import default_capture_sizes  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 INPUT, OUTPUT, LEVELS = 512, 128, (1, 4, 16, 64, 256)
@@ -145,14 +151,18 @@ def model_args(description: str, *extra: tuple[str, dict], many: bool = False) -
     return args
 
 
-def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS) -> None:
-    log = out / f"{model}-boot.log"
-    pgid, url = serve_model(kit, model, log)
+def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS, capture: tuple[int, ...] = (), bursts: bool = True) -> None:
+    """The run of the module docstring; ``capture``: CUDA-graph capture sizes added to vLLM's defaults (the files then named
+    MODEL-captureN, N the largest); ``bursts`` False: the steady state alone."""
+    name = f"{model}-capture{max(capture)}" if capture else model
+    log = out / f"{name}-boot.log"
+    sizes = ("--compilation-config", json.dumps({"cudagraph_capture_sizes": sorted({*default_capture_sizes(1024, 8192), *capture})})) if capture else ()
+    pgid, url = serve_model(kit, model, log, *sizes)
     try:
         for c in levels:  # warm-up: every batch shape the levels reach, before any window
             vllm_bench(url, model, out, c, c, 16, 10_000 + c)
         rows = []
-        for c in levels:
+        for c in levels if bursts else ():
             reset(url)
             h0, mark = hits(url), log.stat().st_size
             res = vllm_bench(url, model, out, c, 2 * c, OUTPUT, c)
@@ -165,13 +175,14 @@ def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS
             print(f"{model} burst c={c}: {r['completed']} ok, {r['output_throughput']:,.0f} tok/s, TTFT mean {r['mean_ttft_ms']:.0f} / p99 "
                   f"{r['p99_ttft_ms']:.0f} ms, TPOT mean {r['mean_tpot_ms']:.2f} ms, hits {r['prefix_cache_hits']:.0f} of "
                   f"{r['prefix_cache_queries']:.0f} tokens, JIT lines {len(jit)}", flush=True)  # fmt: skip
-        (out / f"{model}-bursts.json").write_text(json.dumps({"model": model, "input_tokens": INPUT, "output_tokens": OUTPUT, "levels": rows}, indent=1))
+        if bursts:
+            (out / f"{name}-bursts.json").write_text(json.dumps({"model": model, "input_tokens": INPUT, "output_tokens": OUTPUT, "levels": rows}, indent=1))
         reset(url)
-        run, _ = bench(url, out / f"{model}-stagger", ",".join(map(str, levels)), "--input-tokens", str(INPUT), "--output-tokens", str(OUTPUT),
+        run, _ = bench(url, out / f"{name}-stagger", ",".join(map(str, levels)), "--input-tokens", str(INPUT), "--output-tokens", str(OUTPUT),
                        "--duration", "20s", "--server-log", str(log))  # fmt: skip
     finally:
         stop(pgid)
-    shutil.copy(out / f"{model}-stagger" / "run.json", out / f"{model}-stagger-run.json")
+    shutil.copy(out / f"{name}-stagger" / "run.json", out / f"{name}-stagger-run.json")
     for lv in run.levels:
         hit = lv.server.prefix_cache_hit_rate if lv.server else None
         print(f"{model} stagger c={lv.concurrency}: {lv.ok} ok, {lv.output_throughput_tok_s or 0:,.0f} tok/s, TTFT p50 {lv.ttft_ms.p50} ms, "
@@ -180,8 +191,11 @@ def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS
 
 def main() -> None:
     args = model_args(__doc__.split("\n\n")[0], ("--levels", {"default": ",".join(map(str, LEVELS)),
-                                                              "help": "streams per level, comma-separated (a large model's 256 outlasts one call)"}))  # fmt: skip
-    run_model(args.kit, args.out, args.model, tuple(int(c) for c in args.levels.split(",")))
+                                                              "help": "streams per level, comma-separated (a large model's 256 outlasts one call)"}),
+                      ("--capture-sizes", {"default": "", "help": "CUDA-graph capture sizes to add to vLLM's defaults, comma-separated"}),
+                      ("--stagger-only", {"action": "store_true", "help": "no bursts: the steady state alone"}))  # fmt: skip
+    capture = tuple(int(c) for c in args.capture_sizes.split(",") if c)
+    run_model(args.kit, args.out, args.model, tuple(int(c) for c in args.levels.split(",")), capture, not args.stagger_only)
 
 
 if __name__ == "__main__":

@@ -48,8 +48,11 @@ MODELS = {  # name → (model reference, format)
     "qwen3-32b-fp8": (str(V / "configs/qwen3-32b"), "fp8"),
     "qwen2-57b-a14b": (str(V / "configs/qwen2-57b-a14b"), "fp8"),
     "qwen3-30b-a3b-bf16": ("qwen3-30b-a3b", "bf16"),
+    "mixtral-8x7b-capture2048": (str(V / "configs/mixtral-8x7b"), "fp8"),  # CUDA graphs captured up to 2,048 tokens (cold_gpu.py --capture-sizes)
+    "qwen3-30b-a3b-capture2048": ("qwen3-30b-a3b", "fp8"),
 }
-HARDWARE = {"cold-h100": "h100-sxm", "cold-h100-rerun": "h100-sxm", "cold-h100-machine4": "h100-sxm", "cold-h100-machine5": "h100-sxm", "cold-h200": "h200"}  # -rerun, -machine4, -machine5: other H100 machines
+HARDWARE = {"cold-h100": "h100-sxm", "cold-h100-rerun": "h100-sxm", "cold-h100-machine4": "h100-sxm", "cold-h100-machine5": "h100-sxm", "cold-h200": "h200",
+            "capture-h100": "h100-sxm"}  # fmt: skip  # -rerun, -machine4, -machine5, capture-: other H100 machines
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,10 @@ class Burst:
 
 
 def bursts(folder: str, model: str) -> list[Burst]:
-    """A cold run's burst levels with the model's terms (the server's limits from its boot log)."""
+    """A cold run's burst levels with the model's terms (the server's limits from its boot log); none for a
+    steady-state run alone (cold_gpu.py --stagger-only)."""
+    if not (V / folder / f"{model}-bursts.json").exists():
+        return []
     data = json.loads((V / folder / f"{model}-bursts.json").read_text())
     ref, quant = MODELS[model]
     spec, fmt, hw = load_model(ref), get_format(quant), load_hardware(HARDWARE[folder])
@@ -146,7 +152,16 @@ BLOCKS = [  # (title, the dense runs left out of the fit, with the MoE layer tim
      None, True, "cold-h100-machine4", "qwen3-30b-a3b"),
     (f"FP8's MoE constant was measured on it and the MoE layer times fitted on its FP8 run (engines/vllm.py), not held out: Qwen3-30B-A3B bf16, "
      f"H100, on a fifth machine; {SHIPPED}", None, True, "cold-h100-machine5", "qwen3-30b-a3b-bf16"),
+    (f"leave one model out: Mixtral-8x7B fp8 on a sixth H100 machine, vLLM's capture sizes (steady state); {SHIPPED}", None, True, "capture-h100",
+     "mixtral-8x7b"),
+    (f"leave one model out: Mixtral-8x7B fp8 with CUDA graphs up to 2,048 tokens, the sixth machine (steady state); {SHIPPED}", None, True,
+     "capture-h100", "mixtral-8x7b-capture2048"),
+    (f"not held out (the MoE layer times' model): Qwen3-30B-A3B fp8 on the sixth H100 machine, vLLM's capture sizes (steady state); {SHIPPED}",
+     None, True, "capture-h100", "qwen3-30b-a3b"),
+    (f"not held out (the MoE layer times' model): Qwen3-30B-A3B fp8 with CUDA graphs up to 2,048 tokens, the sixth machine (steady state); "
+     f"{SHIPPED}", None, True, "capture-h100", "qwen3-30b-a3b-capture2048"),
 ]  # fmt: skip
+CAPTURE = [("mixtral-8x7b", "Mixtral-8x7B fp8"), ("qwen3-30b-a3b", "Qwen3-30B-A3B fp8")]  # capture-h100/: each served with vLLM's capture sizes, then up to 2,048
 DENSE = "vllm-0.25-h100-dense-bf16"
 
 
@@ -165,7 +180,25 @@ def main() -> dict[str, dict[str, list[float]]]:
         print(f"| {title.split(';')[0]} | {summary(errs)} |")
     every = {k: [v for title, e in results.items() if title.startswith("leave") for v in e[k]] for k in ("tok_s", "ttft", "single")}
     print(f"| all held out (the calibrations predict picks) | {summary(every)} |")
+    capture_gain(fits[None, True])
     return results
+
+
+def capture_gain(cal: Calibration) -> list[tuple[str, int, float, float]]:
+    """What CUDA graphs captured up to 2,048 tokens gained on one machine (capture-h100/), measured and predicted:
+    tok/s and TTFT p50 of the steady state at each level, printed; (model, streams, measured gain, predicted gain) in % per level."""
+    gains = []
+    print("\n### CUDA graphs up to 2,048 tokens against vLLM's capture sizes (largest 512), one H100 machine, steady state\n\n"
+          "| model | c | tok/s measured: 512 → 2,048 | gain | predicted | gain | TTFT p50 ms measured: 512 → 2,048 | predicted |\n"
+          "|---|---|---|---|---|---|---|---|")  # fmt: skip
+    for model, name in CAPTURE:
+        for a, b in zip(stagger("capture-h100", model), stagger("capture-h100", f"{model}-capture2048"), strict=True):
+            pa, pb = (predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens) for m in (a, b))
+            print(f"| {name} | {a.concurrency} | {a.tok_s:,.0f} → {b.tok_s:,.0f} | {err(b.tok_s, a.tok_s):+.0f} % | {pa.aggregate_tok_s:,.0f} → "
+                  f"{pb.aggregate_tok_s:,.0f} | {err(pb.aggregate_tok_s, pa.aggregate_tok_s):+.0f} % | {a.ttft_s * 1e3:.0f} → {b.ttft_s * 1e3:.0f} | "
+                  f"{pa.ttft_s * 1e3:.0f} → {pb.ttft_s * 1e3:.0f} |")  # fmt: skip
+            gains.append((name, a.concurrency, err(b.tok_s, a.tok_s), err(pb.aggregate_tok_s, pa.aggregate_tok_s)))
+    return gains
 
 
 if __name__ == "__main__":

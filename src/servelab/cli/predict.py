@@ -26,7 +26,7 @@ from servelab.plan.drafter import parse_drafter
 from servelab.plan.fit import error_summary, fit, leave_one_out, measured_levels
 from servelab.plan.hardware import load_hardware, profiles
 from servelab.plan.model_spec import load_model
-from servelab.plan.predict import Point, limits_for, predict, terms
+from servelab.plan.predict import NO_GRAPH, Point, limits_for, predict, terms
 from servelab.plan.rate import RatePoint, at_rate
 from servelab.report import plots
 from servelab.report.explain_table import explain_table, repeat_table
@@ -36,7 +36,13 @@ ASSUMPTIONS = ("no prefix-cache hits, acceptance not falling with the batch, the
                "TP all-reduce at the profile's estimated latency (not measured), vLLM's asynchronous scheduling, "
                "a fixed time per layer per step, "
                "bursts of 2 requests per stream (vllm bench serve --num-prompts 2C; with speculative decoding a burst is priced as the steady state)")
-VARY_KEYS = {"quant": str, "tp": int, "draft-tokens": int, "acceptance": float, "max-num-seqs": int, "max-num-batched-tokens": int, "routing": float}
+VARY_KEYS = {"quant": str, "tp": int, "draft-tokens": int, "acceptance": float, "max-num-seqs": int, "max-num-batched-tokens": int, "routing": float,
+             "max-capture-size": int}  # fmt: skip
+VARY_MIN = {"tp": 1, "draft-tokens": 0, "acceptance": 0, "max-num-seqs": 1, "max-num-batched-tokens": 1, "routing": 0.1, "max-capture-size": 1}
+# A larger largest capture size, measured (validation/RESULTS-predict.md, capture-h100/): what the hint under the table cites
+CAPTURE_MEASURED = ("it captures every 16 tokens up to it, a longer boot; measured on one H100 with vLLM's sizes and nine more from 576 to 2,048, "
+                    "512-token prompts: +6–30 % tok/s on Mixtral-8x7B fp8 and +22–65 % on Qwen3-30B-A3B fp8 at 4–64 streams in the steady state, "
+                    "TTFT p50 1.8–3.5 × lower, for 0.3 GiB more graph memory and 3 s more capture")  # fmt: skip
 
 
 def _assumptions(routing: float) -> str:
@@ -61,6 +67,8 @@ def _variants(vary: list[str], base: dict) -> list[dict]:
             parsed = [VARY_KEYS[key](v) for v in values.split(",")]
         except ValueError:
             raise ServelabError(f"--vary {item!r}: {key} takes {VARY_KEYS[key].__name__} values") from None
+        if key in VARY_MIN and min(parsed) < VARY_MIN[key]:
+            raise ServelabError(f"--vary {item!r}: {key} takes values of {VARY_MIN[key]:g} or more")
         out = [{**o, key: v} for o in out for v in parsed]
     return out
 
@@ -79,6 +87,7 @@ def predict_cmd(
     max_num_seqs: Annotated[int | None, typer.Option(min=1, help="The server's max_num_seqs (default vLLM's for the hardware).")] = None,
     max_num_batched_tokens: Annotated[int | None, typer.Option(min=1, help="The server's max_num_batched_tokens (default vLLM's for the hardware).")] = None,
     capture_sizes: Annotated[str | None, typer.Option(help="The server's CUDA-graph capture sizes (default vLLM's).")] = None,
+    max_capture_size: Annotated[int | None, typer.Option(min=1, help="The server's largest CUDA-graph capture size, vLLM's capture sizes up to it (vLLM --max-cudagraph-capture-size; default 512 on an H100): a step of more tokens runs without CUDA graphs.")] = None,
     speculative: Annotated[str | None, typer.Option(help="A speculative drafter: mtp:K (the model's MTP layers), eagle3:PATH or ngram:K; a model drafter's K passes per step read its weights.")] = None,
     draft_tokens: Annotated[int, typer.Option(min=0, help="Speculative decoding: draft tokens per step (default K of --speculative; without it, drafting costs only the calibrated time per step).")] = 0,
     acceptance: Annotated[float, typer.Option(min=0.0, max=1.0, help="Speculative decoding: acceptance rate, accepted ÷ drafted tokens (vLLM's; servelab bench reports it).")] = 0.7,
@@ -86,7 +95,7 @@ def predict_cmd(
     closed_loop: Annotated[Literal["stagger", "burst"], typer.Option(help="stagger: steady state (servelab bench's default); burst: the streams start together, 2 requests each (vllm bench serve --max-concurrency C --num-prompts 2C), run step by step through vLLM's scheduler; compare its TTFT mean and p99 (--json), not the p50.")] = "stagger",
     plot: Annotated[Path | None, typer.Option(help="Also draw the curves to this PNG file.")] = None,
     overlay: Annotated[list[Path] | None, typer.Option(help="With --plot: a measured run (directory or run.json) drawn over the curves; repeatable.")] = None,
-    vary: Annotated[list[str] | None, typer.Option(help="Compare alternatives: KEY=V1,V2 with KEY quant, tp, draft-tokens, acceptance, max-num-seqs, max-num-batched-tokens or routing (repeatable); prints Δ% against the first.")] = None,
+    vary: Annotated[list[str] | None, typer.Option(help="Compare alternatives: KEY=V1,V2 with KEY quant, tp, draft-tokens, acceptance, max-num-seqs, max-num-batched-tokens, routing or max-capture-size (repeatable); prints Δ% against the first.")] = None,
     calibration_name: Annotated[str | None, typer.Option("--calibration", help="A shipped calibration's name (servelab/data/calibration.yaml) or a servelab calibrate --out file; default the MoE one for MoE models in FP8, else the dense one.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")] = False,
 ) -> None:
@@ -101,16 +110,19 @@ def predict_cmd(
     drafter = parse_drafter(speculative, spec, 2.0, draft_tokens) if speculative else None
     draft_tokens = draft_tokens or (drafter.num_tokens if drafter else 0)
     base = {"quant": quant, "tp": tp, "draft-tokens": draft_tokens, "acceptance": acceptance, "max-num-seqs": max_num_seqs,
-            "max-num-batched-tokens": max_num_batched_tokens, "routing": routing}  # fmt: skip
+            "max-num-batched-tokens": max_num_batched_tokens, "routing": routing, "max-capture-size": max_capture_size}  # fmt: skip
     results = []
     variants = _variants(vary or [], base)
+    if sizes and any(v["max-capture-size"] for v in variants):
+        raise ServelabError("--capture-sizes and --max-capture-size: give one (a list's largest size is its largest capture size)")
     cal = calibration(calibration_name, spec, weight_format(variants[0]["quant"], spec, checkpoint_config))  # one for all variants: their Δ% is the model's
     unfit = []  # (settings, why) of the variants that do not fit: a comparison says so instead of stopping
     for v in variants:
         fmt = weight_format(v["quant"], spec, checkpoint_config)
         try:
             limits = limits_for(spec, fmt, hw, tp=v["tp"], input_tokens=input_tokens, output_tokens=output_tokens, max_num_seqs=v["max-num-seqs"],
-                                max_num_batched_tokens=v["max-num-batched-tokens"], capture_sizes=sizes, draft_tokens=v["draft-tokens"])  # fmt: skip
+                                max_num_batched_tokens=v["max-num-batched-tokens"], capture_sizes=sizes, draft_tokens=v["draft-tokens"],
+                                max_capture_size=v["max-capture-size"])  # fmt: skip
         except ServelabError as exc:
             unfit.append(({**v, "quant": fmt.name}, str(exc)))
             continue
@@ -149,6 +161,25 @@ def predict_cmd(
     console.print(_compare_table(results, labels, title, caption) if len(results) > 1 else _curve_table(*results[0], title, caption))
     for v, why in unfit:
         console.print(f"[yellow]{escape(f'{_label(v)}: {why}')}[/]", soft_wrap=True, highlight=False)
+    compared = sizes or any(item.startswith("max-capture-size=") for item in vary or [])  # the capture sizes given or compared already
+    if not compared and (hint := _capture_hint(results, input_tokens)):
+        console.print(escape(hint), soft_wrap=True, highlight=False)
+
+
+def _capture_hint(results: list, input_tokens: int) -> str | None:
+    """The alternative to compare where a level's bottleneck is a step without CUDA graphs: the plan
+    engine's largest capture size raised to the next power of two ≥ two prompts and the running
+    batch (``NO_GRAPH``), within max_num_batched_tokens; None where no level is, or none is larger."""
+    flag = plan_engine().largest_capture_flag
+    for _, limits, points in results if flag else ():
+        graphless = [p for p in _points(points) if p.bottleneck in NO_GRAPH]
+        largest = max(limits.capture_sizes)
+        if graphless:
+            want = min(limits.max_num_batched_tokens, 2 ** math.ceil(math.log2(2 * input_tokens + max(p.running for p in graphless))))
+            if want > largest:
+                return (f"Steps run without CUDA graphs here (more tokens than the largest capture size, {largest}). Compare a larger one: "
+                        f"add --vary max-capture-size={largest},{want} (on the server: {flag} {want}; {CAPTURE_MEASURED}).")  # fmt: skip
+    return None
 
 
 def _points(points: list) -> list[Point]:

@@ -135,6 +135,7 @@ class Engine:
     notable: ClassVar[re.Pattern | None] = None
 
     # recipes and launch
+    largest_capture_flag: ClassVar[str | None] = None  # the server flag that sets its largest CUDA-graph capture size (capture_sizes' largest)
     ready_path: ClassVar[str] = "/v1/models"  # polled until it answers 200
     ready_timeout_s: ClassVar[float] = 600.0
     default_port: ClassVar[int] = 8000  # the port it listens on when the command does not say
@@ -261,10 +262,11 @@ class Engine:
         raise NotImplementedError(f"{self.name}: no runtime memory model")
 
     def capture_sizes(
-        self, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192, num_spec_tokens: int = 0, sm100: bool = False
+        self, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192, num_spec_tokens: int = 0, sm100: bool = False, largest: int | None = None
     ) -> list[int] | None:
-        """The CUDA-graph capture sizes it picks by default (decode batch sizes, ascending), or None
-        when servelab does not know them. The defaults stand for a run whose settings are unknown."""
+        """The CUDA-graph capture sizes it picks by default (decode batch sizes, ascending; up to
+        ``largest`` tokens where given: ``largest_capture_flag``), or None when servelab does not know
+        them. The defaults stand for a run whose settings are unknown."""
         return None
 
     def kv_layout(

@@ -135,18 +135,19 @@ NOTABLE = re.compile(
 )
 
 
-def default_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, num_spec_tokens: int = 0, sm100: bool = False) -> list[int]:
+def default_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, num_spec_tokens: int = 0, sm100: bool = False, largest: int | None = None) -> list[int]:
     """vLLM 0.33's default ``cudagraph_capture_sizes``, ascending.
 
     Source: ``vllm/config/vllm.py`` ``_set_cudagraph_sizes`` (server-facts.md §2.4): with no user
     list, ``max = min(max_num_seqs · (1 + num_spec_tokens) · 2, 512)`` (1024 on data-center
-    Blackwell, sm_100), capped at ``max_num_batched_tokens``; the sizes are ``[1, 2, 4] + range(8,
-    min(max+1, 256), 8) + range(256, max+1, 16)``, plus ``max_num_batched_tokens`` itself when it is
-    the cap; with speculative decoding, the multiples ``n · (1 + num_spec_tokens)`` of those sizes up
-    to ``max_num_batched_tokens`` are added.
+    Blackwell, sm_100), or ``largest`` where the server sets it (``--max-cudagraph-capture-size``),
+    capped at ``max_num_batched_tokens``; the sizes are ``[1, 2, 4] + range(8, min(max+1, 256), 8) +
+    range(256, max+1, 16)``, plus ``max_num_batched_tokens`` itself when it is the cap; with
+    speculative decoding, the multiples ``n · (1 + num_spec_tokens)`` of those sizes up to
+    ``max_num_batched_tokens`` are added.
     """
     query_len = 1 + num_spec_tokens
-    largest = min(max_num_seqs * query_len * 2, 1024 if sm100 else 512)
+    largest = largest or min(max_num_seqs * query_len * 2, 1024 if sm100 else 512)
     largest = min(max_num_batched_tokens, largest)
     sizes = [s for s in [1, 2, 4] if s <= largest] + list(range(8, min(largest + 1, 256), 8)) + list(range(256, largest + 1, 16))
     if largest == max_num_batched_tokens:
@@ -224,6 +225,7 @@ class VLLM(Engine):
     # TileLang kernels likewise; a MoE kernel compiling for a new batch shape inside a level (issue 38: 432 tok/s
     # and an 860 ms TTFT at 4 streams against ~650 tok/s)
     jit_warning = re.compile(r"(?:Triton kernel|TileLang) JIT compilation during inference: ([\w.]+?)(?:\.\s|\.?$|\s)")
+    largest_capture_flag = "--max-cudagraph-capture-size"  # vllm/engine/arg_utils.py (CompilationConfig.max_cudagraph_capture_size)
     pricing = (f"vLLM's FP8 at {FP8_GAIN:g}x the BF16 rate (MoE experts 1x), {FP8_EAGER_LAYER_S * 1e3:g} ms a layer dearer without CUDA graphs "
                f"and {FP8_MOE_LAYER_S * 1e6:.1f} µs + {FP8_MOE_READ_S * 1e6:g} µs per {FP8_QUANT_THREADS} elements of hidden size and of "
                "expert width a MoE layer dearer in every step")
@@ -392,10 +394,10 @@ class VLLM(Engine):
         return FP8_MOE_LAYER_S + FP8_MOE_READ_S * reads if dtype == "fp8" else 0.0
 
     def capture_sizes(
-        self, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192, num_spec_tokens: int = 0, sm100: bool = False
+        self, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192, num_spec_tokens: int = 0, sm100: bool = False, largest: int | None = None
     ) -> list[int]:
         """:func:`default_capture_sizes`."""
-        return default_capture_sizes(max_num_seqs, max_num_batched_tokens, num_spec_tokens, sm100)
+        return default_capture_sizes(max_num_seqs, max_num_batched_tokens, num_spec_tokens, sm100, largest)
 
     def kv_layout(
         self, spec: ModelSpec, kv_bytes_per_token: float, state_bytes_per_seq: float, max_num_batched_tokens: int, speculative_tokens: int = 0,

@@ -108,6 +108,7 @@ MIXED_SHARE = 0.25  # at most this share of the steps carries prompts (module do
 API_TTFT_S = 0.005  # TTFT's share outside the engine steps (HTTP, chat template, tokenization, the first chunk): 4–7 ms at one stream on vLLM 0.25 (validation/RESULTS-predict.md)
 ADMIT_S_PER_TOKEN = 2.0e-6  # the API server's time per request, per prompt token, one request after another (chat endpoint): a 256-stream burst of 1,024-token prompts ended 550 ms later than without it (validation/waves-h100/burst-*: TTFT p99 6.42–6.45 s measured, 5.88 s simulated), 2.1 ms a request
 ASYNC_WAIT_STEPS = 2  # steady state: the steps a new request waits for before the one that carries its prompt (module docstring; vLLM's asynchronous scheduling)
+NO_GRAPH = ("prefill, in steps without CUDA graphs", "no CUDA graph (batch above the largest capture size)")  # the bottlenecks a larger capture size lifts
 BURST_REQUESTS = 2  # a burst's requests per stream: vllm bench serve --max-concurrency C --num-prompts 2C (the way issue 38's truth was measured)
 
 
@@ -124,10 +125,11 @@ class Limits:
 def limits_for(
     spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, tp: int, input_tokens: int, output_tokens: int,
     max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None, capture_sizes: list[int] | None = None, draft_tokens: int = 0,
+    max_capture_size: int | None = None,
 ) -> Limits:  # fmt: skip
     """The plan engine's limits (its defaults for the hardware where not given, its default
-    capture sizes for them and ``draft_tokens``) and the requests of P + O tokens ``servelab plan``
-    fits in the KV cache.
+    capture sizes for them and ``draft_tokens``, up to ``max_capture_size`` tokens where given) and the
+    requests of P + O tokens ``servelab plan`` fits in the KV cache.
 
     Raises:
         ServelabError: the model does not fit (no KV cache left, or not one request).
@@ -140,7 +142,8 @@ def limits_for(
         raise ServelabError(f"{spec.name} in {fmt.name} does not fit {hw.name} at TP {tp} ({'; '.join(mem.notes) or 'no KV cache left'}): "
                             "nothing to predict; `servelab plan` shows the memory, try another --quant or --tp")  # fmt: skip
     kv = mem.max_concurrency
-    return Limits(max_num_seqs=seqs, max_num_batched_tokens=mbt, capture_sizes=capture_sizes or engine.capture_sizes(seqs, mbt, draft_tokens), kv_requests=kv)
+    return Limits(max_num_seqs=seqs, max_num_batched_tokens=mbt, capture_sizes=capture_sizes or engine.capture_sizes(seqs, mbt, draft_tokens, largest=max_capture_size),
+                  kv_requests=kv)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -328,9 +331,9 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
         bottleneck = "slot cap / KV capacity"
     elif riding >= PREFILL_NAMED * t_d / per_step:
         eager_riding = eager * (e_tpot - t.decode_eager / per_step)  # the prompt steps' t_eager, not the decode step's
-        bottleneck = "prefill, in steps without CUDA graphs" if eager_riding > riding / 2 else "prefill"
+        bottleneck = NO_GRAPH[0] if eager_riding > riding / 2 else "prefill"
     elif t.decode_eager and eager > 0.5 * t_d:
-        bottleneck = "no CUDA graph (batch above the largest capture size)"
+        bottleneck = NO_GRAPH[1]
     elif max(t_mem, t_cmp) >= PADDING_NAMED * max(t.unpadded_bytes_s / cal.bw_efficiency, t.unpadded_flops_s / cal.compute_efficiency):
         bottleneck = "CUDA-graph padding"
     elif t.allreduce_s > 0.5 * t_d:
@@ -366,7 +369,7 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
     elif mean >= PREFILL_NAMED * (e2e - mean):
         bottleneck = "prefill (a wave's prompts, chunked under max_num_batched_tokens)"
     elif x.eager and eager > 0.5 * decode:
-        bottleneck = "no CUDA graph (batch above the largest capture size)"
+        bottleneck = NO_GRAPH[1]
     elif t0 > 0.5 * decode:
         bottleneck = "per-step overhead"
     else:
