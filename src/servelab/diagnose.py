@@ -8,7 +8,7 @@ Definitions of the inputs: docs/metrics.md.
 from __future__ import annotations
 
 from servelab import engines
-from servelab.engines.cudagraph import padding
+from servelab.engines.cudagraph import padding, prompt_step_graph
 from servelab.metrics.repeats import TOK_S_SPREAD, TTFT_SPREAD, repeat_stats
 from servelab.metrics.summary import LevelSummary
 from servelab.metrics.waves import WaveStats
@@ -162,8 +162,36 @@ def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Fin
             out.append(Finding(kind="prompt_count_mismatch", severity="warning",
                                message=f"{at}: the server processed {s.prompt_tokens:.0f} prompt tokens, the client sent {lv.phase_prompt_tokens}",
                                evidence={"concurrency": c, "server_prompt_tokens": s.prompt_tokens, "client_prompt_tokens": lv.phase_prompt_tokens}))  # fmt: skip
-    out += _acceptance_trend(run) + _padding(run, capture_sizes) + _prompt_truncation(run) + _unstable_repeats(run) + _untuned_moe(run)
+    out += _acceptance_trend(run) + _padding(run, capture_sizes) + _graphless_prompts(run, capture_sizes) + _prompt_truncation(run) \
+        + _unstable_repeats(run) + _untuned_moe(run)  # fmt: skip
     return out
+
+
+def _graphless_prompts(run: RunResult, capture_sizes: list[int] | None) -> list[Finding]:
+    """Steady-state levels whose steps that carry a prompt (its mean prompt tokens beside the other
+    streams' decode tokens) are above the largest capture size (the boot log's, else the engine's
+    defaults, said so): the engine runs them without CUDA graphs, and its ``largest_capture_flag``
+    raises it (``prompt_step_graph``)."""
+    engine = engines.get(run.endpoint.engine)
+    sizes = capture_sizes or engine.capture_sizes()
+    if not (engine.largest_capture_flag and sizes) or run.load.closed_loop != "stagger":
+        return []
+    largest, steps = max(sizes), {}
+    for lv in run.levels:
+        if lv.rate_rps is None and lv.ok and lv.prompt_tokens and (tokens := round(lv.prompt_tokens / lv.ok) + lv.concurrency - 1) > largest:
+            steps[lv.concurrency] = tokens
+    if not steps:
+        return []
+    top = max(steps)
+    prompt = steps[top] - top + 1
+    want = prompt_step_graph(prompt, top)
+    return [Finding(kind="prompt_steps_without_graphs", severity="info",
+                    message=f"c={', '.join(map(str, steps))}: a step that carries a prompt ({prompt:,} tokens beside the other streams' decode tokens, "
+                            f"up to {max(steps.values()):,}) is above the largest CUDA graph ({largest}"
+                            + ("" if capture_sizes else f", {engine.title}'s default") + f"), so {engine.title} runs it without graphs, its kernels "
+                            f"launched one by one by the host; compare servelab predict … --vary max-capture-size={largest},{want}, and on the server "
+                            f"{engine.largest_capture_flag} {want}" + (f" ({engine.larger_graphs})" if engine.larger_graphs else ""),
+                    evidence={"concurrency_levels": list(steps), "step_tokens": list(steps.values()), "largest_capture_size": largest, "capture_sizes_assumed": capture_sizes is None, "suggested": want})]  # fmt: skip
 
 
 def _untuned_moe(run: RunResult) -> list[Finding]:

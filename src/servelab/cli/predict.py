@@ -18,6 +18,7 @@ from rich.table import Table
 
 from servelab.cli.common import DbOpt, console, parse_float_list, parse_int_list, read_text, store_at, write_file
 from servelab.engines import plan_engine
+from servelab.engines.cudagraph import prompt_step_graph
 from servelab.errors import ServelabError
 from servelab.explain import explain, repeatability
 from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, calibration
@@ -39,10 +40,6 @@ ASSUMPTIONS = ("no prefix-cache hits, acceptance not falling with the batch, the
 VARY_KEYS = {"quant": str, "tp": int, "draft-tokens": int, "acceptance": float, "max-num-seqs": int, "max-num-batched-tokens": int, "routing": float,
              "max-capture-size": int}  # fmt: skip
 VARY_MIN = {"tp": 1, "draft-tokens": 0, "acceptance": 0, "max-num-seqs": 1, "max-num-batched-tokens": 1, "routing": 0.1, "max-capture-size": 1}
-# A larger largest capture size, measured (validation/RESULTS-predict.md, capture-h100/): what the hint under the table cites
-CAPTURE_MEASURED = ("it captures every 16 tokens up to it, a longer boot; measured on one H100 with vLLM's sizes and nine more from 576 to 2,048, "
-                    "512-token prompts: +6–30 % tok/s on Mixtral-8x7B fp8 and +22–65 % on Qwen3-30B-A3B fp8 at 4–64 streams in the steady state, "
-                    "TTFT p50 1.8–3.5 × lower, for 0.3 GiB more graph memory and 3 s more capture")  # fmt: skip
 
 
 def _assumptions(routing: float) -> str:
@@ -167,18 +164,18 @@ def predict_cmd(
 
 
 def _capture_hint(results: list, input_tokens: int) -> str | None:
-    """The alternative to compare where a level's bottleneck is a step without CUDA graphs: the plan
-    engine's largest capture size raised to the next power of two ≥ two prompts and the running
-    batch (``NO_GRAPH``), within max_num_batched_tokens; None where no level is, or none is larger."""
-    flag = plan_engine().largest_capture_flag
-    for _, limits, points in results if flag else ():
+    """The alternative to compare where a level's bottleneck is a step without CUDA graphs (``NO_GRAPH``):
+    the plan engine's largest capture size raised to ``prompt_step_graph``, within max_num_batched_tokens;
+    None where no level is, or none is larger."""
+    engine = plan_engine()
+    for _, limits, points in results if engine.largest_capture_flag else ():
         graphless = [p for p in _points(points) if p.bottleneck in NO_GRAPH]
         largest = max(limits.capture_sizes)
         if graphless:
-            want = min(limits.max_num_batched_tokens, 2 ** math.ceil(math.log2(2 * input_tokens + max(p.running for p in graphless))))
+            want = min(limits.max_num_batched_tokens, prompt_step_graph(input_tokens, max(p.running for p in graphless)))
             if want > largest:
                 return (f"Steps run without CUDA graphs here (more tokens than the largest capture size, {largest}). Compare a larger one: "
-                        f"add --vary max-capture-size={largest},{want} (on the server: {flag} {want}; {CAPTURE_MEASURED}).")  # fmt: skip
+                        f"add --vary max-capture-size={largest},{want} (on the server: {engine.largest_capture_flag} {want}; {engine.larger_graphs}).")  # fmt: skip
     return None
 
 

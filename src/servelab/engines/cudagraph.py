@@ -1,4 +1,5 @@
-"""CUDA-graph padding: which captured graph a decode batch runs, and what it wastes.
+"""CUDA-graph padding: which captured graph a decode batch runs, and what it wastes; the largest size
+that puts a step carrying prompts inside a graph.
 
 A decode batch of N tokens runs the graph of the smallest captured size ≥ N (vLLM:
 ``vllm/v1/cudagraph_dispatcher.py``), so N − size slots are padding; above the largest size the
@@ -9,6 +10,7 @@ The sizes an engine captures by default are the engine's (``Engine.capture_sizes
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass
 
 
@@ -37,3 +39,10 @@ def padding(sizes: list[int], concurrency: list[int], num_spec_tokens: int = 0) 
 def recommend(sizes: list[int], concurrency: list[int], num_spec_tokens: int = 0) -> list[int]:
     """A capture list that runs every target concurrency without padding: ``sizes`` plus their token counts."""
     return sorted(set(sizes) | {c * (1 + num_spec_tokens) for c in concurrency})
+
+
+def prompt_step_graph(prompt_tokens: int, streams: int) -> int:
+    """The largest capture size to compare for steps that carry prompts: the next power of two ≥ two
+    prompts beside the running batch (2 · P + B tokens; a loaded steady state's steps carry one or two,
+    validation/mixed_steps.py)."""
+    return 2 ** math.ceil(math.log2(2 * prompt_tokens + streams))

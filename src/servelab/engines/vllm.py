@@ -221,11 +221,13 @@ class VLLM(Engine):
     exact_output_length = True
     gauges = Gauges(("vllm:num_requests_running",), ("vllm:num_requests_waiting",), ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"))
     spec_decode_prefix = "vllm:spec_decode_num_"
-    # vllm/v1/utils jit_monitor (0.2x): "Triton kernel JIT compilation during inference: fused_moe_kernel. This causes …",
-    # TileLang kernels likewise; a MoE kernel compiling for a new batch shape inside a level (issue 38: 432 tok/s
-    # and an 860 ms TTFT at 4 streams against ~650 tok/s)
+    # vllm/v1/utils jit_monitor (0.2x): "Triton kernel JIT compilation during inference: fused_moe_kernel. This causes …", TileLang kernels
+    # likewise; a MoE kernel compiling for a new batch shape inside a level (issue 38: 432 tok/s and an 860 ms TTFT at 4 streams against ~650)
     jit_warning = re.compile(r"(?:Triton kernel|TileLang) JIT compilation during inference: ([\w.]+?)(?:\.\s|\.?$|\s)")
     largest_capture_flag = "--max-cudagraph-capture-size"  # vllm/engine/arg_utils.py (CompilationConfig.max_cudagraph_capture_size)
+    larger_graphs = ("it captures every 16 tokens up to it, a longer boot; on one H100 (vLLM 0.25, its sizes and nine more up to 2,048, 512-token prompts, "
+                     "steady state, 4–64 streams): +6–30 % tok/s on Mixtral-8x7B fp8, +22–65 % on Qwen3-30B-A3B fp8, TTFT p50 1.8–3.5 × lower, for "
+                     "0.3 GiB more graph memory (validation/capture-h100/)")  # fmt: skip
     pricing = (f"vLLM's FP8 at {FP8_GAIN:g}x the BF16 rate (MoE experts 1x), {FP8_EAGER_LAYER_S * 1e3:g} ms a layer dearer without CUDA graphs "
                f"and {FP8_MOE_LAYER_S * 1e6:.1f} µs + {FP8_MOE_READ_S * 1e6:g} µs per {FP8_QUANT_THREADS} elements of hidden size and of "
                "expert width a MoE layer dearer in every step")
@@ -237,8 +239,7 @@ class VLLM(Engine):
     ready = READY
     notable = NOTABLE
     strip_prefix = staticmethod(strip_prefix)
-    # /health is refused until the engine is built (server-facts.md §2.2); weight loading, torch.compile
-    # and CUDA-graph capture take 5-15 minutes on big models, hence 900 s at least.
+    # /health is refused until the engine is built (server-facts.md §2.2); weights, torch.compile and graphs take 5-15 min on big models: 900 s
     ready_path = "/health"
     ready_timeout_s = 900.0
     default_port = 8000
