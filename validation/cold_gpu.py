@@ -37,7 +37,8 @@ Writes ``OUT/MODEL-bursts.json`` (one row per level, vllm bench serve's result w
 JIT lines), ``OUT/MODEL-stagger-run.json`` and ``OUT/MODEL-boot.log``; prints both tables.
 
 ``--capture-sizes 576,…,2048`` serves the model with CUDA graphs captured at these sizes too (vLLM's
-defaults and these, files named MODEL-captureN, N the largest), ``--stagger-only`` skips the bursts:
+defaults and these, files named MODEL-captureN, N the largest), ``--max-capture-size N`` with vLLM's own
+sizes up to N (``--max-cudagraph-capture-size``, MODEL-maxN), ``--stagger-only`` skips the bursts:
 what larger graphs gain the steady state (validation/capture-h100/).
 """
 
@@ -151,12 +152,15 @@ def model_args(description: str, *extra: tuple[str, dict], many: bool = False) -
     return args
 
 
-def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS, capture: tuple[int, ...] = (), bursts: bool = True) -> None:
+def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS, capture: tuple[int, ...] = (), bursts: bool = True,
+              max_capture: int | None = None) -> None:  # fmt: skip
     """The run of the module docstring; ``capture``: CUDA-graph capture sizes added to vLLM's defaults (the files then named
-    MODEL-captureN, N the largest); ``bursts`` False: the steady state alone."""
-    name = f"{model}-capture{max(capture)}" if capture else model
+    MODEL-captureN, N the largest); ``max_capture``: vLLM's own sizes up to it (--max-cudagraph-capture-size, MODEL-maxN);
+    ``bursts`` False: the steady state alone."""
+    name = f"{model}-capture{max(capture)}" if capture else f"{model}-max{max_capture}" if max_capture else model
     log = out / f"{name}-boot.log"
     sizes = ("--compilation-config", json.dumps({"cudagraph_capture_sizes": sorted({*default_capture_sizes(1024, 8192), *capture})})) if capture else ()
+    sizes += ("--max-cudagraph-capture-size", str(max_capture)) if max_capture else ()
     pgid, url = serve_model(kit, model, log, *sizes)
     try:
         for c in levels:  # warm-up: every batch shape the levels reach, before any window
@@ -193,9 +197,10 @@ def main() -> None:
     args = model_args(__doc__.split("\n\n")[0], ("--levels", {"default": ",".join(map(str, LEVELS)),
                                                               "help": "streams per level, comma-separated (a large model's 256 outlasts one call)"}),
                       ("--capture-sizes", {"default": "", "help": "CUDA-graph capture sizes to add to vLLM's defaults, comma-separated"}),
+                      ("--max-capture-size", {"type": int, "help": "vLLM's --max-cudagraph-capture-size: its own capture sizes up to it"}),
                       ("--stagger-only", {"action": "store_true", "help": "no bursts: the steady state alone"}))  # fmt: skip
     capture = tuple(int(c) for c in args.capture_sizes.split(",") if c)
-    run_model(args.kit, args.out, args.model, tuple(int(c) for c in args.levels.split(",")), capture, not args.stagger_only)
+    run_model(args.kit, args.out, args.model, tuple(int(c) for c in args.levels.split(",")), capture, not args.stagger_only, args.max_capture_size)
 
 
 if __name__ == "__main__":

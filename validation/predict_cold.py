@@ -50,9 +50,11 @@ MODELS = {  # name → (model reference, format)
     "qwen3-30b-a3b-bf16": ("qwen3-30b-a3b", "bf16"),
     "mixtral-8x7b-capture2048": (str(V / "configs/mixtral-8x7b"), "fp8"),  # CUDA graphs captured up to 2,048 tokens (cold_gpu.py --capture-sizes)
     "qwen3-30b-a3b-capture2048": ("qwen3-30b-a3b", "fp8"),
+    "qwen3-30b-a3b-max2048": ("qwen3-30b-a3b", "fp8"),  # vLLM's own sizes up to 2,048 (cold_gpu.py --max-capture-size)
+    "qwen3-14b-max2048": (str(V / "configs/qwen3-14b"), "bf16"),
 }
 HARDWARE = {"cold-h100": "h100-sxm", "cold-h100-rerun": "h100-sxm", "cold-h100-machine4": "h100-sxm", "cold-h100-machine5": "h100-sxm", "cold-h200": "h200",
-            "capture-h100": "h100-sxm"}  # fmt: skip  # -rerun, -machine4, -machine5, capture-: other H100 machines
+            "capture-h100": "h100-sxm", "capture-h100-machine7": "h100-sxm"}  # fmt: skip  # -rerun, -machine4, -machine5, capture-*: other H100 machines
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,12 @@ BLOCKS = [  # (title, the dense runs left out of the fit, with the MoE layer tim
     (f"not held out (the MoE layer times' model): Qwen3-30B-A3B fp8 with CUDA graphs up to 2,048 tokens, the sixth machine (steady state); "
      f"{SHIPPED}", None, True, "capture-h100", "qwen3-30b-a3b-capture2048"),
 ]  # fmt: skip
-CAPTURE = [("mixtral-8x7b", "Mixtral-8x7B fp8"), ("qwen3-30b-a3b", "Qwen3-30B-A3B fp8")]  # capture-h100/: each served with vLLM's capture sizes, then up to 2,048
+CAPTURE = [  # (folder, model, its run with larger graphs, in words): each served with vLLM's capture sizes, then up to 2,048 tokens, on one machine
+    ("capture-h100", "mixtral-8x7b", "mixtral-8x7b-capture2048", "Mixtral-8x7B fp8 (its sizes and nine more)"),
+    ("capture-h100", "qwen3-30b-a3b", "qwen3-30b-a3b-capture2048", "Qwen3-30B-A3B fp8 (its sizes and nine more)"),
+    ("capture-h100-machine7", "qwen3-30b-a3b", "qwen3-30b-a3b-max2048", "Qwen3-30B-A3B fp8 (--max-cudagraph-capture-size 2048), a seventh machine"),
+    ("capture-h100-machine7", "qwen3-14b", "qwen3-14b-max2048", "Qwen3-14B bf16, dense (--max-cudagraph-capture-size 2048), the seventh machine"),
+]
 DENSE = "vllm-0.25-h100-dense-bf16"
 
 
@@ -185,14 +192,14 @@ def main() -> dict[str, dict[str, list[float]]]:
 
 
 def capture_gain(cal: Calibration) -> list[tuple[str, int, float, float]]:
-    """What CUDA graphs captured up to 2,048 tokens gained on one machine (capture-h100/), measured and predicted:
-    tok/s and TTFT p50 of the steady state at each level, printed; (model, streams, measured gain, predicted gain) in % per level."""
+    """What CUDA graphs captured up to 2,048 tokens gained (``CAPTURE``), measured and predicted: tok/s and TTFT p50 of the
+    steady state at each level, printed; (model, streams, measured gain, predicted gain) in % per level."""
     gains = []
-    print("\n### CUDA graphs up to 2,048 tokens against vLLM's capture sizes (largest 512), one H100 machine, steady state\n\n"
+    print("\n### CUDA graphs up to 2,048 tokens against vLLM's capture sizes (largest 512), each pair on one H100 machine, steady state\n\n"
           "| model | c | tok/s measured: 512 → 2,048 | gain | predicted | gain | TTFT p50 ms measured: 512 → 2,048 | predicted |\n"
           "|---|---|---|---|---|---|---|---|")  # fmt: skip
-    for model, name in CAPTURE:
-        for a, b in zip(stagger("capture-h100", model), stagger("capture-h100", f"{model}-capture2048"), strict=True):
+    for folder, model, larger, name in CAPTURE:
+        for a, b in zip(stagger(folder, model), stagger(folder, larger), strict=True):
             pa, pb = (predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens) for m in (a, b))
             print(f"| {name} | {a.concurrency} | {a.tok_s:,.0f} → {b.tok_s:,.0f} | {err(b.tok_s, a.tok_s):+.0f} % | {pa.aggregate_tok_s:,.0f} → "
                   f"{pb.aggregate_tok_s:,.0f} | {err(pb.aggregate_tok_s, pa.aggregate_tok_s):+.0f} % | {a.ttft_s * 1e3:.0f} → {b.ttft_s * 1e3:.0f} | "

@@ -225,9 +225,9 @@ class VLLM(Engine):
     # likewise; a MoE kernel compiling for a new batch shape inside a level (issue 38: 432 tok/s and an 860 ms TTFT at 4 streams against ~650)
     jit_warning = re.compile(r"(?:Triton kernel|TileLang) JIT compilation during inference: ([\w.]+?)(?:\.\s|\.?$|\s)")
     largest_capture_flag = "--max-cudagraph-capture-size"  # vllm/engine/arg_utils.py (CompilationConfig.max_cudagraph_capture_size)
-    larger_graphs = ("it captures every 16 tokens up to it, a longer boot; on one H100 (vLLM 0.25, its sizes and nine more up to 2,048, 512-token prompts, "
-                     "steady state, 4–64 streams): +6–30 % tok/s on Mixtral-8x7B fp8, +22–65 % on Qwen3-30B-A3B fp8, TTFT p50 1.8–3.5 × lower, for "
-                     "0.3 GiB more graph memory (validation/capture-h100/)")  # fmt: skip
+    larger_graphs = ("captures every 16 tokens up to it; on one H100, vLLM 0.25, 512-token prompts, steady state at 4–64 streams: +23–61 % tok/s on Qwen3-30B-A3B fp8 "
+                     "and +1–2 % on the dense Qwen3-14B bf16, for 26 s more graph capture at boot and 1.2 GiB more graph memory; its sizes and nine more "
+                     "to 2,048: +6–30 % on Mixtral-8x7B fp8, +22–65 % on Qwen3-30B-A3B fp8, 0.3 GiB (validation/capture-h100*/)")  # fmt: skip
     pricing = (f"vLLM's FP8 at {FP8_GAIN:g}x the BF16 rate (MoE experts 1x), {FP8_EAGER_LAYER_S * 1e3:g} ms a layer dearer without CUDA graphs "
                f"and {FP8_MOE_LAYER_S * 1e6:.1f} µs + {FP8_MOE_READ_S * 1e6:g} µs per {FP8_QUANT_THREADS} elements of hidden size and of "
                "expert width a MoE layer dearer in every step")
