@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from servelab.cli import app
-from servelab.engines.cudagraph import padding, recommend
+from servelab.engines.cudagraph import padding, prompt_step_graph, recommend
 from servelab.engines.vllm import default_capture_sizes
 from servelab.errors import ServelabError
 from servelab.plan.hardware import load_hardware
@@ -156,6 +156,8 @@ def test_cudagraph_default_list_and_padding():
     larger = default_capture_sizes(1024, 8192, largest=2048)  # vLLM --max-cudagraph-capture-size 2048: every 16 tokens up to it
     assert larger[:51] == default_capture_sizes(1024, 8192) and len(larger) == 51 + 96 and larger[-1] == 2048
     assert max(default_capture_sizes(1024, 1024, largest=2048)) == 1024  # capped at max_num_batched_tokens
+    # the size to compare for steps that carry prompts: the next power of two ≥ 2 · P + B, at most 2,048 (the largest measured); none for a long prompt
+    assert [prompt_step_graph(p, b) for p, b in ((256, 16), (512, 16), (1024, 64), (4096, 1))] == [1024, 2048, 2048, None]
     rows = {r.concurrency: r for r in padding([1, 2, 4, 8, 16, 32, 64], [4, 5, 10, 100])}
     assert (rows[5].graph_size, rows[5].waste) == (8, pytest.approx(3 / 8))
     assert (rows[10].graph_size, rows[10].waste) == (16, pytest.approx(6 / 16))

@@ -527,7 +527,9 @@ def test_a_larger_largest_capture_size_puts_the_prompt_steps_in_graphs():
     (default, larger) = ([p for p in v["points"]] for v in doc["variants"])
     assert default[1]["bottleneck"] == "prefill, in steps without CUDA graphs" and larger[1]["bottleneck"] != default[1]["bottleneck"]
     gain = larger[1]["aggregate_tok_s"] / default[1]["aggregate_tok_s"]
-    assert 1.3 < gain < 1.7  # measured 1.48
+    assert 1.3 < gain < 1.7  # measured 1.48 (vLLM's sizes and nine more) and 1.61 (--max-cudagraph-capture-size 2048, another machine)
+    served = json.loads(cli.invoke(app, [*args, "--json", "--max-capture-size", "2048"]).output)["variants"][0]
+    assert [p["aggregate_tok_s"] for p in served["points"]] == [p["aggregate_tok_s"] for p in larger] and max(served["limits"]["capture_sizes"]) == 2048
     dense = cli.invoke(app, ["predict", "--model", "qwen3-8b", "--input-tokens", "512", "--output-tokens", "128", "--concurrency", "4,16"])
     assert dense.exit_code == 0 and "max-capture-size" not in dense.output  # a dense bf16 step with a prompt hides its launches: no hint
     for bad, needle in ((["--vary", "max-capture-size=0,2048"], "max-capture-size takes values of 1 or more"),

@@ -166,14 +166,14 @@ def predict_cmd(
 def _capture_hint(results: list, input_tokens: int) -> str | None:
     """The alternative to compare where a level's bottleneck is a step without CUDA graphs (``NO_GRAPH``):
     the plan engine's largest capture size raised to ``prompt_step_graph``, within max_num_batched_tokens;
-    None where no level is, or none is larger."""
+    None where no level is, or no such size is larger."""
     engine = plan_engine()
     for _, limits, points in results if engine.largest_capture_flag else ():
         graphless = [p for p in _points(points) if p.bottleneck in NO_GRAPH]
         largest = max(limits.capture_sizes)
         if graphless:
-            want = min(limits.max_num_batched_tokens, prompt_step_graph(input_tokens, max(p.running for p in graphless)))
-            if want > largest:
+            want = prompt_step_graph(input_tokens, max(p.running for p in graphless))
+            if want and largest < want <= limits.max_num_batched_tokens:
                 return (f"Steps run without CUDA graphs here (more tokens than the largest capture size, {largest}). Compare a larger one: "
                         f"add --vary max-capture-size={largest},{want} (on the server: {engine.largest_capture_flag} {want}; {engine.larger_graphs}).")  # fmt: skip
     return None

@@ -41,8 +41,14 @@ def recommend(sizes: list[int], concurrency: list[int], num_spec_tokens: int = 0
     return sorted(set(sizes) | {c * (1 + num_spec_tokens) for c in concurrency})
 
 
-def prompt_step_graph(prompt_tokens: int, streams: int) -> int:
+PROMPT_GRAPH_MAX = 2048  # the largest capture size suggested: the largest measured (validation/capture-h100*/); each size costs boot time and memory
+
+
+def prompt_step_graph(prompt_tokens: int, streams: int) -> int | None:
     """The largest capture size to compare for steps that carry prompts: the next power of two ≥ two
     prompts beside the running batch (2 · P + B tokens; a loaded steady state's steps carry one or two,
-    validation/mixed_steps.py)."""
-    return 2 ** math.ceil(math.log2(2 * prompt_tokens + streams))
+    validation/mixed_steps.py), at most ``PROMPT_GRAPH_MAX``; None where one prompt beside the batch
+    (P + B) does not fit that (a long prompt's step is long enough to hide its launches)."""
+    if prompt_tokens + streams > PROMPT_GRAPH_MAX:
+        return None
+    return min(PROMPT_GRAPH_MAX, 2 ** math.ceil(math.log2(2 * prompt_tokens + streams)))
