@@ -175,7 +175,8 @@ def _capture_hint(results: list, input_tokens: int) -> str | None:
             want = prompt_step_graph(input_tokens, max(p.running for p in graphless))
             if want and largest < want <= limits.max_num_batched_tokens:
                 return (f"Steps run without CUDA graphs here (more tokens than the largest capture size, {largest}). Compare a larger one: "
-                        f"add --vary max-capture-size={largest},{want} (on the server: {engine.largest_capture_flag} {want}; {engine.larger_graphs}).")  # fmt: skip
+                        f"add --vary max-capture-size={largest},{want} (on the server: {engine.largest_capture_flag} {want}"
+                        + (f"; {engine.larger_graphs})." if engine.larger_graphs else ")."))  # fmt: skip
     return None
 
 
