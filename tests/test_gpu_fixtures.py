@@ -120,6 +120,34 @@ def test_steps_that_carry_prompts_above_the_largest_graph_are_named_with_the_lev
     assert found["qwen3-30b-a3b-capture2048"] == []
 
 
+def test_a_capture_list_that_inflates_vllms_graph_memory_estimate_is_named():
+    """vLLM 0.25 sizes its KV cache after reserving its estimate of the CUDA graphs' memory: the first
+    graph's plus the second's times the other sizes. A list whose largest sizes are far apart (vLLM's and
+    nine more up to 2,048) reserved 20.9 GiB for graphs that took 1.1 GiB, halving Qwen3-30B-A3B's KV
+    cache (40.1 → 19.9 GiB); vLLM's own list up to 2,048 (--max-cudagraph-capture-size) reserved 1.3 for 2.0."""
+    import lzma
+
+    from servelab.results import RunResult
+
+    got = {}
+    for folder, name in (("capture-h100", "qwen3-30b-a3b-capture2048"), ("capture-h100", "qwen3-30b-a3b"), ("capture-h100-machine7", "qwen3-30b-a3b-max2048")):
+        where = Path(__file__).parents[1] / "validation" / folder
+        run = RunResult.model_validate_json((where / f"{name}-stagger-run.json").read_text())
+        run.boot = parse_bootlog(lzma.open(where / f"{name}-boot.log.xz", "rt").read())
+        got[name] = ((run.boot.graph_estimate_gib, run.boot.graph_pool_gib), [f for f in diagnose(run, run.boot.cudagraph_sizes) if f.kind == "graph_memory_overreserved"])
+    assert got["qwen3-30b-a3b-capture2048"][0] == (20.94, 1.11) and got["qwen3-30b-a3b"][0] == (0.74, 0.84) and got["qwen3-30b-a3b-max2048"][0] == (1.31, 1.99)
+    (f,) = got["qwen3-30b-a3b-capture2048"][1]
+    assert "19.8 GiB smaller" in f.message and "--max-cudagraph-capture-size" in f.message and "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0" in f.message
+    assert got["qwen3-30b-a3b"][1] == [] and got["qwen3-30b-a3b-max2048"][1] == []
+    from typer.testing import CliRunner
+
+    from servelab.cli import app
+
+    text = lzma.open(Path(__file__).parents[1] / "validation" / "capture-h100" / "qwen3-30b-a3b-capture2048-boot.log.xz", "rt").read()
+    res = CliRunner().invoke(app, ["bootlog", "-"], input=text)
+    assert res.exit_code == 0 and "20.94 GiB (the pool took 1.11 GiB)" in " ".join(res.output.split())
+
+
 def test_the_h100_run_document_reads_back_and_renders_gpu_columns():
     """run.json of the H100 validation bench (schema 1), with NVML telemetry measured there."""
     from rich.console import Console

@@ -39,7 +39,8 @@ JIT lines), ``OUT/MODEL-stagger-run.json`` and ``OUT/MODEL-boot.log``; prints bo
 ``--capture-sizes 576,…,2048`` serves the model with CUDA graphs captured at these sizes too (vLLM's
 defaults and these, files named MODEL-captureN, N the largest), ``--max-capture-size N`` with vLLM's own
 sizes up to N (``--max-cudagraph-capture-size``, MODEL-maxN), ``--stagger-only`` skips the bursts:
-what larger graphs gain the steady state (validation/capture-h100/).
+what larger graphs gain the steady state (validation/capture-h100/). A sparse list (``--capture-sizes``)
+makes vLLM 0.25 reserve ~20 GiB of KV cache for its graphs (finding graph_memory_overreserved).
 """
 
 from __future__ import annotations

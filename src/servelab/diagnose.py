@@ -22,6 +22,7 @@ SEND_LAG_MS = 10.0  # a replay whose send lag p99 is above this did not keep the
 SHORT_WINDOW = 3.0  # a --duration window under this many request durations (E2E p50) is not yet a steady state
 CLOCK_CAPPED = 0.9  # a mean SM clock under this share of the maximum ...
 POWER_AT_LIMIT = 0.95  # ... while the peak power reached this share of the limit: the GPU was power-capped
+OVERRESERVED_GIB = 1.0  # CUDA-graph memory reserved beyond what the graphs took, and beyond their own size, that is named
 
 
 ANOMALY_TEXT = {
@@ -163,8 +164,27 @@ def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Fin
                                message=f"{at}: the server processed {s.prompt_tokens:.0f} prompt tokens, the client sent {lv.phase_prompt_tokens}",
                                evidence={"concurrency": c, "server_prompt_tokens": s.prompt_tokens, "client_prompt_tokens": lv.phase_prompt_tokens}))  # fmt: skip
     out += _acceptance_trend(run) + _padding(run, capture_sizes) + _graphless_prompts(run, capture_sizes) + _prompt_truncation(run) \
-        + _unstable_repeats(run) + _untuned_moe(run)  # fmt: skip
+        + _unstable_repeats(run) + _untuned_moe(run) + _graph_memory(run)  # fmt: skip
     return out
+
+
+def _graph_memory(run: RunResult) -> list[Finding]:
+    """The server reserved more memory for CUDA graphs before sizing its KV cache than they took
+    (``BootFacts.graph_estimate_gib`` against ``graph_pool_gib``), by more than ``OVERRESERVED_GIB``
+    and more than the graphs' own size: that much KV cache was given up."""
+    boot = run.boot
+    if boot is None or boot.graph_estimate_gib is None or boot.graph_pool_gib is None:
+        return []
+    extra = boot.graph_estimate_gib - boot.graph_pool_gib
+    if extra <= max(OVERRESERVED_GIB, boot.graph_pool_gib):
+        return []
+    engine = engines.get(boot.engine or run.endpoint.engine)
+    kv = f" (it has {boot.kv_cache_gib:.2f} GiB)" if boot.kv_cache_gib else ""
+    return [Finding(kind="graph_memory_overreserved", severity="warning",
+                    message=f"{engine.title} reserved {boot.graph_estimate_gib:.2f} GiB for CUDA graphs that took {boot.graph_pool_gib:.2f} GiB: its KV cache{kv} "
+                            f"is {extra:.1f} GiB smaller than this GPU's memory allows, so fewer requests fit at once"
+                            + (f"; {engine.graph_estimate}" if engine.graph_estimate else ""),
+                    evidence={"graph_estimate_gib": boot.graph_estimate_gib, "graph_pool_gib": boot.graph_pool_gib, "kv_cache_gib": boot.kv_cache_gib})]  # fmt: skip
 
 
 def _graphless_prompts(run: RunResult, capture_sizes: list[int] | None) -> list[Finding]:

@@ -131,6 +131,8 @@ class Engine:
     jit_warning: ClassVar[re.Pattern[str] | None] = None
     # what its boot log's "no tuned MoE kernel config" means and how to tune one (finding untuned_moe_kernels)
     untuned_moe: ClassVar[str | None] = None
+    # why it reserved more for CUDA graphs than they took, and how to avoid it (finding graph_memory_overreserved)
+    graph_estimate: ClassVar[str | None] = None
     ready: ClassVar[re.Pattern | None] = None
     notable: ClassVar[re.Pattern | None] = None
 

@@ -52,6 +52,8 @@ class BootFacts(BaseModel):
     compile_s: float | None = None
     graph_capture_s: float | None = None
     graph_capture_gib: float | None = None
+    graph_pool_gib: float | None = Field(None, description="The CUDA-graph pool's memory after capture (vLLM ≥ 0.21), GiB.")
+    graph_estimate_gib: float | None = Field(None, description="What the engine reserved for CUDA graphs before sizing the KV cache (vLLM ≥ 0.21: its profiled estimate), GiB.")
     ready_s: float | None = Field(None, description="From the first timestamped line to the ready line.")
     kv_cache_gib: float | None = None
     kv_cache_tokens: int | None = Field(None, description="Tokens the KV cache holds: of the full-attention pool where there are several.")

@@ -116,7 +116,8 @@ class VLLM(Engine):
     largest_capture_flag = "--max-cudagraph-capture-size"  # vllm/engine/arg_utils.py (CompilationConfig.max_cudagraph_capture_size)
     larger_graphs = ("captures every 16 tokens up to it; on one H100, vLLM 0.25, 512-token prompts, steady state at 4–64 streams: +23–61 % tok/s on Qwen3-30B-A3B fp8 "
                      "and +1–2 % on the dense Qwen3-14B bf16, for 26 s more graph capture at boot and 1.2 GiB more graph memory; its sizes and nine more "
-                     "to 2,048: +6–30 % on Mixtral-8x7B fp8, +22–65 % on Qwen3-30B-A3B fp8, 0.3 GiB (validation/capture-h100*/)")  # fmt: skip
+                     "to 2,048: +6–30 % on Mixtral-8x7B fp8, +22–65 % on Qwen3-30B-A3B fp8, but vLLM reserved 20.9 GiB of KV cache for them (finding "
+                     "graph_memory_overreserved; validation/capture-h100*/)")  # fmt: skip
     pricing = (f"vLLM's FP8 at {FP8_GAIN:g}x the BF16 rate (MoE experts 1x), {FP8_EAGER_LAYER_S * 1e3:g} ms a layer dearer without CUDA graphs "
                f"and {FP8_MOE_LAYER_S * 1e6:.1f} µs + {FP8_MOE_READ_S * 1e6:g} µs per {FP8_QUANT_THREADS} elements of hidden size and of "
                "expert width a MoE layer dearer in every step")
@@ -124,6 +125,10 @@ class VLLM(Engine):
                    "and point VLLM_TUNED_CONFIG_FOLDER at the folder it writes (vllm/model_executor/layers/fused_moe/fused_moe.py, get_moe_configs). "
                    "How much a tuned config gains is not measured: untuned on an H100, Qwen3-30B-A3B's prefill of 1,024–4,096 tokens took 1.5 × "
                    "predict's time, and the config vLLM ships for these experts on the H200 did not speed it up (validation/RESULTS-predict.md)")  # fmt: skip
+    graph_estimate = ("its estimate is the first graph's memory plus the second's times the other sizes (vllm/v1/worker/gpu_model_runner.py "
+                      "profile_cudagraph_memory), which a capture list whose largest sizes are far apart inflates: vLLM 0.25's sizes and nine more up to "
+                      "2,048 reserved 20.9 GiB for 1.1 GiB and halved Qwen3-30B-A3B fp8's KV cache on an H100 (validation/capture-h100/); capture every 16 "
+                      "tokens up to the largest (--max-cudagraph-capture-size), or set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0")  # fmt: skip
     rules = RULES
     ready = READY
     notable = NOTABLE

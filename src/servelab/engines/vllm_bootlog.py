@@ -113,6 +113,10 @@ RULES: list[Rule] = [
     Rule(re.compile(r"model weights take ([\d.]+) ?GiB"), set_fact("weights_gib", lambda m: float(m.group(1))), "0.6–0.8 (V0 worker)"),
     Rule(re.compile(r"reserved for KV Cache is ([\d.]+) ?GiB"), set_fact("kv_cache_gib", lambda m: float(m.group(1))), "0.6–0.8 (V0 worker)"),
     Rule(re.compile(r"gpu_memory_utilization \(([\d.]+)\)"), set_fact("gpu_memory_utilization", lambda m: float(m.group(1))), "0.6–0.8 (V0 worker)"),
+    # vllm/v1/worker/gpu_worker.py (CUDA graph memory profiling, on by default since 0.21): what it reserved before the KV
+    # cache (profile_cudagraph_memory: the first capture + the second's memory × the other sizes) against what capture took
+    Rule(re.compile(r"CUDA graph pool memory: ([\d.]+) GiB \(actual\), ([\d.]+) GiB \(estimated\)"),
+         set_facts(graph_pool_gib=lambda m: float(m.group(1)), graph_estimate_gib=lambda m: float(m.group(2))), "0.21–0.25"),  # fmt: skip
     Rule(re.compile(r"Graph capturing finished in ([\d.]+) secs?, took ([\d.]+) GiB"),
          set_facts(graph_capture_s=lambda m: float(m.group(1)), graph_capture_gib=lambda m: float(m.group(2))), "0.8–0.33"),  # fmt: skip
 ]

@@ -28,6 +28,8 @@ def bootlog_table(f: BootFacts) -> Table:
     row("torch.compile", f.compile_s, " s")
     row("CUDA-graph capture", f.graph_capture_s, " s")
     row("CUDA-graph memory", f.graph_capture_gib, " GiB")
+    if f.graph_estimate_gib is not None:
+        row("CUDA-graph memory reserved before the KV cache", f.graph_estimate_gib, f" GiB (the pool took {f.graph_pool_gib} GiB)")
     row("CUDA-graph sizes", f.cudagraph_sizes)
     row("time to ready", f.ready_s, " s")
     row("KV-cache memory", f.kv_cache_gib, " GiB")
