@@ -58,6 +58,21 @@ def test_concurrencies_that_are_not_capture_sizes(tmp_path):
     assert flag_values(["--cudagraph-capture-sizes=1,2,5", "--x"], "--cudagraph-capture-sizes") == ["1", "2", "5"]
 
 
+def test_a_sparse_capture_list_may_cost_the_kv_cache(tmp_path):
+    """vLLM's sizes and nine more up to 2,048 made vLLM 0.25 reserve 20.9 GiB for 1.1 GiB of graphs
+    (validation/capture-h100/): a list whose two largest sizes, above 512, are more than 16 apart is
+    flagged, through --compilation-config as through --cudagraph-capture-sizes; vLLM's own list up to
+    2,048 (--max-cudagraph-capture-size, every 16 tokens) is not."""
+    sparse = """'--compilation-config', '{{"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 512, 1024, 1536, 2048]}}'"""
+    found = rules(tmp_path, CLEAN.replace('"32768"]', f'"32768", {sparse}]'))
+    assert found["capture-sizes-sparse"].startswith("the two largest CUDA-graph capture sizes are 2048 and 1536")
+    assert "capture-sizes" not in found  # the plan's concurrencies are in that list
+    listed = rules(tmp_path, CLEAN.replace('"32768"]', '"32768", --cudagraph-capture-sizes, "1", "2", "4", "8", "16", "32", "1024"]'))
+    assert "capture-sizes-sparse" in listed
+    dense = rules(tmp_path, CLEAN.replace('"32768"]', '"32768", --max-cudagraph-capture-size, "2048"]'))
+    assert "capture-sizes-sparse" not in dense
+
+
 def test_speculative_decoding_with_prefix_caching(tmp_path):
     spec = CLEAN.replace('"32768"]', """"32768", --speculative-config, '{{"method": "ngram", "num_speculative_tokens": 3}}']""")
     assert "spec-with-prefix-cache" in rules(tmp_path, spec)

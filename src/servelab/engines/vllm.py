@@ -193,16 +193,43 @@ class VLLM(Engine):
         return flags + (["--headless"] if rank else [])
 
     def lint_rules(self, argv: list[str], concurrencies: list[int]) -> list[LintFinding]:
-        """capture-sizes: plan concurrencies that decode padded to a larger CUDA graph, or without one."""
+        """capture-sizes: plan concurrencies that decode padded to a larger CUDA graph, or without one;
+        capture-sizes-sparse: a capture list whose two largest sizes, above 512, are more than 16 apart."""
         if has_flag(argv, "--enforce-eager"):
             return []
+        return self._sparse_sizes(argv) + self._padded(argv, concurrencies)
+
+    @staticmethod
+    def _given_sizes(argv: list[str]) -> list[str]:
+        """The capture sizes a command gives: --cudagraph-capture-sizes (--cuda-graph-sizes), else --compilation-config's list."""
+        try:
+            config = json.loads(flag_value(argv, "--compilation-config") or "{}")
+        except json.JSONDecodeError:
+            config = {}
+        listed = config.get("cudagraph_capture_sizes") if isinstance(config, dict) else None
+        return flag_values(argv, "--cudagraph-capture-sizes") or flag_values(argv, "--cuda-graph-sizes") or [str(v) for v in listed or []]
+
+    def _sparse_sizes(self, argv: list[str]) -> list[LintFinding]:
+        """A capture list whose two largest sizes, the largest above 512, are more than 16 apart: vLLM's
+        graph-memory estimate (``graph_estimate``) may reserve far more than the graphs take."""
+        sizes = sorted({int(v) for v in self._given_sizes(argv) if v.isdecimal()})
+        if len(sizes) < 2 or sizes[-1] <= 512 or sizes[-1] - sizes[-2] <= 16:
+            return []
+        return [LintFinding("capture-sizes-sparse", "warning", f"the two largest CUDA-graph capture sizes are {sizes[-1]} and {sizes[-2]}: "
+                            "vLLM may reserve far more memory for the graphs than they take, out of the KV cache",
+                            f"vLLM sizes its KV cache after reserving its estimate of the graphs' memory: {self.graph_estimate}. Check "
+                            "servelab bootlog (CUDA-graph memory reserved against what the pool took) or servelab bench --server-log "
+                            "(finding graph_memory_overreserved).")]  # fmt: skip
+
+    def _padded(self, argv: list[str], concurrencies: list[int]) -> list[LintFinding]:
+        """capture-sizes (``lint_rules``)."""
         conc = concurrencies
         k = spec_tokens(argv)
         seqs = flag_value(argv, "--max-num-seqs")
         seqs_n = int(seqs) if seqs and seqs.isdecimal() else None
         if seqs_n:  # no decode batch is larger than max_num_seqs, whatever the plan's concurrency
             conc = sorted({min(c, seqs_n) for c in conc})
-        given = flag_values(argv, "--cudagraph-capture-sizes") or flag_values(argv, "--cuda-graph-sizes")
+        given = self._given_sizes(argv)
         if given and all(v.isdecimal() for v in given):
             sizes, source = sorted({int(v) for v in given}), "the recipe's capture sizes"
         else:
