@@ -73,6 +73,16 @@ def test_a_sparse_capture_list_may_cost_the_kv_cache(tmp_path):
     assert "capture-sizes-sparse" not in dense
 
 
+def test_the_largest_capture_size_a_server_sets_extends_vllms_own_list(tmp_path):
+    """--max-cudagraph-capture-size N (or --compilation-config's max_cudagraph_capture_size) makes vLLM
+    capture its own list up to N, every 16 tokens above 256: a decode batch of 768 then has its graph."""
+    wide = CLEAN.replace('"64"', '"1024"').replace('"32768"]', '"32768", --max-num-batched-tokens, "8192"]').replace("[1, 2, 4, 8, 16, 32]", "[1, 768]")
+    assert "c=768 runs without a graph (above the largest size 512)" in rules(tmp_path, wide)["capture-sizes"]
+    assert "capture-sizes" not in rules(tmp_path, wide.replace('"8192"]', '"8192", --max-cudagraph-capture-size, "1024"]'))
+    config = wide.replace('"8192"]', """"8192", --compilation-config, '{{"max_cudagraph_capture_size": 1024}}']""")
+    assert "capture-sizes" not in rules(tmp_path, config)
+
+
 def test_speculative_decoding_with_prefix_caching(tmp_path):
     spec = CLEAN.replace('"32768"]', """"32768", --speculative-config, '{{"method": "ngram", "num_speculative_tokens": 3}}']""")
     assert "spec-with-prefix-cache" in rules(tmp_path, spec)

@@ -200,10 +200,12 @@ def _graphless_prompts(run: RunResult, capture_sizes: list[int] | None) -> list[
     for lv in run.levels:
         if lv.rate_rps is None and lv.ok and lv.prompt_tokens and (tokens := round(lv.prompt_tokens / lv.ok) + lv.concurrency - 1) > largest:
             steps[lv.concurrency] = tokens
-    top = max(steps, default=0)
-    prompt = steps.get(top, 0) - top + 1
-    want = prompt_step_graph(prompt, top) if steps else None
-    if want is None or want <= largest:  # none above it, or a prompt too long for a graph worth capturing
+    if not steps:
+        return []
+    top = max(steps)
+    prompt = steps[top] - top + 1
+    want = prompt_step_graph(prompt, top)
+    if want is None or want <= largest:  # a prompt too long for a graph worth capturing, or the graphs are that large already
         return []
     return [Finding(kind="prompt_steps_without_graphs", severity="info",
                     message=f"c={', '.join(map(str, steps))}: a step that carries a prompt ({prompt:,} tokens beside the other streams' decode tokens, "

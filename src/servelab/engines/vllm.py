@@ -200,19 +200,22 @@ class VLLM(Engine):
         return self._sparse_sizes(argv) + self._padded(argv, concurrencies)
 
     @staticmethod
-    def _given_sizes(argv: list[str]) -> list[str]:
-        """The capture sizes a command gives: --cudagraph-capture-sizes (--cuda-graph-sizes), else --compilation-config's list."""
+    def _capture_args(argv: list[str]) -> tuple[list[str], str]:
+        """The capture sizes a command gives (--cudagraph-capture-sizes or --cuda-graph-sizes, else
+        --compilation-config's cudagraph_capture_sizes) and its largest capture size for vLLM's own list
+        (--max-cudagraph-capture-size, else --compilation-config's max_cudagraph_capture_size; "" where none)."""
         try:
             config = json.loads(flag_value(argv, "--compilation-config") or "{}")
         except json.JSONDecodeError:
             config = {}
-        listed = config.get("cudagraph_capture_sizes") if isinstance(config, dict) else None
-        return flag_values(argv, "--cudagraph-capture-sizes") or flag_values(argv, "--cuda-graph-sizes") or [str(v) for v in listed or []]
+        config = config if isinstance(config, dict) else {}
+        sizes = flag_values(argv, "--cudagraph-capture-sizes") or flag_values(argv, "--cuda-graph-sizes") or [str(v) for v in config.get("cudagraph_capture_sizes") or []]
+        return sizes, flag_value(argv, "--max-cudagraph-capture-size") or str(config.get("max_cudagraph_capture_size") or "")
 
     def _sparse_sizes(self, argv: list[str]) -> list[LintFinding]:
         """A capture list whose two largest sizes, the largest above 512, are more than 16 apart: vLLM's
         graph-memory estimate (``graph_estimate``) may reserve far more than the graphs take."""
-        sizes = sorted({int(v) for v in self._given_sizes(argv) if v.isdecimal()})
+        sizes = sorted({int(v) for v in self._capture_args(argv)[0] if v.isdecimal()})
         if len(sizes) < 2 or sizes[-1] <= 512 or sizes[-1] - sizes[-2] <= 16:
             return []
         return [LintFinding("capture-sizes-sparse", "warning", f"the two largest CUDA-graph capture sizes are {sizes[-1]} and {sizes[-2]}: "
@@ -229,13 +232,14 @@ class VLLM(Engine):
         seqs_n = int(seqs) if seqs and seqs.isdecimal() else None
         if seqs_n:  # no decode batch is larger than max_num_seqs, whatever the plan's concurrency
             conc = sorted({min(c, seqs_n) for c in conc})
-        given = self._given_sizes(argv)
+        given, largest = self._capture_args(argv)
         if given and all(v.isdecimal() for v in given):
             sizes, source = sorted({int(v) for v in given}), "the recipe's capture sizes"
         else:
             tokens = flag_value(argv, "--max-num-batched-tokens")
             tokens_n = int(tokens) if tokens and tokens.isdecimal() else 2048
-            sizes, source = default_capture_sizes(seqs_n or SMALL_TIER_MAX_NUM_SEQS, tokens_n, k), "vLLM's default capture sizes"
+            sizes = default_capture_sizes(seqs_n or SMALL_TIER_MAX_NUM_SEQS, tokens_n, k, largest=int(largest) if largest.isdecimal() else None)
+            source = "vLLM's default capture sizes" + (f" up to {largest}" if largest.isdecimal() else "")
         padded = [p for p in padding(sizes, conc, k) if p.graph_size is None or p.waste > 0]
         if not padded:
             return []
