@@ -135,6 +135,18 @@ def test_any_text_is_read_without_raising(lines):
 
 
 @settings(max_examples=200, deadline=None)
+@given(line=st.from_regex(r"(INFO \d\d-\d\d \d\d:\d\d:\d\d \[x\.py:1\] |\[20\d\d-\d\d-\d\d \d\d:\d\d:\d\d\] )?"
+                          r"(Available KV cache memory: [\d.]{1,6} GiB|CUDA graph pool memory: [\d.]{1,6} GiB \(actual\), [\d.]{1,6} GiB \(estimated\)"
+                          r"|Graph capturing finished in [\d.]{1,5} secs, took [\d.]{1,5} GiB|KV cache size: [\d,]{1,9} tokens)", fullmatch=True))
+def test_lines_of_a_known_shape_with_impossible_times_or_numbers_set_nothing_from_them(line):
+    """A known line whose time is no time (month 99) or whose numbers are not numbers ("1.2.3") is read
+    without raising, and what it sets is a number it really holds."""
+    facts = parse_bootlog(line)
+    for value in (facts.kv_cache_gib, facts.graph_pool_gib, facts.graph_estimate_gib, facts.graph_capture_gib, facts.kv_cache_tokens):
+        assert value is None or value >= 0
+
+
+@settings(max_examples=200, deadline=None)
 @given(name=st.from_regex(r"E=[0-9]{1,3},N=[0-9]{1,5},device_name=[A-Za-z0-9_\-]{1,30}(,dtype=[a-z0-9_]{1,12})?\.json", fullmatch=True),
        folders=st.lists(st.from_regex(r"/[A-Za-z0-9_.=,\-]{1,12}", fullmatch=True), min_size=1, max_size=3), tuned=st.booleans())  # fmt: skip
 def test_moe_kernel_config_lines_name_the_file(name, folders, tuned):

@@ -8,7 +8,8 @@ colours, a syslog/journald or docker-compose prefix, process prefixes such as
 engine whose prefix matches strips its own. Every rule that matches a line applies (one line may
 hold two facts); a fact keeps its first value unless its rule says otherwise (tensor-parallel
 ranks repeat lines). Lines no pattern knows are kept (up to ``KEEP_UNRECOGNISED``) and counted.
-A line is read up to ``MAX_LINE`` characters (the facts sit in their first few hundred; the
+A line whose time or numbers only look like them (``99-99 99:99:99``, ``1.2.3 GiB``) sets nothing
+from them. A line is read up to ``MAX_LINE`` characters (the facts sit in their first few hundred; the
 patterns stay linear in the log's size however long a line is).
 Formats and the real logs they come from: tests/fixtures/bootlogs/INDEX.yaml.
 """
@@ -36,7 +37,11 @@ def _clean(line: str, engines: list) -> tuple[str, str | None, float | None, str
     """(message, engine hint, timestamp in s if any, level) of one raw log line."""
     line = PROCESS_PREFIX.sub("", HOST_PREFIX.sub("", ANSI.sub("", line).strip()))
     for engine in engines:
-        if found := engine.strip_prefix(line):
+        try:
+            found = engine.strip_prefix(line)
+        except ValueError:  # a prefix of its shape whose time is no time ("99-99 99:99:99"): read as an unprefixed line
+            continue
+        if found:
             msg, ts, level = found
             return msg, engine.name, ts, level
     return line, None, None, "WARNING" if "WARNING" in line[:20] or line.startswith("W ") else "INFO"
@@ -62,7 +67,10 @@ def parse_bootlog(text: str) -> BootFacts:
         for engine in engines:
             for rule in engine.rules:  # every rule that matches (one line may hold two facts)
                 if m := rule.pattern.search(msg):
-                    rule.apply(facts, m)
+                    try:
+                        rule.apply(facts, m)
+                    except ValueError:  # a number of the pattern's shape that is none ("1.2.3"): the line sets nothing
+                        continue
                     hints[engine.name] = hints.get(engine.name, 0) + 2
                     known = True
             if engine.ready and engine.ready.search(msg):
