@@ -125,7 +125,10 @@ def test_trace_replay_of_each_format(llama, tmp_path, name, scale):
     measured = sorted((r for r in records if r.phase == "measured"), key=lambda r: r.queued)
     assert [r.max_tokens for r in measured] == [r.output_tokens for r in trace.requests] and all(r.status == "ok" for r in measured)
     lag = result.levels[0].client_wait_ms
-    assert lag.n == len(trace.requests) and lag.p99 < 50  # scheduled vs sent (2 busy cores: loose here; benchmarks/trace_replay.py measures it)
+    # scheduled vs sent: on schedule as a rule, never a second late (a shared 2-core CI machine once
+    # stalled one send by 373 ms, so no tight bound on the worst of 4-6 sends here;
+    # benchmarks/trace_replay.py measures the lag's p99)
+    assert lag.n == len(trace.requests) and lag.p50 < 50 and lag.max < 1000
     for r, t in zip(measured, trace.requests, strict=True):
         assert abs((r.queued - measured[0].queued) - t.at_s) < 1e-6  # sent at the trace's own times
         assert abs(r.expected_prompt_tokens - t.input_tokens) <= 2  # built to the trace's length (seams: ±1)
