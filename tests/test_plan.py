@@ -45,6 +45,37 @@ def test_dense_llama_by_hand():
     assert [layer.kind for layer in spec.layers] == ["full", "full"]
 
 
+def test_catalog_moe_by_hand():
+    """The catalog's Mixtral-8x7B (8 experts of 14,336, top 2) and Qwen2-57B-A14B (64 of 2,560, top 8,
+    q/k/v biases, a gated shared expert of 20,480) counted from their architectures, not the code:
+    46.7 B and 57.4 B in all, as published (the reference figures of their catalog entries)."""
+    H, V, L = 4096, 32000, 32
+    attn, expert = 2 * H * H + 2 * H * 8 * 128, 3 * H * 14336
+    layer = attn + 8 * expert + H * 8 + 2 * H  # attention, experts, router, two norms
+    mixtral = load_model("mixtral-8x7b")
+    assert mixtral.total_params == 2 * V * H + L * layer + H == 46_702_792_704
+    assert mixtral.active_params == V * H + L * (layer - 6 * expert) + H
+    assert mixtral.kv_bytes_per_token(2) == L * 2 * 8 * 128 * 2
+    H, V, L = 3584, 151936, 28
+    attn = 2 * H * H + 2 * H * 4 * 128 + H + 2 * 4 * 128  # q, o; k, v; their biases
+    expert, shared = 3 * H * 2560, 3 * H * 20480 + H  # the shared expert and its sigmoid gate
+    layer = attn + 64 * expert + shared + H * 64 + 2 * H
+    qwen2 = load_model("Qwen/Qwen2-57B-A14B")
+    assert qwen2.total_params == 2 * V * H + L * layer + H == 57_408_658_944
+    assert qwen2.active_params == V * H + L * (layer - 56 * expert) + H
+    assert qwen2.kv_bytes_per_token(2) == L * 2 * 4 * 128 * 2
+
+
+def test_catalog_names_a_model_by_its_hub_ids():
+    """A catalog entry answers to its name, its Hub id's last part and the ids that publish the same
+    config (Mixtral's instruct release), offline; a near miss still gets the closest names."""
+    for ref in ("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-Instruct-v0.1", "MIXTRAL-8X7B-INSTRUCT-V0.1"):
+        assert load_model(ref, online=False).name == "mistralai/Mixtral-8x7B-v0.1"
+    assert load_model("qwen3-14b", online=False).moe_layers == 0
+    res = cli.invoke(app, ["plan", "--model", "mixtral-8x7"])
+    assert res.exit_code == 2 and "mixtral-8x7b" in res.output
+
+
 def test_memory_plan_dense_by_hand():
     spec, hw = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
     plan = plan_memory(spec, get_format("bf16"), hw, max_model_len=8192, gpu_memory_utilization=0.9, overhead_gib=2.0, concurrency=[64])

@@ -3,8 +3,10 @@
 ``--model`` may be (in this order):
 
 1. a ``config.json`` or a directory holding one (a checkpoint on disk);
-2. a name of the bundled catalog (``qwen3-8b``; ``Qwen/Qwen3-8B`` matches by its last part), the
-   configs of the field's common models converted from ../shared/reference/models.yaml;
+2. a name of the bundled catalog (``qwen3-8b``; ``Qwen/Qwen3-8B`` matches by its last part, and
+   ``mistralai/Mixtral-8x7B-Instruct-v0.1`` the entry whose config it shares), the configs of the
+   field's common models converted from ../shared/reference/models.yaml, and of the models
+   servelab's predict was validated on (validation/configs);
 3. a Hugging Face Hub id (``org/name``, ``--revision``): its ``config.json`` from the local Hugging
    Face cache (``HF_HOME`` / ``HF_HUB_CACHE``), else fetched with ``huggingface_hub`` when online
    (config.json, and the quantization sidecar, never the weights). The token is the Hub's own
@@ -58,6 +60,19 @@ def catalog() -> dict[str, Path]:
     return {Path(str(p)).stem: Path(str(p)) for p in root.iterdir() if str(p).endswith(".json")}
 
 
+def _catalog_key(key: str, names: dict[str, Path]) -> str | None:
+    """The catalog name that ``key`` (a lower-case name, or the last part of a Hub id) stands for:
+    the name itself, else an entry whose Hub id or one of its ``same_config`` ids (published repositories
+    with an identical config.json, e.g. a model's instruct release) ends in it; None when none does."""
+    if key in names:
+        return key
+    for name, path in names.items():
+        meta = json.loads(path.read_text()).get("_servelab", {})
+        if key in {i.lower().rsplit("/", 1)[-1] for i in [meta.get("id", ""), *meta.get("same_config", [])]}:
+            return name
+    return None
+
+
 def load_model(ref: str, revision: str | None = None, *, online: bool = True) -> ModelSpec:
     """A model from a config.json file, a directory holding one, a catalog name (``qwen3-8b``,
     ``Qwen/Qwen3-8B``; case-insensitive) or a Hub id (module docstring); with ``online`` False a
@@ -74,8 +89,8 @@ def load_model(ref: str, revision: str | None = None, *, online: bool = True) ->
         return _read(path, ref, name=path.parent.name if path.name == "config.json" else path.stem)
     names = catalog()
     key = ref.lower().rsplit("/", 1)[-1]
-    if key in names and revision is None:
-        return parse_config(json.loads(names[key].read_text()), name=key)
+    if (name := _catalog_key(key, names)) is not None and revision is None:
+        return parse_config(json.loads(names[name].read_text()), name=name)
     if _is_hub_id(ref):
         spec = _read(hub_config(ref, revision, online=online), ref, name=ref)
         spec.hub_id, spec.revision = ref, revision
