@@ -17,6 +17,9 @@ Then the same for the steady state of every cold run (validation/cold-*/MODEL-st
 servelab bench's records of validation/cold_gpu.py), with each machine's CUDA-graph capture time from
 the run's boot log beside it: what a step carrying prompts costs by model and machine (issue 38).
 
+Last, every stream's inter-token latencies at 16 and 64 streams, for the cold runs and the capture pairs
+(validation/capture-h100*/): where the machines differ, the steps that carry prompts (issue 38).
+
 Usage: ``python validation/mixed_steps.py`` (no GPU).
 """
 
@@ -87,6 +90,21 @@ def main() -> None:
         for c, reqs in cold_levels(path).items():
             if c > 1:
                 print(row(f"{path.parent.name}/{path.name.split('-stagger')[0]} | {boot.get('graph_capture_s') or '–'}", c, reqs, COLD_LONG))
+    print("\nThe same steady states as each stream sees them: the gaps between its chunks (ITL; each one engine step), "
+          "ms, at 16 and 64 streams, every cold run and capture pair (validation/cold-*/, validation/capture-h100*/)\n")
+    print("| run | streams | ITL p50 | p75 | p90 | p99 | mean | gaps above 1.6 × p50 |\n|---|---|---|---|---|---|---|---|")
+    for path in sorted([*COLD.glob("cold-*/*-stagger-records.jsonl.xz"), *COLD.glob("capture-h100*/*-stagger-records.jsonl.xz")]):
+        for c, reqs in cold_levels(path).items():
+            if c in (16, 64):
+                print(itl_row(f"{path.parent.name}/{path.name.split('-stagger')[0]}", c, reqs))
+
+
+def itl_row(name: str, c: int, reqs: list[tuple[float, np.ndarray]]) -> str:
+    """One level's inter-token latencies (every gap between a stream's chunks, ms): their percentiles,
+    mean (= the level's TPOT over all streams) and the share that are steps carrying prompts."""
+    gaps = np.concatenate([np.diff(chunks) for _, chunks in reqs]) * 1e3
+    p50, p75, p90, p99 = np.percentile(gaps, [50, 75, 90, 99])
+    return f"| {name} | {c} | {p50:.1f} | {p75:.1f} | {p90:.1f} | {p99:.1f} | {gaps.mean():.1f} | {(gaps > COLD_LONG * p50).mean():.0%} |"
 
 
 if __name__ == "__main__":
