@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from servelab.capacity import search
 from servelab.cli import app
 from servelab.metrics.slo import Check, SloResult
+from servelab.results import load_run
 
 SERVER = Path(__file__).parent / "batchserver.py"
 
@@ -108,11 +109,11 @@ def test_capacity_of_sessions_searches_the_sessions_kept_open(tmp_path, monkeypa
 
 def test_capacity_of_a_trace_searches_its_speed(tmp_path, monkeypatch):
     """--trace: the load is the replay's time scale; a faster replay keeps more requests in flight
-    and misses the TPOT objective, a slower one meets it."""
+    and misses the TPOT objective, a slower one meets it; --requests N replays its first N in each probe."""
     monkeypatch.setenv("SERVELAB_DB", str(tmp_path / "runs.db"))
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(f'{{"timestamp": {i * 40}, "input_length": 40, "output_length": 16}}\n' for i in range(80)))  # 25 req/s for 3.2 s
-    args = ["capacity", "--slo", "tpot_p99=12ms", "--trace", str(trace), "--repeats", "0", "--output", str(tmp_path / "cap"), "--json"]
+    args = ["capacity", "--slo", "tpot_p99=12ms", "--trace", str(trace), "--requests", "60", "--repeats", "0", "--output", str(tmp_path / "cap"), "--json"]
     with batch_server(0.002, 0.001) as url:
         res = CliRunner().invoke(app, [*args, "--url", url])
     assert res.exit_code == 0, res.output
@@ -121,6 +122,7 @@ def test_capacity_of_a_trace_searches_its_speed(tmp_path, monkeypatch):
     missed = [p["load"] for p in doc["probes"] if not p["passed"]]
     assert doc["max_time_scale"] == max(passed) and missed and min(missed) > max(passed), doc
     assert {p.name[3] for p in (tmp_path / "cap").iterdir()} == {"x"}  # probes named by their speed-up
+    assert {load_run(p)[0].load.trace.requests for p in (tmp_path / "cap").iterdir()} == {60}
 
 
 def test_a_probe_during_which_the_server_compiled_a_kernel_is_measured_again(tmp_path, monkeypatch):

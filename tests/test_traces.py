@@ -11,6 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from typer.testing import CliRunner
+
+from servelab.cli import app
 from servelab.cli.bench import check_traffic
 from servelab.options import BenchOptions
 from servelab.errors import ServelabError
@@ -66,6 +69,22 @@ def test_a_bad_line_is_one_error_naming_it_unless_skipped(tmp_path, text, needle
     assert needle in str(err.value) and "\n" not in str(err.value)
     if text.count("\n") > 1:
         assert load_trace(path, "mooncake", skip_bad=True).skipped_lines == 1
+
+
+def test_a_replay_longer_than_a_week_is_refused_before_anything_is_sent(tmp_path):
+    """An epoch-milliseconds timestamp beside relative ones makes a 55-year replay: refused in one
+    line naming the span and the fixes, before any connection; its first request alone replays."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2}\n'
+                     '{"timestamp": 1732000000000, "input_length": 10, "output_length": 2}\n')  # fmt: skip
+    url = "http://127.0.0.1:9"  # nothing listens: a replay that starts fails to connect
+    res = CliRunner().invoke(app, ["bench", "--url", url, "--trace", str(trace), "--output", str(tmp_path / "run")])
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1 and "span 2e+04 days" in lines[0] and "--requests N" in lines[0], res.output
+    assert not (tmp_path / "run").exists()
+    res = CliRunner().invoke(app, ["bench", "--url", url, "--trace", str(trace), "--requests", "1", "--output", str(tmp_path / "run")])
+    assert "span" not in res.output and "cannot reach" in res.output
+    assert load_trace(trace, time_scale=1e4).duration_s == pytest.approx(173_200)  # 2 days at 10,000 × faster: passes
 
 
 def test_azure_without_its_columns_and_bad_timestamps(tmp_path):

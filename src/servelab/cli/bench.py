@@ -253,9 +253,7 @@ def bench(
         load = DEFAULT_LOAD if url else EMBEDDED_LOAD
         if requests is None and duration is None and trace is None:
             requests = load["requests"]
-        replayed = load_trace(trace, trace_format, time_scale=time_scale, skip_bad=skip_bad) if trace is not None else None
-        if replayed is not None and requests is not None:
-            replayed.requests = replayed.requests[:requests]
+        replayed = load_trace(trace, trace_format, time_scale=time_scale, skip_bad=skip_bad, first=requests) if trace is not None else None
         streams = parse_int_list(sessions, "--sessions", maximum=MAX_STREAMS) if sessions else [workers] if workers else parse_int_list(concurrency, "--concurrency", maximum=MAX_STREAMS)
         options = BenchOptions(
             concurrency=[c for c in streams for _ in range(repeats)],

@@ -72,7 +72,7 @@ def capacity_cmd(
     if requests is not None and duration is not None:
         raise ServelabError("give either --requests or --duration, not both")
     check_traffic("sessions" if sessions else None, turns, trace, rate=None, dataset=dataset, duration=duration)
-    replayed = load_trace(trace, trace_format) if trace is not None else None  # bad lines refused before any server starts
+    replayed = load_trace(trace, trace_format, first=requests) if trace is not None else None  # bad lines refused before any server starts
     open_loop = open_loop or replayed is not None  # a trace's load is its speed: time scale 2 replays it twice as fast
     base = output_dir(output, "capacity")
     mix_weights, workloads = resolve_mix(mix, workloads_file)
@@ -101,7 +101,7 @@ def capacity_cmd(
                 mix=mix_weights, workloads=workloads, dataset=load_dataset(dataset) if dataset else None, tokenizer_path=tokenizer,
                 server_log=server.log_path if server else server_log, slo=objectives, api=endpoint, sessions=sessions,
                 turns=turns or (DEFAULT_TURNS if sessions else 1), turn_input_tokens=turn_input_tokens, think_time=parse_think_time(think_time),
-                trace=load_trace(trace, trace_format, time_scale=load) if replayed else None, trace_time_scale=load, warmup=0 if replayed else None,
+                trace=load_trace(trace, trace_format, time_scale=load, first=requests) if replayed else None, trace_time_scale=load, warmup=0 if replayed else None,
             )  # fmt: skip
             bench, _ = runner.run(measure(url, model, api_key, options, out, server, (None, None, "bf16")))
             run, records = load_run(out)

@@ -35,6 +35,7 @@ from servelab.errors import ServelabError
 MOONCAKE_BLOCK_TOKENS = 512  # tokens per hash id (Mooncake trace README: "block size 512")
 MAX_TRACE_REQUESTS = 1_000_000
 MAX_TOKENS = 10_000_000
+MAX_REPLAY_S = 7 * 86_400  # a replay longer than a week is a wrong timestamp (epoch ms beside relative ones), not a benchmark
 TraceFormat = Literal["mooncake", "azure", "servelab"]
 FORMATS: tuple[str, ...] = ("mooncake", "azure", "servelab")
 
@@ -154,14 +155,15 @@ def _parse(fmt: TraceFormat, row: object, where: str) -> TraceRequest | None:
     return TraceRequest(at_s=max(r.queued, 0.0), input_tokens=tokens, output_tokens=r.max_tokens)
 
 
-def load_trace(path: Path, fmt: TraceFormat | None = None, *, time_scale: float = 1.0, skip_bad: bool = False) -> Trace:
+def load_trace(path: Path, fmt: TraceFormat | None = None, *, time_scale: float = 1.0, skip_bad: bool = False, first: int | None = None) -> Trace:
     """Read a trace file (module docstring) into requests ordered by arrival, the first at 0 s,
-    times divided by ``time_scale``.
+    times divided by ``time_scale``; with ``first``, its first that many (``--requests N``).
 
     Raises:
         ServelabError: an unreadable file, a malformed line (its number and what is wrong) unless
-            ``skip_bad``, more than ``MAX_TRACE_REQUESTS`` requests, no request at all, or a
-            ``time_scale`` that is not a positive finite number.
+            ``skip_bad``, more than ``MAX_TRACE_REQUESTS`` requests, no request at all, a
+            ``time_scale`` that is not a positive finite number, or a replay of the requests kept
+            longer than ``MAX_REPLAY_S``.
     """
     if not (math.isfinite(time_scale) and time_scale > 0):
         raise ServelabError(f"--time-scale {time_scale}: give a positive number (2 replays twice as fast)")
@@ -201,5 +203,9 @@ def load_trace(path: Path, fmt: TraceFormat | None = None, *, time_scale: float 
         raise ServelabError(f"--trace {path}: no request in it (format {fmt}{f', {trace.skipped_lines} bad lines skipped' if trace.skipped_lines else ''})")
     trace.requests.sort(key=lambda r: r.at_s)
     t0 = trace.requests[0].at_s
-    trace.requests = [r.model_copy(update={"at_s": (r.at_s - t0) / time_scale}) for r in trace.requests]
+    trace.requests = [r.model_copy(update={"at_s": (r.at_s - t0) / time_scale}) for r in trace.requests[:first]]
+    if trace.duration_s > MAX_REPLAY_S:
+        raise ServelabError(f"--trace {path}: its {len(trace.requests):,} requests span {trace.duration_s / 86_400:.3g} days at --time-scale "
+                            f"{time_scale:g}, more than a week (a timestamp far from the others?); keep its first requests (--requests N) "
+                            "or replay it faster (--time-scale)")  # fmt: skip
     return trace
