@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from pydantic import ValidationError
+
 
 class ServelabError(Exception):
     """A problem the user can fix: bad input, an unreachable server, a request that cannot fit.
@@ -14,6 +16,13 @@ class ServelabError(Exception):
     The message is one line that names the input and the fix. The CLI prints it and exits with
     code 2; library callers may catch it like any exception.
     """
+
+
+def first_problem(exc: ValidationError, whole: str) -> str:
+    """The first thing pydantic found wrong, as ``"field.path: message"`` (``whole`` in place of the
+    path when the document itself is wrong, e.g. a list where a mapping belongs)."""
+    err = exc.errors(include_url=False, include_input=False)[0]
+    return f"{'.'.join(str(p) for p in err['loc']) or whole}: {err['msg']}"
 
 
 @contextmanager

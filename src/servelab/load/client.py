@@ -37,6 +37,7 @@ from typing_extensions import TypedDict
 
 from servelab import engines
 from servelab.endpoint import Endpoint
+from servelab.errors import first_problem
 from servelab.load.body import API_PATHS, Api
 from servelab.load.outcome import ERROR_TEXT_LIMIT, Texts, count_tokens, fail, mark_incomplete
 from servelab.records import RequestRecord
@@ -195,9 +196,8 @@ class StreamParser:
 
 def _chunk_problem(exc: ValidationError, payload: bytes) -> str:
     """One line saying what was wrong with a stream chunk, and the chunk's start."""
-    err = exc.errors(include_url=False, include_input=False)[0]
-    where = ".".join(str(p) for p in err["loc"]) or "the chunk"
-    kind = "was not JSON" if err["type"] == "json_invalid" else f"{where}: {err['msg']}"
+    json_invalid = exc.errors(include_url=False, include_input=False)[0]["type"] == "json_invalid"
+    kind = "was not JSON" if json_invalid else first_problem(exc, "the chunk")
     return f"a stream chunk {kind} ({payload[:120].decode('utf-8', 'replace')!r})"
 
 

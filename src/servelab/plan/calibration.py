@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, Field, ValidationError
 
-from servelab.errors import ServelabError
+from servelab.errors import ServelabError, first_problem
 from servelab.plan.quant import QuantFormat
 from servelab.specs import ModelSpec
 from servelab.yamlfile import read_yaml
@@ -79,9 +79,7 @@ def calibration(name: str | None, spec: ModelSpec | None = None, fmt: QuantForma
                                     "layer_overhead_us); run servelab calibrate --out on its runs again")  # fmt: skip
             return Calibration(name=key, **value)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise ServelabError(f"--calibration {name}: not a calibration file ({where}: {first['msg']}); write one with servelab calibrate --out") from None
+            raise ServelabError(f"--calibration {name}: not a calibration file ({first_problem(exc, 'the file')}); write one with servelab calibrate --out") from None
         except (AttributeError, ValueError, TypeError) as exc:
             raise ServelabError(f"--calibration {name}: not a calibration file ({exc}); write one with servelab calibrate --out") from None
     raise ServelabError(f"--calibration {name!r} is not known; use one of {', '.join(known)}, or a file from servelab calibrate --out")

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError, field_validator
 
-from servelab.errors import ServelabError
+from servelab.errors import ServelabError, first_problem
 from servelab.jsonfile import loads
 from servelab.plan.quant import LINEAR_KINDS, QuantFormat, get_format
 from servelab.specs import ModelSpec
@@ -128,8 +128,7 @@ def checkpoint_format(spec: ModelSpec, raw: dict) -> QuantFormat:
     try:
         qc = QuantConfig.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ServelabError(f"the checkpoint's quantization_config: {'.'.join(map(str, err['loc']))}: {err['msg']}; fix it or pass --quant") from None
+        raise ServelabError(f"the checkpoint's quantization_config: {first_problem(exc, 'the whole')}; fix it or pass --quant") from None
     base = get_format(_base_name(qc), spec)
     patterns = [*qc.ignore, *qc.modules_to_not_convert, *qc.exclude_modules]
     names = _NEMOTRON_H if spec.model_type == "nemotron_h" else _DEEPSEEK if spec.count("mla") else _MODULES

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from servelab.errors import ServelabError
+from servelab.errors import ServelabError, first_problem
 from servelab.specs import Hardware
 from servelab.yamlfile import read_yaml
 
@@ -38,10 +38,9 @@ def load_hardware(ref: str) -> Hardware:
     if path.is_file():
         data = read_yaml(path, "--hardware")
         try:
-            return Hardware(**data)
-        except (TypeError, ValidationError) as exc:
-            first = exc.errors()[0] if isinstance(exc, ValidationError) else {"loc": ("?",), "msg": str(exc)}
-            raise ServelabError(f"--hardware {ref}: field {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+            return Hardware.model_validate(data)
+        except ValidationError as exc:
+            raise ServelabError(f"--hardware {ref}: {first_problem(exc, 'the file')}") from None
     known = profiles()
     key = ref.lower()
     if key in known:

@@ -32,7 +32,7 @@ from huggingface_hub import errors as hub_errors
 from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, ValidationError
 
 from servelab import jsonfile
-from servelab.errors import ServelabError
+from servelab.errors import ServelabError, first_problem
 from servelab.plan.families import parse_config, text_config
 from servelab.specs import ModelSpec
 
@@ -171,9 +171,7 @@ def _read(path: Path, ref: str, name: str) -> ModelSpec:
         CoreConfig.model_validate(text_config(cfg) if isinstance(cfg, dict) else cfg)
         spec = parse_config(cfg, name=name)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "the file"
-        raise ServelabError(f"--model {ref}: {where}: {err['msg']}; give a Hugging Face config.json") from None
+        raise ServelabError(f"--model {ref}: {first_problem(exc, 'the file')}; give a Hugging Face config.json") from None
     except KeyError as exc:
         raise ServelabError(f"--model {ref}: the config lacks {exc.args[0]!r}, which its model_type needs; give a Hugging Face config.json") from None
     except (TypeError, ValueError, ZeroDivisionError) as exc:  # a model-specific field of the wrong type

@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from servelab.errors import ServelabError
+from servelab.errors import ServelabError, first_problem
 from servelab.yamlfile import read_yaml
 
 
@@ -136,8 +136,7 @@ def read_workload_file(path: Path, option: str = "--workloads-file") -> Workload
     try:
         return WorkloadFile.model_validate(read_yaml(path, option) or {})
     except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ServelabError(f"{option} {path}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        raise ServelabError(f"{option} {path}: {first_problem(exc, 'the file')}") from None
 
 
 def with_builtins(parsed: WorkloadFile) -> tuple[dict[str, Workload], dict[str, dict[str, float]]]:

@@ -30,7 +30,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from servelab import jsonfile
-from servelab.errors import ServelabError
+from servelab.errors import ServelabError, first_problem
 
 MOONCAKE_BLOCK_TOKENS = 512  # tokens per hash id (Mooncake trace README: "block size 512")
 MAX_TRACE_REQUESTS = 1_000_000
@@ -188,8 +188,7 @@ def load_trace(path: Path, fmt: TraceFormat | None = None, *, time_scale: float 
         except ServelabError as exc:
             problem = str(exc).removeprefix(where).lstrip(": ")
         except ValidationError as exc:
-            err = exc.errors(include_url=False, include_input=False)[0]
-            problem = f"{'.'.join(str(p) for p in err['loc']) or 'the line'}: {err['msg']}"
+            problem = first_problem(exc, "the line")
         except (ValueError, TypeError, KeyError) as exc:
             problem = f"{type(exc).__name__}: {exc}"
         else:
