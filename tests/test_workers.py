@@ -48,7 +48,8 @@ def test_two_processes_measure_what_one_does(llama, tmp_path):
         assert after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"] == sum(r["output_tokens"] for r in records)
         results[procs] = (result, records)
     (one, rec1), (two, rec2) = results[1], results[2]
-    assert len(rec1) == len(rec2)
+    # the stagger ramp's requests are warm-up, as many as end during the ramp (timing): the rest match
+    assert [r["phase"] for r in rec1 if r["phase"] != "warmup"] == [r["phase"] for r in rec2 if r["phase"] != "warmup"]
     measured = [[r for r in recs if r["phase"] == "measured"] for recs in (rec1, rec2)]
     assert [len(m) for m in measured] == [6, 6]
     for r in measured[1]:
