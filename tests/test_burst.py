@@ -7,9 +7,22 @@ from hypothesis import strategies as st
 from servelab.plan.burst import simulate
 
 
-def flat(decode: int, prompt: int) -> float:
+def flat(decode: int, prompt: int, sustained: bool = False) -> float:
     """A step of 10 ms plus 1 ms per 100 prompt tokens."""
     return 0.010 + prompt / 100 * 0.001
+
+
+def test_a_step_knows_when_the_one_before_it_carried_prompts_too():
+    """A 2,500-token prompt in chunks of 1,000: the second and third chunks are sustained prefill
+    (the power-capped clock of servelab.plan.predict), the decode steps after them are not."""
+    calls = []
+
+    def record(decode: int, prompt: int, sustained: bool) -> float:
+        calls.append((decode, prompt, sustained))
+        return 0.01
+
+    simulate(record, streams=1, requests_per_stream=1, input_tokens=2500, output_tokens=3, max_num_seqs=8, max_num_batched_tokens=1000)
+    assert calls[:3] == [(0, 1000, False), (0, 1000, True), (0, 500, True)] and all(not s for _, p, s in calls[3:] if not p)
 
 
 def test_one_stream_waits_for_nothing():

@@ -188,7 +188,31 @@ def main() -> dict[str, dict[str, list[float]]]:
     every = {k: [v for title, e in results.items() if title.startswith("leave") for v in e[k]] for k in ("tok_s", "ttft", "single")}
     print(f"| all held out (the calibrations predict picks) | {summary(every)} |")
     capture_gain(fits[None, True])
+    power_cap(fits[None, True])
     return results
+
+
+def power_cap(cal: Calibration) -> list[tuple[str, int, float, float, float]]:
+    """The bursts whose SM clock was sampled (validation/clocks_gpu.py: Qwen3-8B bf16, 522/128 tokens), predicted with
+    the board's power-capped clock (``Hardware.power_capped_clock``) and without it, printed; (GPU, streams, measured,
+    predicted, predicted without the cap) tok/s per level."""
+    rows = []
+    print("\n### Bursts at the power cap: Qwen3-8B bf16, 522/128 tokens, the SM clock sampled every 100 ms (validation/clocks_gpu.py)\n\n"
+          "| GPU | c | SM clock MHz, median (p10) | power W | tok/s measured / predicted / without the cap | TTFT mean ms measured / predicted / without |\n"
+          "|---|---|---|---|---|---|")  # fmt: skip
+    spec, fmt = load_model("qwen3-8b"), get_format("bf16")
+    for path, profile in ((V / "cold-h200" / "qwen3-8b-clocks.json", "h200"), (V / "clocks-h100" / "qwen3-8b-clocks.json", "h100-sxm")):
+        hw = load_hardware(profile)
+        lim = limits_for(spec, fmt, hw, tp=1, input_tokens=522, output_tokens=128)
+        for lv in json.loads(path.read_text()):
+            c = lv["concurrency"]
+            capped, free = (predict(terms(spec, fmt, h, concurrency=c, input_tokens=522, output_tokens=128, limits=lim, mode="burst"), cal,
+                                    concurrency=c, output_tokens=128) for h in (hw, hw.model_copy(update={"power_capped_clock": 1.0})))  # fmt: skip
+            print(f"| {hw.name} | {c} | {lv['sm_mhz_median']:,.0f} ({lv['sm_mhz_p10']:,.0f}) | {lv['power_w_median']:.0f} | {lv['tok_s']:,.0f} / "
+                  f"{capped.aggregate_tok_s:,.0f} ({err(capped.aggregate_tok_s, lv['tok_s']):+.1f} %) / {free.aggregate_tok_s:,.0f} "
+                  f"({err(free.aggregate_tok_s, lv['tok_s']):+.1f} %) | {lv['ttft_mean_ms']:,.0f} / {capped.ttft_mean_s * 1e3:,.0f} / {free.ttft_mean_s * 1e3:,.0f} |")  # fmt: skip
+            rows.append((profile, c, lv["tok_s"], capped.aggregate_tok_s, free.aggregate_tok_s))
+    return rows
 
 
 def capture_gain(cal: Calibration) -> list[tuple[str, int, float, float]]:

@@ -127,6 +127,9 @@ class Hardware(BaseModel):
     interconnect: str | None = None
     interconnect_gbs: float | None = Field(None, gt=0, description="Per-direction bandwidth between tensor-parallel ranks, GB/s (servelab predict's all-reduce).")
     allreduce_latency_us: float = Field(20.0, ge=0, description="Fixed time of one small all-reduce between the ranks, µs (an estimate, not measured).")
+    power_capped_clock: float = Field(
+        1.0, gt=0, le=1, description="The SM clock under the board's power limit while dense BF16 prompts prefill step after step, a fraction of "
+        "its maximum (servelab predict's bursts); 1 where not measured.")  # fmt: skip
     source: str | None = None
 
     def safe_utilization(self, os_reserved_gib: float | None = None) -> float:

@@ -245,6 +245,13 @@ class Engine:
         engine's kernels are known to fall short of it; ``moe``: the model's FFN is a MoE."""
         return hw.peak_flops(dtype)
 
+    def sustained_clock(self, hw: Hardware, dtype: str, moe: bool) -> float:
+        """The share of its maximum clock ``hw`` keeps while this engine prefills prompts step after step
+        in ``dtype`` (a burst's wave), for ``servelab predict``: the board's power-capped clock
+        (``Hardware.power_capped_clock``), unless this engine's rates for that case were measured
+        with the cap already in them; ``moe``: the model's FFN is a MoE."""
+        return hw.power_capped_clock
+
     def eager_extra_s(self, dtype: str, layers: int) -> float:
         """Time a step without CUDA graphs adds in ``dtype`` beyond what a BF16 one adds (the
         calibration's t_eager), s, for a model of ``layers`` layers; 0 unless measured."""

@@ -118,7 +118,8 @@ class VLLM(Engine):
                      "and +1–2 % on the dense Qwen3-14B bf16, for 26 s more graph capture at boot and 1.2 GiB more graph memory; its sizes and nine more "
                      "to 2,048: +6–30 % on Mixtral-8x7B fp8, +22–65 % on Qwen3-30B-A3B fp8, but vLLM reserved 20.9 GiB of KV cache for them (finding "
                      "graph_memory_overreserved; validation/capture-h100*/)")  # fmt: skip
-    pricing = (f"vLLM's FP8 at {FP8_GAIN:g}x the BF16 rate (MoE experts 1x), {FP8_EAGER_LAYER_S * 1e3:g} ms a layer dearer without CUDA graphs "
+    pricing = ("a dense BF16 model's burst prefilling at the hardware's power-capped clock after its first step with prompts, "
+               f"vLLM's FP8 at {FP8_GAIN:g}x the BF16 rate (MoE experts 1x), {FP8_EAGER_LAYER_S * 1e3:g} ms a layer dearer without CUDA graphs "
                f"and {FP8_MOE_LAYER_S * 1e6:.1f} µs + {FP8_MOE_READ_S * 1e6:g} µs per {FP8_QUANT_THREADS} elements of hidden size and of "
                "expert width a MoE layer dearer in every step")
     untuned_moe = ("it warns that performance may be sub-optimal: tune one for this GPU with vLLM's benchmarks/kernels/benchmark_moe.py --tune "
@@ -309,6 +310,13 @@ class VLLM(Engine):
         if dtype != "fp8" or not bf16:
             return hw.peak_flops(dtype)
         return bf16 * (1.0 if moe else FP8_GAIN)
+
+    def sustained_clock(self, hw: Hardware, dtype: str, moe: bool) -> float:
+        """The power-capped clock for a dense model in BF16 or FP16 only. ``FP8_GAIN`` was measured on bursts
+        (8,192-token steps), where the cap already acts; a MoE model's bursts were predicted within −8…+11 %
+        without it (its experts run in the Triton fused-MoE kernel, below the dense GEMMs' power:
+        validation/RESULTS-predict.md, "Bursts at the power cap")."""
+        return hw.power_capped_clock if dtype in ("bf16", "fp16") and not moe else 1.0
 
     def eager_extra_s(self, dtype: str, layers: int) -> float:
         """``FP8_EAGER_LAYER_S`` per layer in FP8 (its activation-quantization kernels outside a CUDA graph), else 0."""

@@ -14,9 +14,10 @@ The engine, as vLLM 0.25 runs it (docs/metrics.md, "predict: bursts"):
   schedules an arrival at once;
 - a request's first token comes at the end of the step that holds the last chunk of its prompt, one
   token per step after that; when its last token is out its stream sends the next request (closed loop);
-- a step's time is the caller's ``step_s(decode_tokens, prompt_tokens)``: the roofline with the
-  calibration, CUDA graphs at or below the largest capture size and without them above it
-  (``servelab.plan.predict``).
+- a step's time is the caller's ``step_s(decode_tokens, prompt_tokens, sustained)``: the roofline with the
+  calibration, CUDA graphs at or below the largest capture size and without them above it, and
+  ``sustained`` when the step before it carried prompts too (a wave's prefill, step after step: the
+  GPU's board power limit lowers its clock there; ``servelab.plan.predict``).
 
 So a wave's prompts are prefilled in chunks of ``max_num_batched_tokens`` (a step of 8,192 prompt
 tokens, the decodes of the already-prefilled ones inside it), then the wave decodes at full batch
@@ -70,12 +71,13 @@ class Burst:
 
 
 def simulate(
-    step_s: Callable[[int, int], float], *, streams: int, requests_per_stream: int, input_tokens: int, output_tokens: int,
+    step_s: Callable[[int, int, bool], float], *, streams: int, requests_per_stream: int, input_tokens: int, output_tokens: int,
     max_num_seqs: int, max_num_batched_tokens: int, admit_s: float = 0.0,
 ) -> Burst:  # fmt: skip
     """Run a burst of ``streams`` closed-loop streams, each sending ``requests_per_stream`` requests of
     ``input_tokens`` prompt and ``output_tokens`` output tokens one after another, through the
-    scheduler of the module docstring. ``step_s(decode_tokens, prompt_tokens)``: a step's time, s;
+    scheduler of the module docstring. ``step_s(decode_tokens, prompt_tokens, sustained)``: a step's time, s
+    (``sustained``: the step before it carried prompts too);
     ``admit_s``: the API server's time per request, s, one request after another (requests sent
     together reach the engine ``admit_s`` apart: the launch spread).
 
@@ -97,19 +99,19 @@ def simulate(
     waiting: deque[_Request] = deque()
     running: list[_Request] = []
     ttft, e2e = [], []
-    now, steps = 0.0, 0
+    now, steps, prompted = 0.0, 0, False  # prompted: the last step carried prompts
     scheduled_at = [0.0, 0.0]  # when the scheduler decided the previous step and this one (asynchronous scheduling)
     while arrivals or waiting or running:
         if not running and not waiting and arrivals[0].arrives > now:  # idle engine: the next arrival is scheduled at once
-            now = arrivals[0].arrives
+            now, prompted = arrivals[0].arrives, False  # an idle GPU: its clock recovers
             scheduled_at = [now, now]
         if running and not arrivals and (not waiting or len(running) >= max_num_seqs) and all(r.generated for r in running):
             skip = min(output_tokens - r.generated for r in running) - 1  # plain decode steps until the next finish: taken at once
             if skip > 0:
-                step = step_s(len(running), 0)
+                step = step_s(len(running), 0, False)
                 for r in running:
                     r.generated += skip
-                now, steps = now + skip * step, steps + skip
+                now, steps, prompted = now + skip * step, steps + skip, False
                 scheduled_at = [now - step, now]
         cutoff = scheduled_at[0]  # this step was decided when the one before it started
         while arrivals and arrivals[0].arrives <= cutoff:
@@ -134,11 +136,11 @@ def simulate(
             if chunk == input_tokens:
                 done_prefill.add(r)
         if not decode and not prompt:  # nothing eligible yet: wait for the next arrival
-            now = max(now, arrivals[0].arrives)
+            now, prompted = max(now, arrivals[0].arrives), False
             scheduled_at = [now, now]
             continue
-        start, now = now, now + step_s(decode, prompt)
-        steps += 1
+        start, now = now, now + step_s(decode, prompt, prompted)
+        steps, prompted = steps + 1, prompt > 0
         scheduled_at = [start, now]
         finished = []
         for r in running:

@@ -197,6 +197,7 @@ class Terms:
     moe_layers: int = 0  # … of them MoE layers: a step pays the MoE layer times for each (Calibration.moe_layer_us, moe_eager_layer_ms)
     eager_extra_s: float = 0.0  # what a step without CUDA graphs adds in this format beyond the calibration's t_eager (Engine.eager_extra_s)
     moe_extra_s: float = 0.0  # what the MoE layers add to every step in this format beyond the calibration's moe_layer_us (Engine.moe_layer_extra_s)
+    power_clock: float = 1.0  # a burst's prompts after its first step with prompts compute at this share of the clock (Engine.sustained_clock)
 
 
 @dataclass(frozen=True)
@@ -255,7 +256,8 @@ def terms(
                  step.flops / peak, draft_tokens, passes, draft_bytes / bw, allreduce_s(spec, hw, padded, tp), allreduce_s(spec, hw, input_tokens, tp),
                  mode, k, mixed_bytes / bw, (step.flops + m * pf.flops) / peak, running * kv_seq, running * per_seq > largest, mixed_tokens > largest,
                  step_at, input_tokens, max_running, limits.max_num_batched_tokens, len(spec.layers), spec.moe_layers,
-                 engine.eager_extra_s(dtype, len(spec.layers)), engine.moe_layer_extra_s(dtype, spec.hidden_size, spec.moe_intermediate_size // tp) * spec.moe_layers)  # fmt: skip
+                 engine.eager_extra_s(dtype, len(spec.layers)), engine.moe_layer_extra_s(dtype, spec.hidden_size, spec.moe_intermediate_size // tp) * spec.moe_layers,
+                 engine.sustained_clock(hw, dtype, bool(spec.moe_layers)))  # fmt: skip
 
 
 def allreduce_s(spec: ModelSpec, hw: Hardware, tokens: int, tp: int) -> float:
@@ -350,19 +352,23 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
 def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) -> Point:
     """A burst level (``BURST_REQUESTS`` per stream) from the step-by-step scheduler of
     ``servelab.plan.burst``, each step's time the roofline with the calibration: max(weights ÷
-    (bandwidth · η_bw), FLOPs ÷ (peak · η_c)) + KV ÷ (bandwidth · η_bw) + all-reduces + L · t_ℓ (+ t_eager
-    above the largest capture size). Aggregate tok/s: every output token ÷ first send to last token."""
+    (bandwidth · η_bw), FLOPs ÷ (peak · η_c · clock)) + KV ÷ (bandwidth · η_bw) + all-reduces + L · t_ℓ (+ t_eager
+    above the largest capture size), clock ``Terms.power_clock`` for a step with prompts right after another
+    (the board's power limit lowers the clock through a wave's prefill; measured with nvidia-smi:
+    validation/clocks-h100/, validation/cold-h200/qwen3-8b-clocks.json), else 1. Aggregate tok/s: every
+    output token ÷ first send to last token."""
     moe, eager = _step_extras(t, cal)
     t0 = cal.layer_overhead_us / 1e6 * t.layers + moe
 
-    def step_s(decode: int, prompt: int) -> float:
+    def step_s(decode: int, prompt: int, sustained: bool) -> float:
         x = t.step_at(decode, prompt)
-        return max(x.bytes_s / cal.bw_efficiency, x.flops_s / cal.compute_efficiency) + x.kv_s / cal.bw_efficiency + x.allreduce_s + t0 + eager * x.eager
+        clock = t.power_clock if sustained and prompt else 1.0  # a wave's prefill, step after step: at the power-capped clock
+        return max(x.bytes_s / cal.bw_efficiency, x.flops_s / cal.compute_efficiency / clock) + x.kv_s / cal.bw_efficiency + x.allreduce_s + t0 + eager * x.eager
 
     run = simulate(step_s, streams=concurrency, requests_per_stream=BURST_REQUESTS, input_tokens=t.input_tokens, output_tokens=output_tokens,
                    max_num_seqs=t.max_running, max_num_batched_tokens=t.max_num_batched_tokens, admit_s=ADMIT_S_PER_TOKEN * t.input_tokens)  # fmt: skip
     e2e, tpot, mean = API_TTFT_S + float(np.mean(run.e2e_s)), run.tpot_s(output_tokens), run.ttft("mean")
-    decode, prefill = step_s(t.running, 0), step_s(0, t.input_tokens)
+    decode, prefill = step_s(t.running, 0, False), step_s(0, t.input_tokens, False)
     x = t.step_at(t.running, 0)
     if concurrency > t.running:
         bottleneck = "slot cap / KV capacity"
