@@ -170,6 +170,8 @@ def test_secrets_are_masked_by_value_and_by_shape():
     assert redact(["serve", "--auth-header", "Bearer sk-abcdefghijklmnop", "--x", "sk-abcdefghijklmnop"]) == [
         "serve", "--auth-header", "Bearer ***", "--x", "***"]  # fmt: skip
     assert mask_url("http://user:pw@host:8000/v1") == "http://user:***@host:8000/v1"
+    assert mask_url("sqlite:////tmp/runs.db") == "sqlite:////tmp/runs.db"  # nothing to mask: as given, not sqlite://tmp/runs.db
+    assert mask_url("postgresql://u:pw@db/runs?sslmode=require") == "postgresql://u:***@db/runs?sslmode=require"
 
 
 def test_api_key_echoed_by_the_server_and_url_credentials_never_reach_disk(tmp_path, monkeypatch):

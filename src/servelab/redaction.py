@@ -66,6 +66,8 @@ def mask_url(url: str) -> str:
         pairs = parse_qsl(query, keep_blank_values=True)
         if any(SECRET_KEY.fullmatch(k) for k, _ in pairs):
             query = urlencode([(k, MASK if SECRET_KEY.fullmatch(k) else v) for k, v in pairs], safe="*")
+    if (netloc, query) == (parts.netloc, parts.query):  # nothing to mask: as given (urlunsplit would turn sqlite:////tmp/db into sqlite://tmp/db)
+        return url
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
