@@ -85,6 +85,7 @@ def test_vllm_bench_serve_results_written_by_vllm(store):
 
 @pytest.mark.parametrize(("content", "message"), [
     ('{"foo": 1}', "JSON of an unknown kind"),
+    ('{"schema_version": 3, "levels": []}', "a servelab run.json under another name; give its run directory"),
     ('{"benchmarks": [', "not JSON, CSV or Markdown"),
     ('{"model_id": "m", "output_throughput": 1.0}', "looks like a vllm bench serve result but has no 'completed'"),
     ('{"model_id": "m", "output_throughput": "fast", "completed": 3, "median_ttft_ms": 1}', "'output_throughput' is 'fast', not a number"),

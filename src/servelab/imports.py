@@ -208,7 +208,9 @@ def read_results(path: Path) -> list[Run]:
     if path.suffix.lower() in (".csv", ".md"):
         return [from_llama_benchy_table(path, digest)]
     data: Any = jsonfile.loads(raw, str(path), "not JSON, CSV or Markdown: servelab reads run directories, vllm bench serve JSON and llama-benchy JSON/CSV")
-    if isinstance(data, dict) and "schema_version" in data and "levels" in data and path.name == "run.json":
+    if isinstance(data, dict) and "schema_version" in data and "levels" in data:
+        if path.name != "run.json":  # its records are the run directory's records.jsonl, which a renamed copy has lost
+            raise ServelabError(f"{path}: a servelab run.json under another name; give its run directory (run.json with its records.jsonl)")
         return [from_run(read_document(RunResult, path), path.parent)]
     if isinstance(data, dict) and "model_id" in data and "output_throughput" in data:
         return [from_vllm_bench(data, path, digest)]
