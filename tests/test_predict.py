@@ -248,13 +248,19 @@ def test_a_dense_bf16_burst_prefills_at_the_power_capped_clock():
     h200 = load_hardware("h200")
     uncapped = h200.model_copy(update={"power_capped_clock": 1.0})
 
-    def tok_s(model: str, quant: str, hw, mode: str = "burst") -> float:
+    def point(model: str, quant: str, hw, mode: str = "burst", p: int = 522, o: int = 128):
         spec, fmt = load_model(model), get_format(quant)
-        t = terms(spec, fmt, hw, concurrency=256, input_tokens=522, output_tokens=128, limits=limits_for(spec, fmt, hw, tp=1, input_tokens=522, output_tokens=128), mode=mode)
-        return predict(t, calibration(None, spec, fmt), concurrency=256, output_tokens=128).aggregate_tok_s
+        t = terms(spec, fmt, hw, concurrency=256, input_tokens=p, output_tokens=o, limits=limits_for(spec, fmt, hw, tp=1, input_tokens=p, output_tokens=o), mode=mode)
+        return predict(t, calibration(None, spec, fmt), concurrency=256, output_tokens=o)
+
+    def tok_s(model: str, quant: str, hw, mode: str = "burst") -> float:
+        return point(model, quant, hw, mode).aggregate_tok_s
 
     capped, free = tok_s("qwen3-8b", "bf16", h200), tok_s("qwen3-8b", "bf16", uncapped)
     assert abs(capped / 6485 - 1) < 0.05 and free / 6485 - 1 > 0.1
+    long = {"p": 2048, "o": 8}  # a burst its prefill bounds: the label says the clock
+    assert point("qwen3-8b", "bf16", h200, **long).bottleneck == "prefill (a wave's prompts, chunked under max_num_batched_tokens; at the power-capped clock)"
+    assert point("qwen3-8b", "bf16", uncapped, **long).bottleneck == "prefill (a wave's prompts, chunked under max_num_batched_tokens)"
     assert tok_s("qwen3-8b", "bf16", h200, "stagger") == tok_s("qwen3-8b", "bf16", uncapped, "stagger")
     for model, quant in (("qwen3-32b", "fp8"), ("qwen3-30b-a3b", "bf16")):
         assert tok_s(model, quant, h200) == tok_s(model, quant, uncapped)

@@ -300,13 +300,12 @@ def step_times(t: Terms, bw, cmp, per_step: float):
     return tpot, ttft, decode, (layers / per_step, wait * layers + t.layers), (eager_tpot, eager_ttft), (1 / per_step, wait + 1)
 
 
-def _step_extras(t: Terms, cal: Calibration) -> tuple[float, float]:
-    """What a step pays beyond its roofline terms and its layers' t_ℓ, s: its MoE layers' time (every
-    step: ``moe_layer_us`` each and the format's ``Terms.moe_extra_s``), and what a step without CUDA
-    graphs adds, all told (the calibration's t_eager, the format's ``Terms.eager_extra_s`` and
-    ``moe_eager_layer_ms`` for each MoE layer)."""
-    return (cal.moe_layer_us / 1e6 * t.moe_layers + t.moe_extra_s,
-            cal.eager_step_ms / 1e3 + t.eager_extra_s + cal.moe_eager_layer_ms / 1e3 * t.moe_layers)  # fmt: skip
+def _fitted_extras(t: Terms, cal: Calibration) -> tuple[float, float]:
+    """The calibration's share of what a step pays beyond its roofline terms and its layers' t_ℓ, s: its
+    MoE layers' time (every step: ``moe_layer_us`` each), and what a step without CUDA graphs adds (t_eager
+    and ``moe_eager_layer_ms`` for each MoE layer). The format's own (``Terms.moe_extra_s``,
+    ``Terms.eager_extra_s``) come on top."""
+    return cal.moe_layer_us / 1e6 * t.moe_layers, cal.eager_step_ms / 1e3 + cal.moe_eager_layer_ms / 1e3 * t.moe_layers
 
 
 def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int, acceptance: float = 0.0) -> Point:
@@ -315,9 +314,9 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     if t.mode == "burst" and t.step_at and not t.draft_tokens:
         return _burst(t, cal, concurrency=concurrency, output_tokens=output_tokens)
     layer, draft = cal.layer_overhead_us / 1e6, (cal.draft_overhead_ms / 1e3 if t.draft_tokens else 0.0)
-    moe, eager = _step_extras(t, cal)
+    fitted_moe, fitted_eager = _fitted_extras(t, cal)  # step_times adds the format's own to tpot and ttft
+    moe, eager = fitted_moe + t.moe_extra_s, fitted_eager + t.eager_extra_s  # all told
     overhead = layer * (t.layers + t.draft_passes) + moe + draft  # a step's: its layers', its MoE layers', each draft pass's, the drafting time
-    fitted_eager, fitted_moe = eager - t.eager_extra_s, moe - t.moe_extra_s  # step_times has added the format's
     per_step = spec_tokens_per_step(acceptance, t.draft_tokens)
     tpot0, ttft0, decode, (o_tpot, o_ttft), (e_tpot, e_ttft), (s_tpot, s_ttft) = step_times(t, cal.bw_efficiency, cal.compute_efficiency, per_step)
     tpot = float(tpot0 + layer * o_tpot + (draft + fitted_moe) * s_tpot + fitted_eager * e_tpot)
@@ -357,8 +356,9 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
     (the board's power limit lowers the clock through a wave's prefill; measured with nvidia-smi:
     validation/clocks-h100/, validation/cold-h200/qwen3-8b-clocks.json), else 1. Aggregate tok/s: every
     output token ÷ first send to last token."""
-    moe, eager = _step_extras(t, cal)
-    t0 = cal.layer_overhead_us / 1e6 * t.layers + moe
+    fitted_moe, fitted_eager = _fitted_extras(t, cal)
+    eager = fitted_eager + t.eager_extra_s
+    t0 = cal.layer_overhead_us / 1e6 * t.layers + fitted_moe + t.moe_extra_s
 
     def step_s(decode: int, prompt: int, sustained: bool) -> float:
         x = t.step_at(decode, prompt)
@@ -373,7 +373,7 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
     if concurrency > t.running:
         bottleneck = "slot cap / KV capacity"
     elif mean >= PREFILL_NAMED * (e2e - mean):
-        bottleneck = "prefill (a wave's prompts, chunked under max_num_batched_tokens)"
+        bottleneck = "prefill (a wave's prompts, chunked under max_num_batched_tokens" + ("; at the power-capped clock)" if t.power_clock < 1 else ")")
     elif x.eager and eager > 0.5 * decode:
         bottleneck = NO_GRAPH[1]
     elif t0 > 0.5 * decode:
