@@ -16,8 +16,8 @@ The engine, as vLLM 0.25 runs it (docs/metrics.md, "predict: bursts"):
   token per step after that; when its last token is out its stream sends the next request (closed loop);
 - a step's time is the caller's ``step_s(decode_tokens, prompt_tokens, sustained)``: the roofline with the
   calibration, CUDA graphs at or below the largest capture size and without them above it, and
-  ``sustained`` when the step before it carried prompts too (a wave's prefill, step after step: the
-  GPU's board power limit lowers its clock there; ``servelab.plan.predict``).
+  ``sustained`` when the step before it carried prompts too (a wave's prefill, step after step, which
+  ``servelab.plan.predict`` prices at the power-capped clock).
 
 So a wave's prompts are prefilled in chunks of ``max_num_batched_tokens`` (a step of 8,192 prompt
 tokens, the decodes of the already-prefilled ones inside it), then the wave decodes at full batch

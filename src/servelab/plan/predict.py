@@ -354,7 +354,8 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
     (bandwidth · η_bw), FLOPs ÷ (peak · η_c · clock)) + KV ÷ (bandwidth · η_bw) + all-reduces + L · t_ℓ (+ t_eager
     above the largest capture size), clock ``Terms.power_clock`` for a step with prompts right after another
     (the board's power limit lowers the clock through a wave's prefill; measured with nvidia-smi:
-    validation/clocks-h100/, validation/cold-h200/qwen3-8b-clocks.json), else 1. Aggregate tok/s: every
+    validation/clocks-h100/, validation/cold-h200/qwen3-8b-clocks.json), else 1: the wave's first step
+    keeps the calibration's rate, an empirical rule (docs/metrics.md, "burst"). Aggregate tok/s: every
     output token ÷ first send to last token."""
     fitted_moe, fitted_eager = _fitted_extras(t, cal)
     eager = fitted_eager + t.eager_extra_s
