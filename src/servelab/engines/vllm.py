@@ -198,7 +198,8 @@ class VLLM(Engine):
         capture-sizes-sparse: a capture list whose two largest sizes, above 512, are more than 16 apart."""
         if has_flag(argv, "--enforce-eager"):
             return []
-        return self._sparse_sizes(argv) + self._padded(argv, concurrencies)
+        given, largest = self._capture_args(argv)
+        return self._sparse_sizes(given) + self._padded(argv, concurrencies, given, largest)
 
     @staticmethod
     def _capture_args(argv: list[str]) -> tuple[list[str], str]:
@@ -213,10 +214,10 @@ class VLLM(Engine):
         sizes = flag_values(argv, "--cudagraph-capture-sizes") or flag_values(argv, "--cuda-graph-sizes") or [str(v) for v in config.get("cudagraph_capture_sizes") or []]
         return sizes, flag_value(argv, "--max-cudagraph-capture-size") or str(config.get("max_cudagraph_capture_size") or "")
 
-    def _sparse_sizes(self, argv: list[str]) -> list[LintFinding]:
-        """A capture list whose two largest sizes, the largest above 512, are more than 16 apart: vLLM's
-        graph-memory estimate (``graph_estimate``) may reserve far more than the graphs take."""
-        sizes = sorted({int(v) for v in self._capture_args(argv)[0] if v.isdecimal()})
+    def _sparse_sizes(self, given: list[str]) -> list[LintFinding]:
+        """A capture list (``given``: ``_capture_args``) whose two largest sizes, the largest above 512, are more
+        than 16 apart: vLLM's graph-memory estimate (``graph_estimate``) may reserve far more than the graphs take."""
+        sizes = sorted({int(v) for v in given if v.isdecimal()})
         if len(sizes) < 2 or sizes[-1] <= 512 or sizes[-1] - sizes[-2] <= 16:
             return []
         return [LintFinding("capture-sizes-sparse", "warning", f"the two largest CUDA-graph capture sizes are {sizes[-1]} and {sizes[-2]}: "
@@ -225,15 +226,14 @@ class VLLM(Engine):
                             "servelab bootlog (CUDA-graph memory reserved against what the pool took) or servelab bench --server-log "
                             "(finding graph_memory_overreserved).")]  # fmt: skip
 
-    def _padded(self, argv: list[str], concurrencies: list[int]) -> list[LintFinding]:
-        """capture-sizes (``lint_rules``)."""
+    def _padded(self, argv: list[str], concurrencies: list[int], given: list[str], largest: str) -> list[LintFinding]:
+        """capture-sizes (``lint_rules``; ``given``, ``largest``: ``_capture_args``)."""
         conc = concurrencies
         k = spec_tokens(argv)
         seqs = flag_value(argv, "--max-num-seqs")
         seqs_n = int(seqs) if seqs and seqs.isdecimal() else None
         if seqs_n:  # no decode batch is larger than max_num_seqs, whatever the plan's concurrency
             conc = sorted({min(c, seqs_n) for c in conc})
-        given, largest = self._capture_args(argv)
         if given and all(v.isdecimal() for v in given):
             sizes, source = sorted({int(v) for v in given}), "the recipe's capture sizes"
         else:
