@@ -20,7 +20,9 @@ call, so that each call stays under the device tool's 10 minutes):
   of 2,560, top 8, and a shared expert; validation/configs/qwen2-57b-a14b), a MoE no fit has seen, on an H100;
   ``qwen3-30b-a3b-bf16``: the kit's Qwen3-30B-A3B in BF16 (uniform routing), the MoE layer times' model in a
   format no MoE fit has seen (61 GB of weights: an H100 holds it at max_model_len 2,048); ``mixtral-8x7b-bf16``
-  likewise (94 GB: an H200).
+  likewise (94 GB: an H200); ``qwen3-30b-a3b-top2`` and ``-top4``: the same MoE with each token routed to 2 or
+  4 of its 128 experts instead of 8 (``num_experts_per_tok``; validation/configs/): what the routed experts per
+  token cost a step, all else equal.
 
 On each server (started with ``VLLM_SERVER_DEV_MODE=1``), 512 prompt / 128 output tokens, chat endpoint:
 
@@ -76,6 +78,8 @@ MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tok
     "qwen2-57b-a14b": (("--max-model-len", "2048", "--quantization", "fp8"), UNIFORM, None),  # MoE: 64 experts of 2,560 (top 8) and a shared one (H100)
     "qwen3-30b-a3b-bf16": (("--max-model-len", "2048"), UNIFORM, None),  # the MoE of the MoE layer times, in BF16: a format no MoE fit has seen (H100)
     "mixtral-8x7b-bf16": (("--max-model-len", "2048"), UNIFORM, 32000),  # 94 GB in BF16 (H200): FP8's MoE term held out, one stream beside mixtral-8x7b
+    "qwen3-30b-a3b-top2": (("--max-model-len", "2048", "--quantization", "fp8"), UNIFORM, None),  # Qwen3-30B-A3B routing each token to 2 experts, not 8
+    "qwen3-30b-a3b-top4": (("--max-model-len", "2048", "--quantization", "fp8"), UNIFORM, None),  # … to 4 (validation/configs/qwen3-30b-a3b-topK)
 }
 JIT = "Triton kernel JIT compilation during inference"
 

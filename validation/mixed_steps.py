@@ -17,8 +17,13 @@ Then the same for the steady state of every cold run (validation/cold-*/MODEL-st
 servelab bench's records of validation/cold_gpu.py), with each machine's CUDA-graph capture time from
 the run's boot log beside it: what a step carrying prompts costs by model and machine (issue 38).
 
-Last, every stream's inter-token latencies at 16 and 64 streams, for the cold runs and the capture pairs
-(validation/capture-h100*/): where the machines differ, the steps that carry prompts (issue 38).
+Then every stream's inter-token latencies at 16 and 64 streams, for the cold runs, the capture pairs
+(validation/capture-h100*/) and the routing variants (validation/topk-h100/): where the machines differ,
+the steps that carry prompts (issue 38).
+
+Last, the cohorts of the MoE runs' steady state: the prompts whose first tokens came out of one engine
+step (first tokens within ``COHORT_S`` of each other), per such step, beside the level's output tok/s;
+``servelab predict`` assumes k ÷ min(k, ``MIXED_SHARE``) of them, k = (streams − 1) ÷ output tokens.
 
 Usage: ``python validation/mixed_steps.py`` (no GPU).
 """
@@ -36,6 +41,7 @@ GAP_S = 0.0015  # chunks further apart than this belong to different steps
 LONG = 2.5  # a step this many times the median step carries prompts
 COLD_LONG = 1.6  # … in the cold runs, whose decode steps are longer beside a mixed step (Mixtral: 19 against ~43 ms)
 COLD = Path(__file__).resolve().parent
+COHORT_S = 0.004  # first tokens closer than this came out of one engine step (a step's chunks leave the API server within ~1 ms)
 
 
 def levels(path: Path) -> dict[int, list[dict]]:
@@ -93,10 +99,27 @@ def main() -> None:
     print("\nThe same steady states as each stream sees them: the gaps between its chunks (ITL; each one engine step), "
           "ms, at 16 and 64 streams, every cold run and capture pair (validation/cold-*/, validation/capture-h100*/)\n")
     print("| run | streams | ITL p50 | p75 | p90 | p99 | mean | gaps above 1.6 × p50 |\n|---|---|---|---|---|---|---|---|")
-    for path in sorted([*COLD.glob("cold-*/*-stagger-records.jsonl.xz"), *COLD.glob("capture-h100*/*-stagger-records.jsonl.xz")]):
+    runs = sorted([*COLD.glob("cold-*/*-stagger-records.jsonl.xz"), *COLD.glob("capture-h100*/*-stagger-records.jsonl.xz"),
+                   *COLD.glob("topk-h100/*-stagger-records.jsonl.xz")])  # fmt: skip
+    for path in runs:
         for c, reqs in cold_levels(path).items():
             if c in (16, 64):
                 print(itl_row(f"{path.parent.name}/{path.name.split('-stagger')[0]}", c, reqs))
+    print(f"\nThe MoE runs' cohorts: prompts per engine step that gave first tokens (first tokens within {COHORT_S * 1e3:.0f} ms of each other), "
+          "and the level's output tok/s (512/128 tokens; predict assumes 1.00 at 16 streams and 1.97 at 64)\n")
+    print("| run | 16 streams: prompts / steps / per step | tok/s | 64 streams: prompts / steps / per step | tok/s |\n|---|---|---|---|---|")
+    for path in runs:
+        if any(moe in path.name for moe in ("mixtral", "qwen3-30b", "qwen2-57b")):
+            tok_s = {lv["concurrency"]: lv["output_throughput_tok_s"] for lv in json.loads(path.with_name(path.name.replace("records.jsonl.xz", "run.json")).read_text())["levels"]}
+            cells = [cohort_cells(reqs, tok_s[c]) for c, reqs in cold_levels(path).items() if c in (16, 64)]
+            print(f"| {path.parent.name}/{path.name.split('-stagger')[0]} | {' | '.join(cells)} |")
+
+
+def cohort_cells(reqs: list[tuple[float, np.ndarray]], tok_s: float) -> str:
+    """One level's cohorts: its prompts, the engine steps their first tokens came out of, prompts per such step, and its tok/s."""
+    first = np.sort([start + chunks[0] for start, chunks in reqs])
+    steps = 1 + int((np.diff(first) > COHORT_S).sum())
+    return f"{len(first)} / {steps} / {len(first) / steps:.2f} | {tok_s:,.0f}"
 
 
 def itl_row(name: str, c: int, reqs: list[tuple[float, np.ndarray]]) -> str:

@@ -52,9 +52,11 @@ MODELS = {  # name → (model reference, format)
     "qwen3-30b-a3b-capture2048": ("qwen3-30b-a3b", "fp8"),
     "qwen3-30b-a3b-max2048": ("qwen3-30b-a3b", "fp8"),  # vLLM's own sizes up to 2,048 (cold_gpu.py --max-capture-size)
     "qwen3-14b-max2048": (str(V / "configs/qwen3-14b"), "bf16"),
+    "qwen3-30b-a3b-top2": (str(V / "configs/qwen3-30b-a3b-top2"), "fp8"),  # each token routed to 2 experts, not 8 (cold_gpu.py)
+    "qwen3-30b-a3b-top4": (str(V / "configs/qwen3-30b-a3b-top4"), "fp8"),
 }
 HARDWARE = {"cold-h100": "h100-sxm", "cold-h100-rerun": "h100-sxm", "cold-h100-machine4": "h100-sxm", "cold-h100-machine5": "h100-sxm", "cold-h200": "h200",
-            "capture-h100": "h100-sxm", "capture-h100-machine7": "h100-sxm"}  # fmt: skip  # -rerun, -machine4, -machine5, capture-*: other H100 machines
+            "capture-h100": "h100-sxm", "capture-h100-machine7": "h100-sxm", "topk-h100": "h100-sxm"}  # fmt: skip  # -rerun, -machine4, -machine5, capture-*: other H100 machines
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,12 @@ BLOCKS = [  # (title, the dense runs left out of the fit, with the MoE layer tim
      None, True, "capture-h100", "qwen3-30b-a3b"),
     (f"not held out (the MoE layer times' model): Qwen3-30B-A3B fp8 with CUDA graphs up to 2,048 tokens, the sixth machine (steady state); "
      f"{SHIPPED}", None, True, "capture-h100", "qwen3-30b-a3b-capture2048"),
+    (f"not held out (the MoE layer times' model): Qwen3-30B-A3B fp8 on an eighth H100 machine, steady state; {SHIPPED}", None, True, "topk-h100",
+     "qwen3-30b-a3b"),
+    (f"leave one model out: Qwen3-30B-A3B fp8 routing each token to 4 of its experts, not 8, the eighth machine (steady state); {SHIPPED}", None,
+     True, "topk-h100", "qwen3-30b-a3b-top4"),
+    (f"leave one model out: Qwen3-30B-A3B fp8 routing each token to 2 of its experts, the eighth machine (steady state); {SHIPPED}", None, True,
+     "topk-h100", "qwen3-30b-a3b-top2"),
 ]  # fmt: skip
 CAPTURE = [  # (folder, model, its run with larger graphs, in words): each served with vLLM's capture sizes, then up to 2,048 tokens, on one machine
     ("capture-h100", "mixtral-8x7b", "mixtral-8x7b-capture2048", "Mixtral-8x7B fp8 (its sizes and nine more)"),
