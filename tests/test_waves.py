@@ -132,3 +132,23 @@ def test_real_h100_runs_read_back_and_burst_is_flagged():
     assert [f.kind for f in diagnose(burst) if f.kind == "synchronized_waves"] == ["synchronized_waves"]
     assert not [f for f in diagnose(steady) if f.kind == "synchronized_waves"]
     assert steady.load.closed_loop == "stagger" and all(lv.waves.send_spread > 0.9 for lv in steady.levels)
+
+
+def test_a_staggered_level_that_fell_into_waves_is_not_told_to_stagger():
+    """A steady-state run on vLLM (Qwen3-30B-A3B routing to 2 experts, one H100: validation/topk-h100/)
+    whose 16 staggered streams fell into 15 waves on their own: the finding says so and points at an open
+    loop, where a burst run's finding points at --closed-loop stagger."""
+    import json
+    from pathlib import Path
+
+    from servelab.diagnose import diagnose
+    from servelab.results import RunResult
+
+    root = Path(__file__).resolve().parent.parent / "validation"
+    drifted = RunResult.model_validate(json.loads((root / "topk-h100" / "qwen3-30b-a3b-top2-stagger-run.json").read_text()))
+    burst = RunResult.model_validate(json.loads((root / "waves-h100" / "burst-1-run.json").read_text()))
+    (found,) = [f for f in diagnose(drifted) if f.kind == "synchronized_waves"]
+    assert drifted.load.closed_loop == "stagger" and found.evidence["concurrency"] == 16
+    assert "fell into step on their own" in found.message and "--rate" in found.message and "--closed-loop stagger" not in found.message
+    (told,) = [f for f in diagnose(burst) if f.kind == "synchronized_waves"]
+    assert told.message.endswith("--closed-loop stagger measures the steady state")

@@ -112,7 +112,7 @@ def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Fin
                                message=f"{at}: the server's usage says {share:.1%} of prompt tokens came from its prefix cache in a cold run (no /metrics to confirm): TTFT and throughput are inflated",
                                evidence={"concurrency": c, "cached_prompt_tokens": lv.client_cached_prompt_tokens, "prompt_tokens": lv.prompt_tokens, "source": "usage"}))  # fmt: skip
         if lv.waves and lv.waves.synchronized:
-            out.append(_waves(lv.concurrency, lv.waves))
+            out.append(_waves(lv.concurrency, lv.waves, run.load.closed_loop))
         if lv.client_cpu is not None and lv.client_cpu >= CLIENT_BUSY:
             out.append(Finding(kind="unstable_measurement", severity="warning",
                                message=f"{at}: servelab's own process was busy {lv.client_cpu:.0%} of the measured phase: chunks waited for its event loop, so "
@@ -270,13 +270,21 @@ def _queue_cause(run: RunResult, lv: LevelSummary) -> tuple[str, str]:
     return "unknown", "none of max_num_seqs / slots, the prefill token budget or KV capacity explains it from the counters scraped"
 
 
-def _waves(c: int, w: WaveStats) -> Finding:
+def _waves(c: int, w: WaveStats, closed_loop: str) -> Finding:
+    """The ``synchronized_waves`` finding of a level; its advice by how the streams were started: a
+    burst's streams leave together by design (``--closed-loop stagger`` ramps them apart), a staggered
+    level's fell into step on their own (requests that prefill in one engine step end together and come
+    back together: validation/RESULTS-predict.md, "Cohorts"), which only an open loop avoids."""
     by_wave = " / ".join(f"{v:,.0f}" if v is not None else "–" for v in w.ttft_p50_ms_by_wave)
     spread = f" ({w.ttft_spread:.1f}× apart)" if w.ttft_spread else ""
+    fix = ("--closed-loop stagger measures the steady state" if closed_loop == "burst" else
+           "the streams were ramped up apart and fell into step on their own (requests that prefill in one engine step end together and come "
+           "back together), so its tok/s too depends on how far they bunched; compare --repeats, or measure an open-loop --rate, whose "
+           "arrivals do not wait on completions")  # fmt: skip
     return Finding(kind="synchronized_waves", severity="warning",
                    message=f"c={c}: the streams ran in {w.waves} synchronized waves (each wave's sends within {w.send_spread:.0%} of a request's duration; "
                            f"{w.densest_share:.0%} of the sends in the densest 10% of the window); TTFT p50 by wave {by_wave} ms{spread}: "
-                           "TTFT here depends on how the waves line up, not only on the server; --closed-loop stagger measures the steady state",
+                           f"TTFT here depends on how the waves line up, not only on the server; {fix}",
                    evidence={"concurrency": c, **w.model_dump(), "ttft_spread": w.ttft_spread})  # fmt: skip
 
 
