@@ -125,6 +125,7 @@ CASES = [
     ("calibrate {W}/binary.dat", "binary.dat"),
     ("explain {W}/binary.dat", "binary.dat"),
     ("plan --model qwen3-8b --tp 3", "--tp 3"),
+    ("predict --model qwen3-8b --tp 3", "--tp 3"),  # the same check at the same boundary (plan_memory): no curve for a TP vLLM refuses
     ("plan --model {W}/binary.dat", "binary.dat"),
     ("plan --model {W}/huge-config.json", "num_hidden_layers"),  # 1e30 layers: refused, not planned for ever
     ("plan --from-log {W}/missing.log", "--from-log"),

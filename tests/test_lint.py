@@ -48,6 +48,16 @@ def test_max_num_seqs_missing_under_high_concurrency_or_below_the_plan(tmp_path)
     assert rules(tmp_path, text)["max-num-seqs"] == "--max-num-seqs 64 is below the plan's 128 requests in flight"
 
 
+def test_a_tensor_parallel_size_that_does_not_divide_the_heads(tmp_path):
+    """Qwen3-8B has 32 attention heads: vLLM exits at TP 3, given in the command or as the recipe's tensor_parallel; TP 2 is fine."""
+    in_command = rules(tmp_path, CLEAN.replace('"32768"]', '"32768", --tensor-parallel-size, "3"]'))
+    assert in_command["tensor-parallel"] == ("tensor parallel 3: Qwen/Qwen3-8B has 32 attention heads, which must be divisible by the tensor-parallel "
+                                             "size (vLLM refuses to start otherwise); TP sizes that divide them: 1, 2, 4, 8, 16")  # fmt: skip
+    assert "tensor-parallel" in rules(tmp_path, CLEAN + "tensor_parallel: 3\n")
+    assert "tensor-parallel" not in rules(tmp_path, CLEAN + "tensor_parallel: 2\n")
+    assert "tensor-parallel" not in rules(tmp_path, CLEAN.replace("Qwen/Qwen3-8B", "not-a-model/anywhere") + "tensor_parallel: 3\n")
+
+
 def test_concurrencies_that_are_not_capture_sizes(tmp_path):
     found = rules(tmp_path, CLEAN.replace("[1, 2, 4, 8, 16, 32]", "[1, 5, 10]"))["capture-sizes"]
     assert "c=5 pads 5 → 8 (38 % wasted); c=10 pads 10 → 16 (38 % wasted)" in found

@@ -14,6 +14,7 @@ from servelab.argv import flag_value, has_flag
 from servelab.engines.base import LintFinding
 from servelab.errors import ServelabError
 from servelab.plan.hardware import load_hardware
+from servelab.plan.memory import tp_heads_check
 from servelab.plan.model_spec import load_model
 from servelab.plan.planner import make_plan
 from servelab.plan.quant import FORMATS, get_format, kv_dtype_bytes
@@ -139,6 +140,25 @@ def _max_model_len(recipe: Recipe, resolved: Resolved, hw: Hardware | None) -> l
     )]  # fmt: skip
 
 
+def _tensor_parallel(recipe: Recipe, resolved: Resolved) -> list[LintFinding]:
+    tp_flags = engines.get(recipe.engine).flags.tp
+    given = flag_value(resolved.argv, *tp_flags) if tp_flags else None  # the command's own flag wins over the recipe's tensor_parallel
+    tp = int(given) if given and given.isdecimal() else resolved.tensor_parallel
+    if tp <= 1 or recipe.model is None:
+        return []
+    try:
+        tp_heads_check(load_model(recipe.model, online=False), tp)
+    except ServelabError as e:
+        if not str(e).startswith(f"--tp {tp}:"):
+            return []  # the model is not at hand offline: nothing to check against
+        return [LintFinding(
+            "tensor-parallel", "error", f"tensor parallel {tp}: {str(e).split(': ', 1)[1]}",
+            "The attention heads are split evenly over the tensor-parallel ranks; vLLM checks it before loading anything and "
+            "exits (vllm/config/model.py, ModelConfig.verify_with_parallel_config), so the variant never serves.",
+        )]  # fmt: skip
+    return []
+
+
 def _ready_timeout(recipe: Recipe, resolved: Resolved) -> list[LintFinding]:
     floor = engines.get(recipe.engine).ready_timeout_s
     if resolved.ready_timeout_s >= floor:
@@ -167,7 +187,7 @@ def lint(recipe: Recipe, variants: list[Resolved], hardware: str | None = None) 
     for v in variants:
         for f in (*_eager(recipe, v.argv), *_max_num_seqs(recipe, v.argv), *engines.get(recipe.engine).lint_rules(v.argv, plan_concurrencies(recipe)),
                   *_spec_with_prefix(recipe, v.argv), *_unified_memory(recipe, v.argv, hw), *_max_model_len(recipe, v, hw),
-                  *_ready_timeout(recipe, v)):  # fmt: skip
+                  *_tensor_parallel(recipe, v), *_ready_timeout(recipe, v)):  # fmt: skip
             labelled = f if len(variants) == 1 else LintFinding(f.rule, f.severity, f"{v.label}: {f.message}", f.why)
             if labelled not in found:
                 found.append(labelled)

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from servelab.engines import plan_engine
 from servelab.engines.base import RuntimeMemory
+from servelab.errors import ServelabError
 from servelab.plan.drafter import Drafter
 from servelab.plan.quant import QuantFormat, weight_bytes
 from servelab.specs import GIB, Hardware, ModelSpec
@@ -65,6 +66,20 @@ class MemoryPlan:
     layout: HybridLayout | None = None
     runtime: RuntimeMemory | None = None  # what overhead_gib is made of (None when the caller gave it)
     notes: list[str] = field(default_factory=list)
+
+
+def tp_heads_check(spec: ModelSpec, tp: int) -> None:
+    """Refuse a tensor-parallel size that does not divide the model's attention heads, as vLLM does
+    before it starts (vllm/config/model.py, ``ModelConfig.verify_with_parallel_config``: "Total number
+    of attention heads … must be divisible by tensor parallel size").
+
+    Raises:
+        ServelabError: ``tp`` does not divide ``spec.num_heads``.
+    """
+    if spec.num_heads % tp:
+        fits = ", ".join(str(d) for d in range(1, min(spec.num_heads, 16) + 1) if spec.num_heads % d == 0)
+        raise ServelabError(f"--tp {tp}: {spec.name} has {spec.num_heads} attention heads, which must be divisible by the tensor-parallel size "
+                            f"(vLLM refuses to start otherwise); TP sizes that divide them: {fits}")
 
 
 def plan_memory(
@@ -104,7 +119,12 @@ def plan_memory(
     Returns:
         A :class:`MemoryPlan`; ``fits`` is False when the weights leave no KV budget or not one
         ``max_model_len`` request fits.
+
+    Raises:
+        ServelabError: ``tp`` does not divide the attention heads (every plan and prediction of a
+            model at a TP size passes here: ``servelab plan``, ``predict``, ``explain``, ``capacity``).
     """
+    tp_heads_check(spec, tp)
     notes: list[str] = []
     engine = plan_engine()
     L = max_model_len or spec.max_position_embeddings or 4096

@@ -111,13 +111,11 @@ def make_plan(
 
     Raises:
         ServelabError: inconsistent parallelism (``tp`` not a multiple of ``nodes``, or not dividing the
-            attention heads) or arguments out of range.
+            attention heads: :func:`servelab.plan.memory.plan_memory`) or arguments out of range.
     """
     tp = tp or nodes
     if tp < nodes or tp % nodes:
         raise ServelabError(f"--tp {tp} must be a multiple of --nodes {nodes} (one or more GPUs per node)")
-    if spec.num_heads % tp:  # vLLM refuses it: vllm/config/model.py, ModelConfig.verify_with_parallel_config
-        raise ServelabError(f"--tp {tp}: {spec.name} has {spec.num_heads} attention heads, which must be divisible by the tensor-parallel size")
     if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
         raise ServelabError(f"--gpu-memory-utilization {gpu_memory_utilization}: give a fraction in (0, 1]")
     if not 0 <= acceptance <= 1:
