@@ -79,6 +79,7 @@ def test_duration_bounded_mix_draws_workloads_and_states_its_window(llama, tmp_p
         if r.status == "ok":
             assert r.prompt_tokens == r.expected_prompt_tokens == {"short_en": 64, "short_hu": 96}[r.workload]
     assert any("too_long left out of the mix" in n for n in run.notes)
+    assert "note workload too_long left out of the mix" in " ".join(res.output.split())
     assert run.load.mix == {"short_en": 1, "short_hu": 1, "too_long": 1}
     assert "mix short_en ×1" in " ".join(res.output.split())
 
@@ -110,6 +111,7 @@ def test_dataset_prompts_in_file_order_with_their_output_lengths(llama, tmp_path
     assert [r.max_tokens for r in measured] == [6, 4, 6, 4]  # the reply "A record book." sets 4 tokens; the long one is left out
     assert all(r.prompt_tokens == r.expected_prompt_tokens and r.workload == "dataset" for r in measured)
     assert any("1 of 3 dataset prompts left out" in n for n in run.notes)
+    assert "note 1 of 3 dataset prompts left out" in " ".join(res.output.split())  # said on the console too, not only in run.json
 
 
 @pytest.mark.parametrize(("line", "message"), [("not json", "line 1: not JSON"), ('{"x": 1}', 'line 1: needs a "prompt"'),

@@ -139,6 +139,24 @@ def test_trace_replay_of_each_format(llama, tmp_path, name, scale):
         assert not any(f.kind == "prefix_cache_contamination" for f in result.findings)
 
 
+def test_a_trace_request_longer_than_the_context_is_sent_and_counted_not_left_out(llama, tmp_path):
+    """A trace is the users' traffic: a request the server's context cannot hold is replayed at its time
+    like the others, fails at the server (llama.cpp: HTTP 400) and is counted, with a finding saying how many."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 64, "output_length": 8}\n{"timestamp": 100, "input_length": 9000, "output_length": 8}\n'
+                     '{"timestamp": 200, "input_length": 64, "output_length": 8}\n')  # fmt: skip
+    out = tmp_path / "run"
+    res = cli.invoke(app, ["bench", "--url", llama.url, "--trace", str(trace), "--output", str(out)])
+    result, records = load_run(out)
+    measured = sorted((r for r in records if r.phase == "measured"), key=lambda r: r.queued)
+    assert [r.status for r in measured] == ["ok", "failed", "ok"] and measured[1].http_status == 400
+    assert result.load.trace.requests == 3 and result.load.trace.over_context == 1 and result.load.trace.context_tokens == 4096  # 4 slots × 4,096 (conftest)
+    assert result.levels[0].ok == 2 and result.levels[0].failed_requests == 1
+    (found,) = [f for f in result.findings if f.kind == "trace_over_context"]
+    assert found.evidence["over_context"] == 1 and "trace_over_context" in res.output
+    assert res.exit_code == 1  # a failed measured request makes bench exit 1, as everywhere
+
+
 def test_trace_requests_cut_to_the_first_n_and_bad_lines_skipped(llama, tmp_path):
     trace = tmp_path / "t.jsonl"
     good = (TRACES / "mooncake.jsonl").read_text().splitlines()

@@ -92,7 +92,7 @@ class Bench(LevelRunner):
     ) -> None:
         super().__init__(endpoint, options, hooks, alive)
         self.run_dir = run_dir
-        self.trace: Trace | None = None  # --trace: the requests that fit the server
+        self.trace: Trace | None = None  # --trace: the trace replayed, every request of it
         self.trace_info: TraceInfo | None = None
 
     def _load_spec(self) -> LoadSpec:
@@ -279,23 +279,25 @@ class Bench(LevelRunner):
         return PromptCheck(template_overhead_tokens=overhead, overhead_source=source)
 
     def _fit_trace(self) -> None:
-        """Keep the trace's requests that fit the server's context (the rest left out with a note).
+        """Replay every request of the trace, those longer than the server's context too: a trace is
+        the user's traffic, and a request it holds that this server cannot take is one its users would
+        see fail, so it is sent at its time and counted (the server refuses or cuts it), never left out;
+        how many there were goes in the run (``TraceInfo.over_context``, finding ``trace_over_context``).
 
         Raises:
-            DoesNotFit: none fits.
+            DoesNotFit: no request fits (nothing to measure).
         """
         trace = self.opts.trace
         limit = self.endpoint.info.max_model_len
-        kept = [r for r in trace.requests if limit is None or r.input_tokens + r.output_tokens <= limit]
-        if len(kept) < len(trace.requests):
-            self.notes.append(f"{len(trace.requests) - len(kept)} of {len(trace.requests)} trace requests left out: prompt + output above the {limit}-token context")
-        if not kept:
+        fitting = [r for r in trace.requests if limit is None or r.input_tokens + r.output_tokens <= limit]
+        if not fitting:
             raise DoesNotFit(f"no request of the trace fits the server's {limit}-token context")
-        self.trace = Trace(trace.path, trace.format, kept, trace.skipped_lines)
-        self.shapes = [(Workload(name="trace", input_tokens=min(r.input_tokens for r in kept), max_tokens=1), 1.0)]
-        self.decode_context = round(statistics.fmean(r.input_tokens + r.output_tokens / 2 for r in kept))
-        self.trace_info = TraceInfo(file=trace.path.name, format=trace.format, time_scale=self.opts.trace_time_scale, requests=len(kept),
-                                    skipped_lines=trace.skipped_lines, duration_s=self.trace.duration_s, prefix_share=self.trace.prefix_share())  # fmt: skip
+        self.trace = trace
+        self.shapes = [(Workload(name="trace", input_tokens=min(r.input_tokens for r in fitting), max_tokens=1), 1.0)]
+        self.decode_context = round(statistics.fmean(r.input_tokens + r.output_tokens / 2 for r in fitting))
+        self.trace_info = TraceInfo(file=trace.path.name, format=trace.format, time_scale=self.opts.trace_time_scale, requests=len(trace.requests),
+                                    skipped_lines=trace.skipped_lines, duration_s=trace.duration_s, prefix_share=trace.prefix_share(),
+                                    over_context=len(trace.requests) - len(fitting), context_tokens=limit)  # fmt: skip
 
     async def _trace_prompts(self, builder: PromptBuilder) -> list[Prompt]:
         """The trace's prompts, built before the replay (servelab.replay), with a progress bar; the

@@ -35,8 +35,9 @@ ANOMALY_TEXT = {
 
 
 def _replay(trace: TraceInfo, lv: LevelSummary) -> list[Finding]:
-    """A replayed trace: the client behind its schedule (send lag p99 above ``SEND_LAG_MS``), and
-    the measured prefix-cache hit rate beside the trace's own share of repeated blocks."""
+    """A replayed trace: the client behind its schedule (send lag p99 above ``SEND_LAG_MS``), its
+    requests longer than the server's context (replayed all the same), and the measured prefix-cache
+    hit rate beside the trace's own share of repeated blocks."""
     out = []
     lag = lv.client_wait_ms
     if lag.p99 is not None and lag.p99 > SEND_LAG_MS:
@@ -44,6 +45,13 @@ def _replay(trace: TraceInfo, lv: LevelSummary) -> list[Finding]:
                            message=f"the replay's sends were late: send lag p50 {lag.p50:.1f} ms, p99 {lag.p99:.1f} ms (above {SEND_LAG_MS:g} ms): the client could not keep the "
                                    "trace's schedule, so the server saw a smoother load than the trace; spread the streams (--client-procs) or slow the trace (--time-scale)",
                            evidence={"send_lag_p50_ms": lag.p50, "send_lag_p99_ms": lag.p99, "threshold_ms": SEND_LAG_MS}))  # fmt: skip
+    if trace.over_context:
+        out.append(Finding(kind="trace_over_context", severity="warning",
+                           message=f"{trace.over_context} of {trace.requests} trace requests need more than the server's {trace.context_tokens}-token context "
+                                   "(prompt + output): they were sent at their times as the trace has them, and what the server did with them is in "
+                                   "this level's failed requests and short outputs; your users would see the same on this server, or raise its "
+                                   "context (vLLM --max-model-len, llama.cpp -c)",
+                           evidence={"over_context": trace.over_context, "requests": trace.requests, "context_tokens": trace.context_tokens}))  # fmt: skip
     measured = lv.server.prefix_cache_hit_rate if lv.server is not None else None
     if measured is None and lv.prompt_tokens:
         measured = lv.client_cached_prompt_tokens / lv.prompt_tokens

@@ -120,6 +120,8 @@ class TraceInfo(BaseModel):
     skipped_lines: int = Field(0, description="Malformed lines skipped (--skip-bad).")
     duration_s: float = Field(description="First to last scheduled arrival after time scaling, s.")
     prefix_share: float | None = Field(None, description="The trace's own share of repeated prompt tokens (docs/metrics.md \"Trace replay\"); None without block ids.")
+    over_context: int = Field(0, description="Requests whose prompt + output tokens exceed the server's context: replayed all the same (finding trace_over_context).")
+    context_tokens: int | None = Field(None, description="The server's context per request (max_model_len, llama.cpp's per-slot context) the trace was checked against.")
 
 
 class PromptCheck(BaseModel):

@@ -309,6 +309,8 @@ def bench(
     colors = {"info": "cyan", "warning": "yellow", "error": "red"}
     for f in run.findings:
         console.print(f"[{colors[f.severity]}]{f.severity}[/] {f.kind}: {escape(f.message)}", soft_wrap=True)
+    for note in run.notes:  # what the run left out and why (dataset prompts or mix workloads longer than the context), also in run.json
+        console.print(f"[cyan]note[/] {escape(note)}", soft_wrap=True)
     if (c := options.ceiling) is not None and run.endpoint.engine == engines.plan_engine().name:  # the prediction models this engine's scheduler
         try:
             cal = calibration(None, c.spec, c.fmt)
