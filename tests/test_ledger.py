@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from servelab.cli import app
 from servelab.metrics.summary import Distribution, LevelSummary
-from servelab.report.ledger import METRICS, Entry, build, collect, default_baseline, ledger_markdown
+from servelab.report.ledger import METRICS, Entry, build, collect, default_baseline, ledger_markdown, load_differences
 from servelab.results import EndpointInfo, LoadSpec, RecipeInfo, RunResult, VariantStatus
 
 FIXTURE = Path(__file__).parent / "fixtures" / "runs" / "vllm-0.25-h100-qwen3-8b-run.json"
@@ -46,6 +46,23 @@ def test_delta_and_best_follow_the_metric_direction():
     md = ledger_markdown([tput])
     assert "| a     | 100.0 (base)" in md and "**110.0 (+10.0%)** ★" in md and "380.0 (-5.0%)†" in md
     assert default_baseline([Entry("c", None, "failed-to-start"), *entries[:1]]) == 1
+
+
+def test_runs_measured_under_different_loads_are_named_with_each_difference(tmp_path):
+    """Δ% between a 256/128-token run and a 512/64 one, or a burst and a staggered one, is not a tuning
+    gain: compare names each difference under its tables (and in its Markdown); runs measured alike pass silently."""
+    a, b, c = run("a", level(1, 100.0, 50.0)), run("b", level(1, 90.0, 80.0)), run("c", level(1, 101.0, 49.0))
+    b.load = b.load.model_copy(update={"input_tokens": 512, "output_tokens": 64, "closed_loop": "stagger"})
+    entries = [Entry("a", a, "complete"), Entry("b", b, "complete"), Entry("c", c, "complete"), Entry("d", None, "failed-to-start")]
+    assert load_differences(entries, 0) == ["b: prompt tokens 512 (a: 256), output tokens 64 (a: 128), closed loop stagger (a: burst)"]
+    assert load_differences(entries[::2], 0) == []
+    md = ledger_markdown([build(entries, METRICS["output_tok_s"])], load_differences(entries, 0))
+    assert "**Measured under different loads** (Δ% compares different work): b: prompt tokens 512 (a: 256)" in md
+    for r, name in ((a, "a"), (b, "b")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run.json").write_text(r.model_dump_json())
+    res = cli.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert res.exit_code == 0 and "warning the runs were measured under different loads" in " ".join(res.output.split())
 
 
 def test_open_loop_rates_are_their_own_columns():

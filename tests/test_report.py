@@ -93,6 +93,11 @@ def test_comparison_of_servelab_runs_has_the_delta_ledger(tmp_path):
     (tmp_path / "b" / "run.json").write_text(json.dumps(doc))
     page = compare_page([a, *read_results(tmp_path / "b")])
     assert "<h2>Ledger</h2>" in page and "(+10.0%) ★</b>" in page and "(base)" in page
+    assert "Measured under different loads" not in page  # the same load: nothing to warn of
+    doc["load"]["output_tokens"] //= 2
+    (tmp_path / "b" / "run.json").write_text(json.dumps(doc))
+    page = compare_page([a, *read_results(tmp_path / "b")])
+    assert "Measured under different loads" in page and f"output tokens {doc['load']['output_tokens']}" in page
 
 
 def test_compare_page_mixes_sources():

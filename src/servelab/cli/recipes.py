@@ -19,7 +19,7 @@ from servelab.lint import lint as lint_recipe
 from servelab.lint import quant_of
 from servelab.options import BenchOptions
 from servelab.recipes import Recipe, expand, load_recipe, parse_assignments, variant_label, with_hosts
-from servelab.report.ledger import DEFAULT_METRICS, METRICS, build, collect, default_baseline, ledger_markdown, ledger_table
+from servelab.report.ledger import DEFAULT_METRICS, METRICS, build, collect, default_baseline, ledger_markdown, ledger_table, load_differences
 from servelab.report.table import bench_table
 from servelab.results import RunResult
 from servelab.sweep import run_sweep
@@ -174,9 +174,13 @@ def compare(
     else:
         raise ServelabError(f"--baseline {baseline!r} is not one of the runs: {', '.join(labels)} (or 1..{len(entries)})")
     ledgers = [build(entries, METRICS[m], base) for m in names]
+    differences = load_differences(entries, base)
     if markdown is not None:  # before the tables: a failure is then the only line
-        write_file(markdown, ledger_markdown(ledgers), "--markdown")
+        write_file(markdown, ledger_markdown(ledgers, differences), "--markdown")
     for ledger in ledgers:
         console.print(ledger_table(ledger))
+    if differences:
+        console.print("[yellow]warning[/] the runs were measured under different loads, so their Δ% compares different work, not a tuning gain: "
+                      + escape("; ".join(differences)), soft_wrap=True)  # fmt: skip
     if markdown is not None:
         console.print(f"Markdown written to {markdown}")

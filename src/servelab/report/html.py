@@ -18,7 +18,7 @@ from servelab import __version__
 from servelab.metrics.turns import TurnStats
 from servelab.records import RequestRecord
 from servelab.report import plots
-from servelab.report.ledger import DEFAULT_METRICS, METRICS, Entry, build, cell_text, default_baseline
+from servelab.report.ledger import DEFAULT_METRICS, METRICS, Entry, build, cell_text, default_baseline, load_differences
 from servelab.results import load_run
 from servelab.store import Level, Run
 from servelab.untrusted import plain
@@ -108,12 +108,13 @@ def compare_page(runs: list[Run], links: bool = False) -> str:
     pngs = [("throughput vs concurrency", plots.throughput(runs)), ("latency vs concurrency", plots.latency(runs)),
             ("per-user vs aggregate (Pareto)", plots.pareto(runs))]  # fmt: skip
     rows = [(run, lv) for run in runs for lv in run.levels]
-    ledgers = []
+    ledgers, differences = [], []
     if len(runs) > 1 and all(r.source == "servelab" for r in runs):  # the Δ% ledger of servelab compare
         entries = [Entry(plots.run_name(r), r.result(), r.status) for r in runs]
         ledgers = [build(entries, METRICS[m], default_baseline(entries)) for m in DEFAULT_METRICS]
+        differences = load_differences(entries, default_baseline(entries))
     return ENV.get_template("compare.html").render(
-        ledgers=ledgers, cell_text=cell_text,
+        ledgers=ledgers, cell_text=cell_text, differences=differences,
         title=f"servelab · comparison of {len(runs)} runs", runs=runs, rows=rows, columns=_columns([lv for _, lv in rows]), show_run=True,
         plots=[(n, _b64(p)) for n, p in pngs], links=links, fmt=fmt, run_label=plots.run_name, version=__version__,
     )  # fmt: skip

@@ -98,6 +98,46 @@ def default_baseline(entries: list[Entry]) -> int:
     return next((i for i, e in enumerate(entries) if e.run and e.run.levels), 0)
 
 
+# What a run's load says about the work of each request and how it was sent (LoadSpec fields, in words):
+# two runs apart in any of them measured different work, so their Δ% is not a tuning gain (docs/metrics.md "Ledger").
+LOAD_FIELDS = {
+    "input_tokens": "prompt tokens", "output_tokens": "output tokens", "output_spread": "output spread", "endpoint": "API",
+    "traffic": "traffic", "mix": "mix", "turns": "turns", "prefix_cache": "prefix cache", "shared_prefix_tokens": "shared prefix tokens",
+    "ignore_eos": "ignore_eos",
+}  # fmt: skip
+
+
+def _load_facts(run: RunResult) -> dict[str, object]:
+    """The run's load by ``LOAD_FIELDS``, plus how closed-loop streams started and the trace's file."""
+    load = run.load
+    facts: dict[str, object] = {name: getattr(load, name) for name in LOAD_FIELDS}
+    if not load.rates and load.trace is None:
+        facts["closed_loop"] = load.closed_loop
+    if load.trace is not None:
+        facts["trace"] = load.trace.file
+    return facts
+
+
+def load_differences(entries: list[Entry], baseline: int) -> list[str]:
+    """For each run whose load differs from the baseline run's, one line naming the differences
+    (``"b: prompt tokens 512 (a: 64), output tokens 64 (a: 16)"``); empty when all were measured
+    alike (a sweep's variants always are)."""
+    base = entries[baseline]
+    if base.run is None:
+        return []
+    ref = _load_facts(base.run)
+    names = {**LOAD_FIELDS, "closed_loop": "closed loop", "trace": "trace"}
+    out = []
+    for e in entries:
+        if e.run is None or e is base:
+            continue
+        facts = _load_facts(e.run)
+        diff = [f"{names[k]} {v} ({base.label}: {ref.get(k, '–')})" for k, v in facts.items() if ref.get(k, v) != v or k not in ref]
+        if diff:
+            out.append(f"{e.label}: {', '.join(diff)}")
+    return out
+
+
 def _level(lv: LevelSummary) -> tuple[tuple, str]:
     """Sort key and column title of a level: closed-loop concurrencies first, then rates."""
     if lv.rate_rps is not None:
@@ -208,8 +248,9 @@ def ledger_table(ledger: Ledger) -> Table:
     return table
 
 
-def ledger_markdown(ledgers: list[Ledger]) -> str:
-    """The ledgers as Markdown: a heading and a GitHub table each; best per column in bold with ★."""
+def ledger_markdown(ledgers: list[Ledger], differences: list[str] | None = None) -> str:
+    """The ledgers as Markdown: a heading and a GitHub table each; best per column in bold with ★;
+    ``differences`` (:func:`load_differences`) as a warning after them."""
     parts = []
     for ledger in ledgers:
         m = ledger.metric
@@ -226,4 +267,6 @@ def ledger_markdown(ledgers: list[Ledger]) -> str:
     jit = any(c.jit for ledger in ledgers for _, cells in ledger.rows if not isinstance(cells, str) for c in cells)
     notes = ("\n\n† requests failed at this level (see the run)." if failed else "") + (
         "\n\n‡ the server compiled a kernel during this level (finding jit_compile): not a measurement." if jit else "")
+    if differences:
+        notes += "\n\n**Measured under different loads** (Δ% compares different work): " + "; ".join(differences) + "."
     return "\n\n".join(parts) + notes + "\n"
