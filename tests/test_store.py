@@ -126,6 +126,11 @@ def test_cli_import_runs_show_export(tmp_path):
     rows = json.loads((cli.invoke(app, ["export", "-o", str(tmp_path / "all.json"), "--db", db]), (tmp_path / "all.json").read_text())[1])
     assert {r["source"] for r in rows} == {"servelab", "llama-benchy"}
     assert "give a .csv or .json" in cli.invoke(app, ["export", "-o", str(tmp_path / "x.txt"), "--db", db]).output
+    failing = json.loads(VLLM[-1].read_text()) | {"completed": 28, "failed": 4}  # vllm bench serve's own count of failed requests
+    (tmp_path / "vb.json").write_text(json.dumps(failing))
+    assert cli.invoke(app, ["import", str(tmp_path / "vb.json"), "--db", db]).exit_code == 0
+    shown = cli.invoke(app, ["show", read_results(tmp_path / "vb.json")[0].id, "--db", db])
+    assert "ok / failed" in shown.output and "28 / 4" in shown.output
 
 
 def test_a_bad_database_url_is_one_line(tmp_path):

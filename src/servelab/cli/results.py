@@ -66,10 +66,10 @@ def show(run_id: Annotated[str, typer.Argument(help="A run id from `servelab run
         return
     shown = [m for m in STORE_METRICS if any(getattr(lv, m) is not None for lv in run.levels)]
     table = Table()
-    for name in ("level", *shown):
+    for name in ("level", "ok / failed", *shown):  # the failed requests the file reported, beside the figures of the ones that succeeded
         table.add_column(name, justify="right")
     for lv in run.levels:
-        table.add_row(escape(lv.label), *[("–" if getattr(lv, m) is None else f"{getattr(lv, m):,.2f}") for m in shown])
+        table.add_row(escape(lv.label), f"{lv.ok} / {lv.failed}", *[("–" if getattr(lv, m) is None else f"{getattr(lv, m):,.2f}") for m in shown])
     console.print(table)
 
 
