@@ -158,11 +158,13 @@ def model_args(description: str, *extra: tuple[str, dict], many: bool = False) -
 
 
 def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS, capture: tuple[int, ...] = (), bursts: bool = True,
-              max_capture: int | None = None) -> None:  # fmt: skip
+              max_capture: int | None = None, repeats: int = 1) -> None:  # fmt: skip
     """The run of the module docstring; ``capture``: CUDA-graph capture sizes added to vLLM's defaults (the files then named
     MODEL-captureN, N the largest); ``max_capture``: vLLM's own sizes up to it (--max-cudagraph-capture-size, MODEL-maxN);
-    ``bursts`` False: the steady state alone."""
+    ``bursts`` False: the steady state alone; ``repeats`` > 1: each steady-state level measured that many times on the one
+    server (servelab bench --repeats; files MODEL-repeatsN): how far a level moves between measurements on one machine."""
     name = f"{model}-capture{max(capture)}" if capture else f"{model}-max{max_capture}" if max_capture else model
+    name += f"-repeats{repeats}" if repeats > 1 else ""
     log = out / f"{name}-boot.log"
     sizes = ("--compilation-config", json.dumps({"cudagraph_capture_sizes": sorted({*default_capture_sizes(1024, 8192), *capture})})) if capture else ()
     sizes += ("--max-cudagraph-capture-size", str(max_capture)) if max_capture else ()
@@ -188,7 +190,7 @@ def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS
             (out / f"{name}-bursts.json").write_text(json.dumps({"model": model, "input_tokens": INPUT, "output_tokens": OUTPUT, "levels": rows}, indent=1))
         reset(url)
         run, _ = bench(url, out / f"{name}-stagger", ",".join(map(str, levels)), "--input-tokens", str(INPUT), "--output-tokens", str(OUTPUT),
-                       "--duration", "20s", "--server-log", str(log))  # fmt: skip
+                       "--duration", "20s", "--server-log", str(log), "--repeats", str(repeats))  # fmt: skip
     finally:
         stop(pgid)
     shutil.copy(out / f"{name}-stagger" / "run.json", out / f"{name}-stagger-run.json")
@@ -203,9 +205,11 @@ def main() -> None:
                                                               "help": "streams per level, comma-separated (a large model's 256 outlasts one call)"}),
                       ("--capture-sizes", {"default": "", "help": "CUDA-graph capture sizes to add to vLLM's defaults, comma-separated"}),
                       ("--max-capture-size", {"type": int, "help": "vLLM's --max-cudagraph-capture-size: its own capture sizes up to it"}),
-                      ("--stagger-only", {"action": "store_true", "help": "no bursts: the steady state alone"}))  # fmt: skip
+                      ("--stagger-only", {"action": "store_true", "help": "no bursts: the steady state alone"}),
+                      ("--repeats", {"type": int, "default": 1, "help": "measure each steady-state level this many times (servelab bench --repeats)"}))  # fmt: skip
     capture = tuple(int(c) for c in args.capture_sizes.split(",") if c)
-    run_model(args.kit, args.out, args.model, tuple(int(c) for c in args.levels.split(",")), capture, not args.stagger_only, args.max_capture_size)
+    run_model(args.kit, args.out, args.model, tuple(int(c) for c in args.levels.split(",")), capture, not args.stagger_only, args.max_capture_size,
+              args.repeats)  # fmt: skip
 
 
 if __name__ == "__main__":
