@@ -100,7 +100,7 @@ def main() -> None:
           "ms, at 16 and 64 streams, every cold run and capture pair (validation/cold-*/, validation/capture-h100*/)\n")
     print("| run | streams | ITL p50 | p75 | p90 | p99 | mean | gaps above 1.6 × p50 |\n|---|---|---|---|---|---|---|---|")
     runs = sorted([*COLD.glob("cold-*/*-stagger-records.jsonl.xz"), *COLD.glob("capture-h100*/*-stagger-records.jsonl.xz"),
-                   *COLD.glob("topk-h100/*-stagger-records.jsonl.xz")])  # fmt: skip
+                   *COLD.glob("topk-h100/*-stagger-records.jsonl.xz"), *COLD.glob("repeats-h100/*-stagger-records.jsonl.xz")])  # fmt: skip
     for path in runs:
         for c, reqs in cold_levels(path).items():
             if c in (16, 64):

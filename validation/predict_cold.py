@@ -54,9 +54,12 @@ MODELS = {  # name → (model reference, format)
     "qwen3-14b-max2048": (str(V / "configs/qwen3-14b"), "bf16"),
     "qwen3-30b-a3b-top2": (str(V / "configs/qwen3-30b-a3b-top2"), "fp8"),  # each token routed to 2 experts, not 8 (cold_gpu.py)
     "qwen3-30b-a3b-top4": (str(V / "configs/qwen3-30b-a3b-top4"), "fp8"),
+    "mixtral-8x7b-repeats3": (str(V / "configs/mixtral-8x7b"), "fp8"),  # each level measured three times on one server (cold_gpu.py --repeats)
+    "qwen3-30b-a3b-repeats2": ("qwen3-30b-a3b", "fp8"),
 }
 HARDWARE = {"cold-h100": "h100-sxm", "cold-h100-rerun": "h100-sxm", "cold-h100-machine4": "h100-sxm", "cold-h100-machine5": "h100-sxm", "cold-h200": "h200",
-            "capture-h100": "h100-sxm", "capture-h100-machine7": "h100-sxm", "topk-h100": "h100-sxm"}  # fmt: skip  # -rerun, -machine4, -machine5, capture-*: other H100 machines
+            "capture-h100": "h100-sxm", "capture-h100-machine7": "h100-sxm", "topk-h100": "h100-sxm",
+            "repeats-h100": "h100-sxm"}  # fmt: skip  # -rerun, -machine4, -machine5, capture-*: other H100 machines
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,10 @@ BLOCKS = [  # (title, the dense runs left out of the fit, with the MoE layer tim
      True, "topk-h100", "qwen3-30b-a3b-top4"),
     (f"leave one model out: Qwen3-30B-A3B fp8 routing each token to 2 of its experts, the eighth machine (steady state); {SHIPPED}", None, True,
      "topk-h100", "qwen3-30b-a3b-top2"),
+    (f"leave one model out: Mixtral-8x7B fp8 on a ninth H100 machine, each level three times (steady state); {SHIPPED}", None, True,
+     "repeats-h100", "mixtral-8x7b-repeats3"),
+    (f"not held out (the MoE layer times' model): Qwen3-30B-A3B fp8 on the ninth machine, each level twice (steady state); {SHIPPED}", None,
+     True, "repeats-h100", "qwen3-30b-a3b-repeats2"),
 ]  # fmt: skip
 CAPTURE = [  # (folder, model, its run with larger graphs, in words): each served with vLLM's capture sizes, then up to 2,048 tokens, on one machine
     ("capture-h100", "mixtral-8x7b", "mixtral-8x7b-capture2048", "Mixtral-8x7B fp8 (its sizes and nine more)"),
