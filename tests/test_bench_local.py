@@ -271,6 +271,17 @@ def test_bench_shows_percent_of_ceiling_with_hardware(llama, tmp_path):
     assert level.pct_of_ceiling == pytest.approx(100 * level.decode_tok_s.p50 / level.decode_ceiling_tok_s)
 
 
+def test_a_model_config_of_another_model_than_the_served_one_is_refused(llama, tmp_path):
+    """llama-server's /v1/models card gives the served model's hidden size (meta.n_embd, 640 for Gemma 3
+    270M): a --model-config with another (Qwen3-8B's 4,096) would put another model's ceiling and
+    prediction beside the run; refused in one line before any request, nothing written."""
+    out = tmp_path / "run"
+    res = cli.invoke(app, ["bench", "--url", llama.url, "--concurrency", "1", "--requests", "2", "--input-tokens", "64", "--output-tokens", "8",
+                           "--hardware", "h100-sxm", "--model-config", "qwen3-8b", "--output", str(out)])  # fmt: skip
+    assert res.exit_code == 2 and "--model-config qwen3-8b has hidden size 4,096, but the served model" in res.output and "has 640" in res.output
+    assert "Traceback" not in res.output and not out.exists()
+
+
 def test_duration_bounded_level_keeps_cut_off_requests_as_incomplete(llama, tmp_path):
     opts = BenchOptions(concurrency=[2], duration_s=2.0, warmup=1, input_tokens=64, output_tokens=200, closed_loop="burst")
     result = run(_bench(llama.url, opts, tmp_path / "run", Hooks()))

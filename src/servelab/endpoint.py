@@ -59,6 +59,7 @@ class Endpoint:
     info: EndpointInfo
     api_key: str | None = field(default=None, repr=False)
     tokenize_path: str | None = None
+    hidden_size: int | None = None  # the served model's, where the server says (Engine.hidden_size)
 
     @property
     def api_base(self) -> str:
@@ -184,4 +185,4 @@ async def discover(url: str, model: str | None = None, api_key: str | None = Non
         metrics_url=metrics_url,
         embedded=embedded,
     )
-    return Endpoint(root=root, info=info, api_key=api_key, tokenize_path=tokenize_path)
+    return Endpoint(root=root, info=info, api_key=api_key, tokenize_path=tokenize_path, hidden_size=engine.hidden_size(card))

@@ -103,18 +103,31 @@ def _endpoint(
     return server.url, server, run_dir
 
 
-def _ceiling(hardware: str | None, model_config: str | None, served: str, quant: str) -> Ceiling | None:
+def _ceiling(hardware: str | None, model_config: str | None, endpoint: Endpoint, quant: str) -> Ceiling | None:
     """The roofline to compare with, when ``--hardware`` is given (model from ``--model-config``
-    or the served name looked up in the catalog)."""
+    or the served name looked up in the catalog), checked against the served model's hidden size
+    where the server gives it (llama.cpp).
+
+    Raises:
+        ServelabError: ``--model-config`` cannot be read, or describes another model than the one served."""
     if hardware is None:
         return None
     hw = load_hardware(hardware)
+    served = endpoint.info.model
     try:
         spec = load_model(model_config or served, online=model_config is not None)
     except ServelabError:
         if model_config:
             raise
         err_console.print(f"[yellow]no % of ceiling:[/] {escape(repr(served))} is neither in the model catalog nor in the Hugging Face cache; pass --model-config NAME|config.json|org/name")
+        return None
+    if endpoint.hidden_size and endpoint.hidden_size != spec.hidden_size:  # a ceiling, and explain, of another model than the one measured
+        where = f"--model-config {model_config}" if model_config else f"the catalog's {spec.name} (found by the served name)"
+        message = (f"{where} has hidden size {spec.hidden_size:,}, but the served model {served} has {endpoint.hidden_size:,} (its /v1/models card): "
+                   "the ceiling would be another model's; give the served model's config.json with --model-config")  # fmt: skip
+        if model_config:
+            raise ServelabError(message)
+        err_console.print(f"[yellow]no % of ceiling:[/] {escape(message)}")
         return None
     return Ceiling(spec, get_format(quant, spec), hw)
 
@@ -135,7 +148,7 @@ async def measure(
     if isinstance(server, LocalServer):  # the wheel's build reports no version of its own ("b0-unknown")
         endpoint.info.engine_version = f"{endpoint.info.engine_version} ({server.backend})"
     hardware, model_config, quant = roofline
-    options.ceiling = _ceiling(hardware, model_config, endpoint.info.model, quant)
+    options.ceiling = _ceiling(hardware, model_config, endpoint, quant)
     run_dir = output or default_run_dir(endpoint.info.model.rsplit("/", 1)[-1])
 
     if server is not None:

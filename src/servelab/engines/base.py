@@ -168,6 +168,11 @@ class Engine:
         """
         return None, positive_int(card.get("max_model_len"))
 
+    def hidden_size(self, card: dict) -> int | None:
+        """The served model's hidden size as the server's ``/v1/models`` card gives it (None: it does
+        not say; vLLM's and SGLang's cards do not), to check a ``--model-config`` against."""
+        return None
+
     def tokenize_body(self, text: str) -> dict:
         """The ``POST /tokenize`` body for ``text`` without special tokens (vLLM's shape, which SGLang shares)."""
         return {"prompt": text, "add_special_tokens": False}

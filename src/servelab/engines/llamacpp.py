@@ -140,6 +140,11 @@ class LlamaCpp(Engine):
         version = props.get("build_info")
         return (str(version) if version else None), (positive_int(n_ctx) or context)
 
+    def hidden_size(self, card: dict) -> int | None:
+        """The card's ``meta.n_embd`` (llama-server's /v1/models: the GGUF's embedding length)."""
+        meta = card.get("meta")
+        return positive_int(meta.get("n_embd")) if isinstance(meta, dict) else None
+
     def tokenize_body(self, text: str) -> dict:
         """``{"content", "add_special"}``."""
         return {"content": text, "add_special": False}
