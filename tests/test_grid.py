@@ -54,6 +54,8 @@ def test_grid_runs_resumes_and_records_a_failing_cell(llama, tmp_path):
     assert bad.exit_code == 1
     assert (out / "pp5000-tg8-d0-c1" / "error.txt").read_text().startswith("a request needs 5000 prompt")
     assert "pp64 tg8" in " ".join(bad.output.split())  # the other cell is still reported
+    said = " ".join(bad.output.split())  # a rerun cannot fix a cell the context cannot hold: said so, not "rerun to retry"
+    assert "1 cell(s) need more than the server's context and were not measured (pp5000-tg8-d0-c1)" in said and "rerun" not in said
 
 
 FIX = __import__("pathlib").Path(__file__).parent / "fixtures" / "llama-benchy" / "gemma-270m-0.4.0.md"

@@ -16,6 +16,7 @@ from servelab.cli.bench import (
 from servelab.cli.common import (
     MAX_STREAMS, console, err_console, event_loop_runner, fail, output_dir, parse_int_list, remember, sigterm_as_sigint, write_file,
 )  # fmt: skip
+from servelab.bench import DoesNotFit
 from servelab.errors import ServelabError
 from servelab.grid import CellStats, cell_stats, cells, read_llama_benchy, write_csv, write_llama_benchy_csv
 from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL
@@ -64,6 +65,7 @@ def grid(
         base = output_dir(output, "grid")
         with ExitStack() as stack, event_loop_runner() as runner:
             url, server, _ = _endpoint(stack, url, base, parallel, ctx_size, llama_server)
+            too_long: list[str] = []  # cells the server's context cannot hold: a rerun would fail them again
             for cell in order:
                 out = base / cell.name
                 if (out / "run.json").exists():
@@ -86,6 +88,8 @@ def grid(
                     out.mkdir(parents=True, exist_ok=True)
                     write_file(out / "error.txt", str(exc) + "\n", "--output")
                     err_console.print(f"[red]{cell.name} failed:[/] {escape(str(exc))}", soft_wrap=True)
+                    if isinstance(exc, DoesNotFit):
+                        too_long.append(cell.name)
                     continue
                 rows.append(cell_stats(cell, load_run(out)[1]))
     except KeyboardInterrupt:
@@ -97,5 +101,9 @@ def grid(
     console.print(grid_table(rows))
     console.print(f"cells saved in {base}; tables in {base / 'grid.csv'} and, in llama-benchy's columns, {base / 'llama-benchy.csv'}")
     remember(base)
+    if too_long:
+        fail(f"{len(too_long)} cell(s) need more than the server's context and were not measured ({', '.join(too_long)}): lower --depth, --pp or --tg, "
+             "or serve a longer context; " + ("the other failures can be retried with the same --output" if len(rows) + len(too_long) < len(order)
+                                               or any(s.failed for s in rows) else "the rest of the grid is complete"), 1)  # fmt: skip
     if len(rows) < len(order) or any(s.failed for s in rows):
         fail("some cells or requests failed; rerun with the same --output to retry them", 1)
