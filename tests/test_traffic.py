@@ -150,6 +150,7 @@ def test_a_trace_request_longer_than_the_context_is_sent_and_counted_not_left_ou
     result, records = load_run(out)
     measured = sorted((r for r in records if r.phase == "measured"), key=lambda r: r.queued)
     assert [r.status for r in measured] == ["ok", "failed", "ok"] and measured[1].http_status == 400
+    assert measured[1].expected_prompt_tokens == 4097  # longer than the context on its own: built to the context + 1 tokens, refused alike
     assert result.load.trace.requests == 3 and result.load.trace.over_context == 1 and result.load.trace.context_tokens == 4096  # 4 slots × 4,096 (conftest)
     assert result.levels[0].ok == 2 and result.levels[0].failed_requests == 1
     (found,) = [f for f in result.findings if f.kind == "trace_over_context"]

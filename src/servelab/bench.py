@@ -283,6 +283,8 @@ class Bench(LevelRunner):
         the user's traffic, and a request it holds that this server cannot take is one its users would
         see fail, so it is sent at its time and counted (the server refuses or cuts it), never left out;
         how many there were goes in the run (``TraceInfo.over_context``, finding ``trace_over_context``).
+        A prompt longer than the context on its own is built to the context + 1 tokens: the server
+        refuses it alike, and a trace's outlier of millions of tokens costs no such prompt.
 
         Raises:
             DoesNotFit: no request fits (nothing to measure).
@@ -292,7 +294,8 @@ class Bench(LevelRunner):
         fitting = [r for r in trace.requests if limit is None or r.input_tokens + r.output_tokens <= limit]
         if not fitting:
             raise DoesNotFit(f"no request of the trace fits the server's {limit}-token context")
-        self.trace = trace
+        sent = [r if limit is None or r.input_tokens <= limit else r.model_copy(update={"input_tokens": limit + 1}) for r in trace.requests]
+        self.trace = Trace(trace.path, trace.format, sent, trace.skipped_lines)
         self.shapes = [(Workload(name="trace", input_tokens=min(r.input_tokens for r in fitting), max_tokens=1), 1.0)]
         self.decode_context = round(statistics.fmean(r.input_tokens + r.output_tokens / 2 for r in fitting))
         self.trace_info = TraceInfo(file=trace.path.name, format=trace.format, time_scale=self.opts.trace_time_scale, requests=len(trace.requests),
