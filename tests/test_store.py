@@ -131,6 +131,9 @@ def test_cli_import_runs_show_export(tmp_path):
     assert cli.invoke(app, ["import", str(tmp_path / "vb.json"), "--db", db]).exit_code == 0
     shown = cli.invoke(app, ["show", read_results(tmp_path / "vb.json")[0].id, "--db", db])
     assert "ok / failed" in shown.output and "28 / 4" in shown.output
+    listing = cli.invoke(app, ["runs", "--db", db, "--source", "vllm-bench-serve"])
+    row = next(line for line in listing.output.splitlines() if "vllm-bench-serve" in line)
+    assert "failed requests" in listing.output and [c.strip() for c in row.split("│")][-3:-1] == ["4", "1,030.3"]
 
 
 def test_a_bad_database_url_is_one_line(tmp_path):

@@ -47,11 +47,12 @@ def runs(db: DbOpt = None, model: ModelFilter = None, engine: EngineFilter = Non
     """List stored runs, newest first (best output tok/s over their levels)."""
     found = _filtered(db, model, engine, hardware, source)
     table = Table(title=f"{len(found)} runs")
-    for name in ("id", "started", "source", "model", "engine", "hardware", "variant", "status", "levels", "best output tok/s"):
-        table.add_column(name, justify="right" if name in ("levels", "best output tok/s") else "left")
+    for name in ("id", "started", "source", "model", "engine", "hardware", "variant", "status", "levels", "failed requests", "best output tok/s"):
+        table.add_column(name, justify="right" if name in ("levels", "failed requests", "best output tok/s") else "left")
     for r in found:
         best = max((lv.output_tok_s for lv in r.levels if lv.output_tok_s is not None), default=None)
-        cells = [r.id, (r.started_at or "")[:19], r.source, r.model, r.engine, r.hardware, r.variant or "", r.status, str(len(r.levels))]
+        failed = sum(lv.failed for lv in r.levels)  # a run whose levels lost requests reads "complete" too: its figures cover the successful ones
+        cells = [r.id, (r.started_at or "")[:19], r.source, r.model, r.engine, r.hardware, r.variant or "", r.status, str(len(r.levels)), str(failed)]
         table.add_row(*map(escape, cells), "–" if best is None else f"{best:,.1f}")  # fmt: skip
     console.print(table)
 
