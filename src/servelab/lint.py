@@ -14,7 +14,7 @@ from servelab.argv import flag_value, has_flag
 from servelab.engines.base import LintFinding
 from servelab.errors import ServelabError
 from servelab.plan.hardware import load_hardware
-from servelab.plan.memory import tp_heads_check
+from servelab.plan.memory import tp_heads_problem
 from servelab.plan.model_spec import load_model
 from servelab.plan.planner import make_plan
 from servelab.plan.quant import FORMATS, get_format, kv_dtype_bytes
@@ -147,16 +147,16 @@ def _tensor_parallel(recipe: Recipe, resolved: Resolved) -> list[LintFinding]:
     if tp <= 1 or recipe.model is None:
         return []
     try:
-        tp_heads_check(load_model(recipe.model, online=False), tp)
-    except ServelabError as e:
-        if not str(e).startswith(f"--tp {tp}:"):
-            return []  # the model is not at hand offline: nothing to check against
-        return [LintFinding(
-            "tensor-parallel", "error", f"tensor parallel {tp}: {str(e).split(': ', 1)[1]}",
-            "The attention heads are split evenly over the tensor-parallel ranks; vLLM checks it before loading anything and "
-            "exits (vllm/config/model.py, ModelConfig.verify_with_parallel_config), so the variant never serves.",
-        )]  # fmt: skip
-    return []
+        spec = load_model(recipe.model, online=False)
+    except ServelabError:
+        return []  # the model is not at hand offline: nothing to check against
+    if (problem := tp_heads_problem(spec, tp)) is None:
+        return []
+    return [LintFinding(
+        "tensor-parallel", "error", f"tensor parallel {tp}: {problem}",
+        "The attention heads are split evenly over the tensor-parallel ranks; vLLM checks it before loading anything and "
+        "exits (vllm/config/model.py, ModelConfig.verify_with_parallel_config), so the variant never serves.",
+    )]  # fmt: skip
 
 
 def _ready_timeout(recipe: Recipe, resolved: Resolved) -> list[LintFinding]:

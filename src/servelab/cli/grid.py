@@ -101,9 +101,9 @@ def grid(
     console.print(grid_table(rows))
     console.print(f"cells saved in {base}; tables in {base / 'grid.csv'} and, in llama-benchy's columns, {base / 'llama-benchy.csv'}")
     remember(base)
+    retryable = len(rows) + len(too_long) < len(order) or any(s.failed for s in rows)  # cells or requests a rerun may yet measure
     if too_long:
         fail(f"{len(too_long)} cell(s) need more than the server's context and were not measured ({', '.join(too_long)}): lower --depth, --pp or --tg, "
-             "or serve a longer context; " + ("the other failures can be retried with the same --output" if len(rows) + len(too_long) < len(order)
-                                               or any(s.failed for s in rows) else "the rest of the grid is complete"), 1)  # fmt: skip
-    if len(rows) < len(order) or any(s.failed for s in rows):
+             "or serve a longer context; " + ("the other failures can be retried with the same --output" if retryable else "the rest of the grid is complete"), 1)  # fmt: skip
+    if retryable:
         fail("some cells or requests failed; rerun with the same --output to retry them", 1)

@@ -68,18 +68,16 @@ class MemoryPlan:
     notes: list[str] = field(default_factory=list)
 
 
-def tp_heads_check(spec: ModelSpec, tp: int) -> None:
-    """Refuse a tensor-parallel size that does not divide the model's attention heads, as vLLM does
-    before it starts (vllm/config/model.py, ``ModelConfig.verify_with_parallel_config``: "Total number
-    of attention heads … must be divisible by tensor parallel size").
-
-    Raises:
-        ServelabError: ``tp`` does not divide ``spec.num_heads``.
-    """
-    if spec.num_heads % tp:
-        fits = ", ".join(str(d) for d in range(1, min(spec.num_heads, 16) + 1) if spec.num_heads % d == 0)
-        raise ServelabError(f"--tp {tp}: {spec.name} has {spec.num_heads} attention heads, which must be divisible by the tensor-parallel size "
-                            f"(vLLM refuses to start otherwise); TP sizes that divide them: {fits}")
+def tp_heads_problem(spec: ModelSpec, tp: int) -> str | None:
+    """What is wrong with splitting the model's attention heads over ``tp`` ranks, or None: vLLM refuses
+    a tensor-parallel size that does not divide them before it starts (vllm/config/model.py,
+    ``ModelConfig.verify_with_parallel_config``: "Total number of attention heads … must be divisible
+    by tensor parallel size")."""
+    if not spec.num_heads % tp:
+        return None
+    fits = ", ".join(str(d) for d in range(1, min(spec.num_heads, 16) + 1) if spec.num_heads % d == 0)
+    return (f"{spec.name} has {spec.num_heads} attention heads, which must be divisible by the tensor-parallel size "
+            f"(vLLM refuses to start otherwise); TP sizes that divide them: {fits}")  # fmt: skip
 
 
 def plan_memory(
@@ -124,7 +122,8 @@ def plan_memory(
         ServelabError: ``tp`` does not divide the attention heads (every plan and prediction of a
             model at a TP size passes here: ``servelab plan``, ``predict``, ``explain``, ``capacity``).
     """
-    tp_heads_check(spec, tp)
+    if problem := tp_heads_problem(spec, tp):
+        raise ServelabError(f"--tp {tp}: {problem}")
     notes: list[str] = []
     engine = plan_engine()
     L = max_model_len or spec.max_position_embeddings or 4096

@@ -132,7 +132,7 @@ def load_differences(entries: list[Entry], baseline: int) -> list[str]:
         if e.run is None or e is base:
             continue
         facts = _load_facts(e.run)
-        diff = [f"{names[k]} {v} ({base.label}: {ref.get(k, '–')})" for k, v in facts.items() if ref.get(k, v) != v or k not in ref]
+        diff = [f"{names[k]} {v} ({base.label}: {ref.get(k, '–')})" for k, v in facts.items() if k not in ref or ref[k] != v]
         if diff:
             out.append(f"{e.label}: {', '.join(diff)}")
     return out
