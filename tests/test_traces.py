@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from servelab.cli import app
-from servelab.cli.bench import check_traffic
 from servelab.options import BenchOptions
 from servelab.errors import ServelabError
 from servelab.load.scheduler import session_loop
 from servelab.records import RequestRecord
+from servelab.settings import Load
 from servelab.workloads.sessions import Conversation, ThinkTime, parse_think_time
 from servelab.workloads.suites import BUILTIN, BUILTIN_MIXES
 from servelab.workloads.traces import MOONCAKE_BLOCK_TOKENS, load_trace
@@ -151,16 +151,16 @@ def test_agentic_is_a_builtin_session_workload_with_its_mixes():
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
-        ({"sessions": None, "turns": 3, "trace": None}, "--turns goes with --sessions"),
-        ({"sessions": "2", "turns": None, "trace": Path("t")}, "either --sessions or --trace"),
-        ({"sessions": "2", "turns": None, "trace": None, "rate": "1"}, "--sessions sets the load"),
-        ({"sessions": None, "turns": None, "trace": Path("t"), "duration": "5s"}, "drop --duration"),
+        ({"turns": 3}, "--turns goes with --sessions"),
+        ({"sessions": "2", "trace": Path("t")}, "either --sessions or --trace"),
+        ({"sessions": "2", "rates": "1"}, "--sessions sets the load"),
+        ({"trace": Path("t"), "duration_s": "5s"}, "drop --duration"),
+        ({"requests": 3, "duration_s": "5s"}, "either --requests or --duration"),
     ],
 )
 def test_meaningless_combinations_are_refused(kwargs, needle):
-    full = {"rate": None, "dataset": None, "duration": None, **kwargs}
     with pytest.raises(ServelabError, match=needle):
-        check_traffic(full.pop("sessions"), full.pop("turns"), full.pop("trace"), **full)
+        Load(**kwargs).traffic
 
 
 class _Client:

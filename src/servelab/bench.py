@@ -164,7 +164,7 @@ class Bench(LevelRunner):
             if resumed is not None:
                 run, self._index = resumed
             else:
-                run = RunResult(endpoint=self.endpoint.info, load=self._load_spec(), notes=list(self.notes), recipe=o.recipe)
+                run = RunResult(endpoint=self.endpoint.info, load=self._load_spec(), settings=o.settings, notes=list(self.notes), recipe=o.recipe)
             if self.trace is not None:
                 asked = [(self.trace.rate_rps, 0)]
             elif o.rates:

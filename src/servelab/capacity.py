@@ -15,11 +15,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from servelab.metrics.slo import Objective, SloResult
-from servelab.plan.predict import Point
+from servelab.errors import ServelabError
+from servelab.measure import bench_options
+from servelab.metrics.slo import Objective, SloResult, evaluate
+from servelab.options import BenchOptions
+from servelab.plan.calibration import calibration
+from servelab.plan.checkpoint import weight_format
+from servelab.plan.hardware import load_hardware
+from servelab.plan.model_spec import load_model
+from servelab.plan.predict import Point, limits_for, predict, terms
+from servelab.results import RunResult, load_run
+from servelab.settings import Load, Target
+
+Dimension = Literal["streams", "sessions", "rate", "trace"]  # what a probe's load is: streams, sessions kept open, requests/s, × trace speed
 
 GROWTH = 4.0
 PRECISION = 1.1  # the bracket is within 10 %
@@ -131,3 +144,94 @@ def search(probe: Callable[[float], SloResult], *, closed_loop: bool = True, sta
         for _ in range(repeats):
             measure(lo, repeat=True)
     return Capacity(closed_loop=closed_loop, capacity=lo, probes=probes, converged=converged, bracket=(lo, hi))
+
+
+def dimension(load: Load, *, open_loop: bool, sessions: bool) -> Dimension:
+    """What the search varies: a trace's speed, sessions kept open, a request rate or streams.
+
+    Raises:
+        ServelabError: settings that contradict each other (``Load.traffic``), or sessions with a
+            trace or the open loop.
+    """
+    if sessions and (open_loop or load.trace is not None):
+        raise ServelabError("--sessions searches sessions kept open (a closed loop): drop --open-loop and --trace")
+    load.model_copy(update={"sessions": [1] if sessions else None}).traffic  # noqa: B018 (checks the settings)
+    return "trace" if load.trace is not None else "sessions" if sessions else "rate" if open_loop else "streams"
+
+
+def probe_load(load: Load, kind: Dimension, value: float) -> Load:
+    """The load of one probe at ``value`` of the searched ``kind``."""
+    update = {"trace": {"time_scale": value}, "sessions": {"sessions": [int(value)]}, "rate": {"rates": [value]}, "streams": {"concurrency": [int(value)]}}
+    return load.model_copy(update=update[kind])
+
+
+def probe_name(index: int, kind: Dimension, value: float) -> str:
+    """A probe's directory, numbered in search order: a rerun with the same --output finds its
+    finished probes again."""
+    return f"{index:02d}-" + (f"x{value:.4g}" if kind == "trace" else f"r{value:.4g}" if kind == "rate" else f"c{int(value)}")
+
+
+class Prober:
+    """capacity's probes: each one bench level of ``load`` at a searched value, measured by
+    ``measure(options, run_dir) -> RunResult`` (``servelab.measure`` under the caller's progress
+    display) into ``base``/NN-…; a finished probe of an earlier search with the same ``base`` is
+    read back instead, and a probe during which the server compiled a kernel (JIT) is measured once
+    more (``-again``), the second counting.
+
+    Raises (on call):
+        ServelabError: a probe that measured nothing (the run's reason).
+    """
+
+    def __init__(self, base: Path, load: Load, kind: Dimension, embedded: bool, measure: Callable[[BenchOptions, Path], RunResult],
+                 say: Callable[[str], None]) -> None:  # fmt: skip
+        self.base, self.load, self.kind, self.embedded, self.measure, self.say = base, load, kind, embedded, measure, say
+        self.done = 0
+
+    def _earlier(self, name: str) -> SloResult | None:
+        for done_dir in (self.base / f"{name}-again", self.base / name):  # a probe measured again (a JIT compile in the first) counts by its second
+            if (done_dir / "run.json").is_file():
+                earlier, records = load_run(done_dir)
+                level = earlier.levels[0] if earlier.status == "complete" and earlier.levels else None
+                if level is not None and (done_dir.name != name or not level.jit_kernels):
+                    return level.slo or evaluate(self.load.slo, records, level.request_throughput_rps, level.output_throughput_tok_s)
+        return None
+
+    def __call__(self, value: float) -> SloResult:
+        self.done += 1
+        name = probe_name(self.done, self.kind, value)
+        if (earlier := self._earlier(name)) is not None:
+            return earlier
+        options = bench_options(probe_load(self.load, self.kind, value), self.embedded)
+        run = self.measure(options, self.base / name)
+        if run.levels and run.levels[0].jit_kernels:  # a kernel compiled inside the window: not a measurement, once more
+            self.say(f"probe {name}: the server compiled {', '.join(run.levels[0].jit_kernels)} during it; measuring it again")
+            run = self.measure(options, self.base / f"{name}-again")
+        if not run.levels or run.levels[0].slo is None:
+            raise ServelabError(f"probe {name} measured nothing ({run.partial_reason or run.status}); see {self.base / name}")
+        result = run.levels[0].slo  # each level is checked against the load's objectives as it ends
+        self.say(f"probe {name}: {'pass' if result.passed else 'miss'}" + (f", goodput {result.goodput_rps:.2f} req/s" if result.goodput_rps else ""))
+        return result
+
+
+def predicted_start(target: Target, load: Load) -> tuple[int | None, Point | None]:
+    """``servelab predict``'s largest concurrency within the load's objectives for the target's
+    model and hardware, and its point there (module docstring: where the search starts).
+
+    Raises:
+        ServelabError: no model to predict (``--model-config`` or ``--model``), or one that cannot be read.
+    """
+    model = target.roofline_model or target.model
+    if model is None:
+        raise ServelabError("--hardware needs the model for the prediction: give --model-config (a catalog name, config.json or Hub id)")
+    spec = load_model(model)
+    hw = load_hardware(target.hardware)
+    fmt = weight_format(target.quant, spec)
+    cal = calibration(None, spec, fmt)
+    n_in, n_out = load.input_tokens, load.output_tokens
+    limits = limits_for(spec, fmt, hw, tp=1, input_tokens=n_in, output_tokens=n_out)
+
+    def point_at(c: int) -> Point:
+        return predict(terms(spec, fmt, hw, concurrency=c, input_tokens=n_in, output_tokens=n_out, limits=limits, tp=1, mode="stagger"), cal,
+                       concurrency=c, output_tokens=n_out)  # fmt: skip
+
+    return predicted(point_at, load.slo, most=4 * limits.max_num_seqs)

@@ -25,7 +25,7 @@ from servelab.specs import Hardware
 def plan_concurrencies(recipe: Recipe) -> list[int]:
     """The closed-loop levels of the recipe's bench plan, or its open-loop cap (none when uncapped)."""
     plan = recipe.bench
-    return [plan.max_concurrency] if plan.rates and plan.max_concurrency else ([] if plan.rates else plan.concurrency)
+    return [plan.max_concurrency] if plan.rates and plan.max_concurrency else ([] if plan.rates else plan.streams())
 
 
 def _eager(recipe: Recipe, argv: list[str]) -> list[LintFinding]:

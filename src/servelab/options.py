@@ -30,7 +30,9 @@ from servelab.workloads.traces import Trace
 
 @dataclass
 class BenchOptions:
-    """What the user asked for (CLI options of ``servelab bench``)."""
+    """The load resolved for the levels: a :class:`servelab.settings.Load` with its files read (mix,
+    dataset, trace), its defaults filled for the target and its levels repeated
+    (``servelab.measure.bench_options`` builds it; tests build it directly)."""
 
     concurrency: list[int]
     requests: int | None = None
@@ -69,6 +71,7 @@ class BenchOptions:
     sessions: bool = False  # --sessions: the concurrency levels are sessions kept open
     trace: Trace | None = None  # --trace: one open-loop level replaying these requests at their times
     trace_time_scale: float = 1.0  # --time-scale the trace's times were divided by
+    settings: dict | None = None  # the servelab.settings.Load these were resolved from, stored with the run
 
     def __post_init__(self) -> None:
         """Refuse sessions on the completions API (a conversation is chat messages), wherever the load

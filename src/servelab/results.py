@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import socket
 from collections import Counter
 from collections.abc import Iterator
@@ -188,6 +189,13 @@ class SweepIndex(BaseModel):
     directories: list[str] = Field(description="Their directories, relative to the sweep directory.")
 
 
+def default_run_dir(label: str) -> Path:
+    """A new run directory under ``servelab-runs/``: the UTC time, then ``label`` made a safe name."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-")[:40] or "run"
+    return Path("servelab-runs") / f"{stamp}-{slug}"
+
+
 class RunResult(BaseModel):
     """The run document (``run.json``)."""
 
@@ -200,6 +208,7 @@ class RunResult(BaseModel):
     environment: Environment = Field(default_factory=Environment.current)
     endpoint: EndpointInfo
     load: LoadSpec
+    settings: dict | None = Field(None, description="The load as given (servelab.settings.Load's dump: every setting, defaults included), to reproduce the run.")
     prompt_check: PromptCheck | None = None
     ceiling: CeilingInfo | None = None
     findings: list[Finding] = Field(default_factory=list)

@@ -11,14 +11,11 @@ import asyncio
 import contextlib
 import errno
 import functools
-import math
 import os
-import re
 import signal
 import sys
 import threading
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -26,12 +23,18 @@ import typer
 from rich.console import Console
 from rich.errors import MarkupError
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from servelab import jsonfile
 from servelab.errors import ServelabError
 from servelab.imports import read_results
+from servelab.measure import Served, measure
+from servelab.metrics.summary import LevelSummary
+from servelab.options import BenchOptions
+from servelab.records import RequestRecord
 from servelab.redaction import scrub
+from servelab.results import RunResult, default_run_dir
+from servelab.settings import Target
 from servelab.store import Store, database_url
 from servelab.untrusted import for_terminal
 
@@ -180,64 +183,6 @@ def output_dir(path: Path | None, kind: str, label: str | None = None) -> Path:
     return path or default_run_dir(label or kind)
 
 
-MAX_STREAMS = 100_000  # concurrency: streams one run keeps in flight (10,000 measured on one host, README)
-
-
-def parse_int_list(value: str, option: str, minimum: int = 1, maximum: int = 10_000_000) -> list[int]:
-    """``"1,2,4"`` → ``[1, 2, 4]``; every item an integer from ``minimum`` (0 or 1) to ``maximum``
-    (tokens: 10 million; ``--concurrency``: :data:`MAX_STREAMS`).
-
-    Raises:
-        ServelabError: naming ``option`` and the bad item.
-    """
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    if not items or not all(v.isdecimal() and len(v) <= 9 and minimum <= int(v) <= maximum for v in items):  # isdecimal: '²' is a digit int() refuses
-        kind = "positive integers" if minimum > 0 else "integers ≥ 0"
-        raise ServelabError(f"{option} {value!r}: give {kind} up to {maximum:,} separated by commas, e.g. {minimum},2,4")
-    return [int(v) for v in items]
-
-
-def parse_float_list(value: str, option: str) -> list[float]:
-    """``"0.5,1,2"`` → ``[0.5, 1.0, 2.0]``; every item a positive finite number (not nan or inf).
-
-    Raises:
-        ServelabError: naming ``option`` and the bad item.
-    """
-    try:
-        items = [float(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        items = []
-    if not items or any(not math.isfinite(v) or v <= 0 for v in items):
-        raise ServelabError(f"{option} {value!r}: give positive finite numbers separated by commas, e.g. 0.5,1,2")
-    return items
-
-
-def parse_duration(value: str) -> float:
-    """``"90"``, ``"90s"``, ``"2m"``, ``"1h"`` → seconds.
-
-    Raises:
-        ServelabError: not a positive duration.
-    """
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", value)
-    if not m or float(m.group(1)) <= 0:
-        raise ServelabError(f"--duration {value!r}: give a positive duration such as 90s, 2m or 1h")
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
-
-
-def parse_json_object(value: str | None, option: str) -> dict | None:
-    """Parse a JSON object option (``--chat-template-kwargs``).
-
-    Raises:
-        ServelabError: not a JSON object.
-    """
-    if value is None:
-        return None
-    obj = jsonfile.loads(value, option)
-    if not isinstance(obj, dict):
-        raise ServelabError(f"{option}: give a JSON object, e.g. '{{\"enable_thinking\": false}}'")
-    return obj
-
-
 def sigterm_as_sigint() -> None:
     """Treat SIGTERM and SIGHUP (a dropped ssh session) like Ctrl-C, so a killed servelab still
     stops its server and saves the partial run. (SIGKILL cannot be caught: the servers' lifelines,
@@ -260,12 +205,6 @@ def event_loop_runner() -> asyncio.Runner:
         return asyncio.Runner(loop_factory=uvloop.new_event_loop)
     except ImportError:
         return asyncio.Runner()
-
-
-def default_run_dir(label: str) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-")[:40] or "run"
-    return Path("servelab-runs") / f"{stamp}-{slug}"
 
 
 def remember(path: Path) -> None:
@@ -298,3 +237,44 @@ def serve_until_ctrl_c(url: str, where: str, wait: Callable[[], str], stop: Call
 def store_at(db: str | None) -> Store:
     """The runs database at ``--db`` (default ``$SERVELAB_DB`` or the per-user one)."""
     return Store(database_url(db))
+
+
+class ProgressHooks:
+    """Draws a Rich progress bar per phase and prints each level's row as it finishes."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.task: int | None = None
+
+    def phase_started(self, concurrency: int, phase: str, total: int | None, duration_s: float | None) -> None:
+        if self.task is not None:
+            self.progress.remove_task(self.task)
+        what = f"{duration_s:.0f} s" if duration_s else f"{total} requests"
+        self.task = self.progress.add_task(f"c={concurrency} {phase} ({what})", total=total)
+
+    def record_done(self, record: RequestRecord) -> None:
+        if self.task is not None:
+            self.progress.advance(self.task)
+
+    def prompt_built(self, done: int) -> None:
+        if self.task is not None:
+            self.progress.update(self.task, completed=done)
+
+    def level_done(self, summary: LevelSummary) -> None:
+        ok, bad = summary.ok, summary.failed_requests + summary.incomplete
+        tput = summary.output_throughput_tok_s or 0.0
+        level = f"rate={summary.rate_rps}/s" if summary.rate_rps else f"c={summary.concurrency}"
+        self.progress.console.print(f"{level}: {ok} ok, {bad} failed/incomplete, {tput:,.1f} output tok/s")
+
+
+def warn(message: str) -> None:
+    """A warning line on stderr (what leaves a figure out without being an error)."""
+    err_console.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
+
+
+def measured(runner: asyncio.Runner, served: Served, target: Target, options: BenchOptions, run_dir: Path | None, api_key_env: str) -> tuple[RunResult, Path]:
+    """``servelab.measure.measure`` under a progress bar (on ``console``): the run and its directory."""
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True,
+    ) as progress:  # fmt: skip
+        return runner.run(measure(served, target, options, run_dir, ProgressHooks(progress), warn, api_key_env))

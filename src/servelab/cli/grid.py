@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated
@@ -10,39 +9,31 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from servelab.cli.bench import (
-    ApiKeyEnvOpt, CtxSizeOpt, LlamaServerOpt, ModelOpt, ParallelOpt, SloOpt, TokenizerOpt, UrlOpt, _endpoint, measure,
-)  # fmt: skip
-from servelab.cli.common import (
-    MAX_STREAMS, console, err_console, event_loop_runner, fail, output_dir, parse_int_list, remember, sigterm_as_sigint, write_file,
-)  # fmt: skip
 from servelab.bench import DoesNotFit
+from servelab.cli.bind import TARGET_ALL, bind
+from servelab.cli.common import console, err_console, event_loop_runner, fail, measured, output_dir, remember, sigterm_as_sigint, write_file
 from servelab.errors import ServelabError
 from servelab.grid import CellStats, cell_stats, cells, read_llama_benchy, write_csv, write_llama_benchy_csv
-from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL
-from servelab.metrics.slo import parse_slo
-from servelab.options import BenchOptions
+from servelab.measure import bench_options, serve
 from servelab.report.table import grid_table
 from servelab.results import load_run
+from servelab.settings import MAX_STREAMS, Load, Target, parse_int_list
 
 
+GRID_LOAD = ("tokenizer", "api_key_env", "seed", "slo", "request_timeout_s")
+
+
+@bind(load=(Load, GRID_LOAD), target=(Target, TARGET_ALL))
 def grid(
-    url: UrlOpt = None,
-    model: ModelOpt = None,
-    api_key_env: ApiKeyEnvOpt = "SERVELAB_API_KEY",
-    tokenizer: TokenizerOpt = None,
+    load: Load,
+    target: Target,
     pp: Annotated[str, typer.Option(help="New prompt tokens per request (chat template included), e.g. 512,2048.")] = "512",
     tg: Annotated[str, typer.Option(help="Generated tokens per request, e.g. 128.")] = "128",
     depth: Annotated[str, typer.Option(help="Tokens of earlier conversation before the prompt, e.g. 0,4096,16384.")] = "0",
-    concurrency: Annotated[str, typer.Option(help="Concurrent requests per cell, e.g. 1,2,5,10.")] = "1",
+    concurrency: Annotated[str, typer.Option(help="Concurrent requests per cell, e.g. 1,2,5,10 (a grid dimension: default 1, as llama-benchy).")] = "1",
     runs: Annotated[int, typer.Option(min=1, help="Measured requests per stream in each cell.")] = 3,
-    seed: Annotated[int, typer.Option(help="Seed of the cell order (shuffled) and of the prompts.")] = 0,
     output: Annotated[Path | None, typer.Option(help="Grid directory; rerun with the same one to resume (finished cells are skipped).")] = None,
     import_llama_benchy: Annotated[Path | None, typer.Option(help="Show a llama-benchy result (its CSV or Markdown table) as a servelab grid instead of measuring.")] = None,
-    parallel: ParallelOpt = DEFAULT_PARALLEL,
-    ctx_size: CtxSizeOpt = DEFAULT_CTX_SIZE,
-    llama_server: LlamaServerOpt = None,
-    slo: SloOpt = None,
 ) -> None:
     """pp/tg speeds over depth × concurrency (llama-bench style), resumable; writes grid.csv and llama-benchy.csv."""
     sigterm_as_sigint()
@@ -59,12 +50,10 @@ def grid(
     rows: list[CellStats] = []
     try:
         order = cells(parse_int_list(pp, "--pp"), parse_int_list(tg, "--tg"), parse_int_list(depth, "--depth", minimum=0),
-                      parse_int_list(concurrency, "--concurrency", maximum=MAX_STREAMS), seed)  # fmt: skip
-        api_key = os.environ.get(api_key_env) or None
-        objectives = parse_slo(slo) if slo else None
+                      parse_int_list(concurrency, "--concurrency", maximum=MAX_STREAMS), load.seed)  # fmt: skip
         base = output_dir(output, "grid")
         with ExitStack() as stack, event_loop_runner() as runner:
-            url, server, _ = _endpoint(stack, url, base, parallel, ctx_size, llama_server)
+            served = serve(stack, target, base, console.status)
             too_long: list[str] = []  # cells the server's context cannot hold: a rerun would fail them again
             for cell in order:
                 out = base / cell.name
@@ -74,14 +63,13 @@ def grid(
                         console.print(f"{cell.name}: done before, skipped")
                         rows.append(cell_stats(cell, records))
                         continue
-                options = BenchOptions(  # `runs` batches of `concurrency` requests started together
-                    concurrency=[cell.concurrency] * runs, requests=cell.concurrency, warmup=1, input_tokens=cell.depth + cell.pp,
-                    output_tokens=cell.tg, ignore_eos=True, seed=seed, tokenizer_path=tokenizer,
-                    prefix_cache="shared-prefix" if cell.depth else "cold", shared_prefix_tokens=max(cell.depth, 1),
-                    closed_loop="burst", slo=objectives,
-                )  # fmt: skip
+                cell_load = load.model_copy(update={  # `runs` batches of `concurrency` requests started together
+                    "concurrency": [cell.concurrency], "repeats": runs, "requests": cell.concurrency, "warmup": 1, "input_tokens": cell.depth + cell.pp,
+                    "output_tokens": cell.tg, "ignore_eos": True, "prefix_cache": "shared-prefix" if cell.depth else "cold",
+                    "shared_prefix_tokens": max(cell.depth, 1), "closed_loop": "burst",
+                })  # fmt: skip
                 try:
-                    runner.run(measure(url, model, api_key, options, out, server, (None, None, "bf16")))
+                    measured(runner, served, target, bench_options(cell_load, served.embedded), out, load.api_key_env)
                 except KeyboardInterrupt:
                     raise
                 except ServelabError as exc:  # recorded, and the grid goes on

@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from servelab.cli.common import console, one_line_errors, parse_int_list, read_text
+from servelab.cli.common import console, one_line_errors, read_text
+from servelab.settings import parse_int_list
 from servelab.engines import plan_engine
 from servelab.engines.cudagraph import padding, recommend
 from servelab.errors import ServelabError

@@ -16,7 +16,8 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.cli.common import DbOpt, console, parse_float_list, parse_int_list, read_text, store_at, write_file
+from servelab.cli.common import DbOpt, console, read_text, store_at, write_file
+from servelab.settings import parse_float_list, parse_int_list
 from servelab.engines import plan_engine
 from servelab.engines.cudagraph import prompt_step_graph
 from servelab.errors import ServelabError

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shlex
 import tempfile
 from pathlib import Path
@@ -11,17 +10,17 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from servelab.cli.bench import measure
-from servelab.cli.common import console, event_loop_runner, fail, output_dir, remember, serve_until_ctrl_c, sigterm_as_sigint, write_file
+from servelab.cli.common import console, event_loop_runner, fail, measured, output_dir, remember, serve_until_ctrl_c, sigterm_as_sigint, write_file
 from servelab.errors import ServelabError
 from servelab.launch.server import RecipeServer
 from servelab.lint import lint as lint_recipe
 from servelab.lint import quant_of
-from servelab.options import BenchOptions
+from servelab.measure import Served, bench_options
 from servelab.recipes import Recipe, expand, load_recipe, parse_assignments, variant_label, with_hosts
 from servelab.report.ledger import DEFAULT_METRICS, METRICS, build, collect, default_baseline, ledger_markdown, ledger_table, load_differences
 from servelab.report.table import bench_table
 from servelab.results import RunResult
+from servelab.settings import Target
 from servelab.sweep import run_sweep
 
 RecipeArg = Annotated[Path, typer.Argument(help="Recipe YAML (servelab's format, or a spark-vllm-docker recipe_version \"1\").", show_default=False)]
@@ -124,16 +123,16 @@ def sweep(
             return
         _print_lint(recipe, variants, fixed, None)
         out = output_dir(output, "sweep", f"sweep-{recipe.name}")
-        api_key = os.environ.get(recipe.bench.api_key_env) or None
+        bench_options(recipe.bench, embedded=False)  # every file the load names read before a server starts
 
         with event_loop_runner() as runner:
 
             def bench_variant(server: RecipeServer, vdir: Path) -> RunResult:
-                options = BenchOptions(**recipe.bench.model_dump(exclude={"api_key_env"}), server_log=server.log_path, recipe=server.info())
-                roofline = (recipe.hardware, None, quant_of(recipe, server.resolved.argv))  # "% of ceiling" where the recipe names its hardware
-                bench_obj, _ = runner.run(measure(server.url, None, api_key, options, vdir, server, roofline))
-                console.print(bench_table(bench_obj.writer.run))
-                return bench_obj.writer.run
+                options = bench_options(recipe.bench, embedded=False, recipe=server.info())
+                target = Target(url=server.url, hardware=recipe.hardware, quant=quant_of(recipe, server.resolved.argv))  # "% of ceiling" where the recipe names its hardware
+                run, _ = measured(runner, Served(server.url, server, vdir), target, options, vdir, recipe.bench.api_key_env)
+                console.print(bench_table(run))
+                return run
 
             outcomes = run_sweep(
                 recipe, variants, fixed, out, bench_variant, lambda line: console.print(line, highlight=False, soft_wrap=True), console.status

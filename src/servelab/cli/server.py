@@ -8,26 +8,26 @@ from typing import Annotated
 
 import typer
 
-from servelab.cli.bench import LlamaServerOpt
+from servelab.cli.bind import EMBEDDED, bind
 from servelab.cli.common import console, fail, read_text, serve_until_ctrl_c, sigterm_as_sigint
-from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LocalServer
+from servelab.local import LocalServer
 from servelab.metrics.bootlog import parse_bootlog
 from servelab.redaction import dump
 from servelab.report.bootlog_table import bootlog_table
+from servelab.settings import Target
 
 
+@bind(target=(Target, EMBEDDED))
 def serve_local(
+    target: Target,
     port: Annotated[int | None, typer.Option(help="Port on 127.0.0.1 (default a free one).")] = None,
-    parallel: Annotated[int, typer.Option(min=1, help="llama-server slots.")] = DEFAULT_PARALLEL,
-    ctx_size: Annotated[int, typer.Option(min=256, help="Total context, shared by the slots.")] = DEFAULT_CTX_SIZE,
     log: Annotated[Path | None, typer.Option(help="Server log file (default a temporary file).")] = None,
-    llama_server: LlamaServerOpt = None,
 ) -> None:
     """Start the embedded llama.cpp server with Gemma 3 270M and print its URL until Ctrl-C."""
     sigterm_as_sigint()
     log_path = log or Path(tempfile.mkdtemp(prefix="servelab-")) / "server.log"
     try:
-        server = LocalServer(log_path, parallel=parallel, ctx_size=ctx_size, port=port, llama_server=llama_server)
+        server = LocalServer(log_path, parallel=target.parallel, ctx_size=target.ctx_size, port=port, llama_server=target.llama_server)
         with console.status(f"starting the embedded server (Gemma 3 270M, {server.backend})…"):
             server.start()
     except KeyboardInterrupt:

@@ -35,6 +35,7 @@ from servelab.process import free_port
 from servelab.recipes.flags import flag_args, parse_port
 from servelab.recipes.interpreters import script_indices
 from servelab.recipes.spark_vllm_docker import from_spark_vllm_docker
+from servelab.settings import Load
 from servelab.yamlfile import Lines, line_of, read_yaml_lines
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a placeholder or variant name
@@ -112,32 +113,6 @@ class Ready(BaseModel):
     timeout_s: PositiveFloat | None = Field(None, description="Seconds to wait; default per engine (vLLM 900).")
 
 
-class BenchPlan(BaseModel):
-    """What ``servelab bench`` runs once the server is ready (its options, same names and units)."""
-
-    model_config = ConfigDict(extra="forbid")
-    concurrency: list[PositiveInt] = Field(default_factory=lambda: [1, 2, 4], min_length=1)
-    rates: list[PositiveFloat] | None = None
-    burstiness: PositiveFloat = 1.0
-    max_concurrency: PositiveInt | None = None
-    requests: PositiveInt | None = None
-    duration_s: PositiveFloat | None = None
-    warmup: Annotated[int, Field(ge=0)] | None = None
-    input_tokens: PositiveInt = 256
-    output_tokens: PositiveInt = 128
-    prefix_cache: Literal["cold", "warm", "shared-prefix"] = "cold"
-    shared_prefix_tokens: PositiveInt = 512
-    ignore_eos: bool | None = None
-    chat_template_kwargs: dict | None = None
-    seed: int = 0
-    request_timeout_s: PositiveFloat = 600.0
-    api_key_env: str = Field("SERVELAB_API_KEY", description="Environment variable holding the API key (never stored).")
-
-    def max_in_flight(self) -> int:
-        """The most requests the plan keeps in flight (open loop: its cap, or 0 when uncapped)."""
-        return (self.max_concurrency or 0) if self.rates else max(self.concurrency)
-
-
 @dataclass
 class Resolved:
     """One variant of a recipe, ready to launch: every placeholder filled in."""
@@ -172,7 +147,7 @@ class Recipe(BaseModel):
     cluster: Cluster | None = None
     ready: Ready = Field(default_factory=Ready)
     hardware: str | None = Field(None, description="Hardware profile for `servelab lint` (see servelab plan).")
-    bench: BenchPlan = Field(default_factory=BenchPlan)
+    bench: Load = Field(default_factory=Load, description="What `servelab sweep` measures once the server is ready: bench's load settings, same names and units (servelab.settings.Load).")
     variants: list[dict[str, Scalar]] = Field(default_factory=list)
     _path: Path | None = PrivateAttr(None)
     _lines: Lines = PrivateAttr(default_factory=dict)
@@ -296,7 +271,7 @@ class Recipe(BaseModel):
         )
 
 
-_SECTIONS = {(): Recipe, ("container",): Container, ("cluster",): Cluster, ("ready",): Ready, ("bench",): BenchPlan}
+_SECTIONS = {(): Recipe, ("container",): Container, ("cluster",): Cluster, ("ready",): Ready, ("bench",): Load}
 
 
 def _describe(error: dict) -> tuple[tuple, str]:
