@@ -48,14 +48,14 @@ import urllib.request
 from rich.console import Console
 from rich.table import Table
 
-from servelab.endpoint import Endpoint
+from servelab.server.endpoint import Endpoint
 from servelab.load.body import request_body
 from servelab.load.client import StreamClient
 from servelab.load.scheduler import closed_loop
 from servelab.load.workers import WorkerPool
 from servelab.metrics.request import percentile
-from servelab.records import RequestRecord
-from servelab.results import EndpointInfo
+from servelab.values.records import RequestRecord
+from servelab.store.results import EndpointInfo
 
 
 # ----------------------------------------------------------------------------- emitter (CPU 1)

@@ -24,10 +24,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from servelab.bench import Bench, BenchOptions
-from servelab.endpoint import discover
+from servelab.run.bench import Bench, BenchOptions
+from servelab.server.endpoint import discover
 from servelab.errors import ServelabError
-from servelab.local import PACKAGED_NATIVE, LocalServer
+from servelab.server.local import PACKAGED_NATIVE, LocalServer
 
 
 class _Quiet:

@@ -29,13 +29,13 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from client_overhead import start_emitters  # noqa: E402
 
-from servelab.endpoint import Endpoint  # noqa: E402
+from servelab.server.endpoint import Endpoint  # noqa: E402
 from servelab.load.body import request_body  # noqa: E402
 from servelab.load.client import StreamClient  # noqa: E402
 from servelab.load.scheduler import open_loop  # noqa: E402
 from servelab.metrics.request import percentile  # noqa: E402
-from servelab.records import RequestRecord  # noqa: E402
-from servelab.results import EndpointInfo  # noqa: E402
+from servelab.values.records import RequestRecord  # noqa: E402
+from servelab.store.results import EndpointInfo  # noqa: E402
 from servelab.workloads.traces import TraceRequest  # noqa: E402
 
 

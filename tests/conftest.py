@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from servelab.local import LocalServer
+from servelab.server.local import LocalServer
 
 
 def pytest_configure(config) -> None:

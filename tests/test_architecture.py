@@ -3,6 +3,7 @@ contract, and an upward import or a cycle added to a copy of the package is caug
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -44,7 +45,7 @@ def test_every_contract_is_kept():
     ("module", "line", "broken"),
     [
         ("engines.base", "from servelab import cli  # noqa: F401", "servelab.engines.base -> servelab.cli"),  # the bottom importing the top
-        ("metrics.summary", "from servelab.bench import Bench  # noqa: F401", "servelab.metrics.summary -> servelab.bench"),
+        ("metrics.summary", "from servelab.run.bench import Bench  # noqa: F401", "servelab.metrics.summary -> servelab.run.bench"),
         ("load.client", "import servelab.load.workers  # noqa: F401", "No cycles are allowed in servelab.load"),  # a cycle inside a layer
         ("engines.sglang", "from servelab.engines import vllm  # noqa: F401", "servelab.engines.sglang -> servelab.engines.vllm"),
     ],
@@ -55,17 +56,32 @@ def test_an_upward_import_or_a_cycle_is_caught(tmp_path, module, line, broken):
     assert broken in res.stdout, res.stdout
 
 
-def _diagram_layers() -> list[str]:
+def _diagram_layers(heading: str) -> list[str]:
     text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
-    block = text.split("## The layers", 1)[1].split("```", 2)[1]
+    block = text.split(heading, 1)[1].split("```", 2)[1]
     return [re.split(r"\s{2,}", line.strip())[0] for line in block.strip().splitlines()]
 
 
-def _contract_layers() -> list[str]:
+def _contract_layers() -> dict[str, list[str]]:
+    """Each layers contract's layers, by its container (``servelab``, ``servelab.run``, …)."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
-    (layers,) = [c["layers"] for c in config["contracts"] if c["type"] == "layers"]
-    return layers
+    return {c["containers"][0]: [" | ".join(p.strip() for p in spec.split("|")) for spec in c["layers"]] for c in config["contracts"] if c["type"] == "layers"}
 
 
 def test_the_diagram_is_the_contract():
-    assert [" | ".join(p.strip() for p in spec.split("|")) for spec in _contract_layers()] == _diagram_layers()
+    contracts = _contract_layers()
+    assert contracts.pop("servelab") == _diagram_layers("## The layers")
+    assert contracts, "the packages' own layers"
+    for container, layers in contracts.items():
+        assert layers == _diagram_layers(f"### `{container}`"), container
+
+
+def test_each_package_names_its_layer_and_what_it_may_import():
+    top = _contract_layers()["servelab"]
+    packages = [p.parent for p in (ROOT / "src" / "servelab").glob("*/__init__.py") if p.parent.name not in ("data", "migrations")]
+    assert len(packages) >= 15
+    for package in packages:
+        doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text(encoding="utf-8"))) or ""
+        layer = next(spec for spec in top if package.name in spec.split(" | "))
+        assert f"Layer: {layer}." in doc, f"{package.name}'s docstring does not name its layer"
+        assert "May import:" in doc, f"{package.name}'s docstring does not say what it may import"

@@ -17,13 +17,13 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import read_jsonl, run, scrape, scrape_idle
-from servelab.bench import Bench, BenchOptions
+from servelab.run.bench import Bench, BenchOptions
 from servelab.cli import app
-from servelab.endpoint import discover
+from servelab.server.endpoint import discover
 from servelab.errors import ServelabError
-from servelab.local import LocalServer
+from servelab.server.local import LocalServer
 from servelab.report.ledger import METRICS, build, cell_text, collect
-from servelab.results import LoadSpec, load_run, resume_run
+from servelab.store.results import LoadSpec, load_run, resume_run
 
 cli = CliRunner()
 

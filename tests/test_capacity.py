@@ -14,10 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from servelab.capacity import search
+from servelab.run.capacity import search
 from servelab.cli import app
 from servelab.metrics.slo import Check, SloResult
-from servelab.results import load_run
+from servelab.store.results import load_run
 
 SERVER = Path(__file__).parent / "batchserver.py"
 

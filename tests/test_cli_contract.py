@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from servelab.cli import COMMANDS, app
-from servelab.results import run_lock
+from servelab.store.results import run_lock
 from test_fault_suite import bench, fault_server
 
 READONLY = Path("/proc/servelab-cannot-write-here")  # a folder nobody can create files in
@@ -236,8 +236,8 @@ def test_a_huge_boot_log_line_is_read_in_linear_time(tmp_path):
 def test_the_leaderboard_takes_any_concurrency_text(tmp_path):
     from fastapi.testclient import TestClient
 
-    from servelab.store import Store
-    from servelab.ui import make_app
+    from servelab.store.database import Store
+    from servelab.report.ui import make_app
 
     client = TestClient(make_app(Store(f"sqlite:///{tmp_path / 'runs.db'}")))
     for value in ("²", "1" * 5000, "-1", "x"):

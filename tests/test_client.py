@@ -9,12 +9,12 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from canned import canned_server, delta, sse, streaming, usage
-from servelab.endpoint import Endpoint
+from servelab.server.endpoint import Endpoint
 from servelab.load.body import request_body
 from servelab.load.client import StreamClient, TimedResponseHandler
-from servelab.records import RequestRecord
-from servelab.results import EndpointInfo
-from servelab.tokenizer import LocalTokenizer
+from servelab.values.records import RequestRecord
+from servelab.store.results import EndpointInfo
+from servelab.server.tokenizer import LocalTokenizer
 
 
 def endpoint(url: str, engine: str = "vllm") -> Endpoint:

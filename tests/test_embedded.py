@@ -15,10 +15,10 @@ import pytest
 from conftest import run
 from test_bench_local import Hooks, _bench
 
-from servelab import local
-from servelab.bench import BenchOptions
+from servelab.server import local
+from servelab.run.bench import BenchOptions
 from servelab.errors import ServelabError
-from servelab.local import LocalServer
+from servelab.server.local import LocalServer
 
 
 def _post(url: str, body: dict) -> dict:
@@ -51,10 +51,10 @@ def test_embedded_server_uses_gemmas_own_chat_template(llama):
 
 
 def test_launcher_refuses_unknown_flags_and_bad_values(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "servelab.embedded", "--spec-type", "telepathy"], capture_output=True, text=True, timeout=60)
+    res = subprocess.run([sys.executable, "-m", "servelab.server.embedded", "--spec-type", "telepathy"], capture_output=True, text=True, timeout=60)
     assert res.returncode != 0 and "--spec-type 'telepathy' is not one of" in res.stderr and "draft-simple" in res.stderr
     assert "Traceback" not in res.stderr
-    res = subprocess.run([sys.executable, "-m", "servelab.embedded", "--chat-template-file", str(tmp_path / "none.jinja")], capture_output=True, text=True, timeout=60)
+    res = subprocess.run([sys.executable, "-m", "servelab.server.embedded", "--chat-template-file", str(tmp_path / "none.jinja")], capture_output=True, text=True, timeout=60)
     assert res.returncode != 0 and "--chat-template-file" in res.stderr and "Traceback" not in res.stderr
 
 
@@ -77,7 +77,7 @@ def test_interrupted_start_leaves_no_server(tmp_path, monkeypatch):
 def test_embedded_server_exits_when_its_parent_is_killed(tmp_path):
     """servelab killed with SIGKILL (no chance to stop anything) still leaves no server behind."""
     script = (
-        "import sys; from pathlib import Path; from servelab.local import LocalServer\n"
+        "import sys; from pathlib import Path; from servelab.server.local import LocalServer\n"
         f"s = LocalServer(Path({str(tmp_path / 'server.log')!r})).start()\n"
         "print(s.port, s.proc.process.pid, flush=True)\n"
         "sys.stdin.read()\n"

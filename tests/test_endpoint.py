@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from canned import canned_server
 from servelab.cli import app
-from servelab.endpoint import discover, split_url
+from servelab.server.endpoint import discover, split_url
 from servelab.errors import ServelabError
 
 VLLM = {

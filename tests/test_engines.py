@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 
 from servelab import engines
 from servelab.cli import app
-from servelab.endpoint import discover
+from servelab.server.endpoint import discover
 from servelab.engines.base import Engine, Flags, Gauges
 from servelab.engines.bootfacts import Rule, set_fact
 from servelab.errors import ServelabError
-from servelab.lint import LintFinding
+from servelab.rules.lint import LintFinding
 from servelab.metrics.bootlog import parse_bootlog
 from servelab.metrics.server import compute, parse
 from servelab.recipes import load_recipe
@@ -163,7 +163,7 @@ def test_toy_engine_recipe_resolve_and_lint(toy_registered, tmp_path):
 
 ENGINE_WORDS = re.compile(r"(^|_)(vllm|sglang|llamacpp|llama_cpp|trtllm)(_|$)")
 # Modules that read another tool's file format, which names the engine itself
-FORMAT_READERS = {"imports.py", "recipes/spark_vllm_docker.py"}
+FORMAT_READERS = {"store/imports.py", "recipes/spark_vllm_docker.py"}
 
 
 def test_no_engine_name_outside_the_engines_package():

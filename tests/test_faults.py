@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from canned import delta, sse, streaming
 from servelab.load.client import StreamParser
-from servelab.records import RequestRecord
+from servelab.values.records import RequestRecord
 from test_client import send_one
 
 MALFORMED = [
@@ -81,11 +81,11 @@ from typer.testing import CliRunner  # noqa: E402
 
 from canned import canned_server  # noqa: E402
 from servelab.cli import app  # noqa: E402
-from servelab.endpoint import discover  # noqa: E402
+from servelab.server.endpoint import discover  # noqa: E402
 from servelab.errors import ServelabError  # noqa: E402
 from servelab.recipes import load_recipe, redact  # noqa: E402
 from servelab.metrics.bootlog import parse_bootlog  # noqa: E402
-from servelab.redaction import mask_url, remember, scrub  # noqa: E402
+from servelab.guards.redaction import mask_url, remember, scrub  # noqa: E402
 from test_fault_suite import fault_server  # noqa: E402
 
 

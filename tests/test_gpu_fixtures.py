@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab.diagnose import diagnose
+from servelab.rules.diagnose import diagnose
 from servelab.engines.counters import total
 from servelab.engines.cudagraph import padding
 from servelab.metrics.bootlog import parse_bootlog
@@ -93,7 +93,7 @@ def test_real_metrics_dump_parses_with_every_name_servelab_reads():
 
 def test_diagnosis_uses_the_boot_logs_capture_sizes(tmp_path):
     from servelab.metrics.summary import LevelSummary
-    from servelab.results import EndpointInfo, LoadSpec, RunResult
+    from servelab.store.results import EndpointInfo, LoadSpec, RunResult
 
     run = RunResult(endpoint=EndpointInfo(url="http://x", engine="vllm", model="m"),
                     load=LoadSpec(concurrency=[5, 10, 16], warmup=None, input_tokens=256, output_tokens=256, prefix_cache="cold",
@@ -108,7 +108,7 @@ def test_steps_that_carry_prompts_above_the_largest_graph_are_named_with_the_lev
     sizes a 512-token prompt beside the others' decode (515–575 tokens) is above the largest graph
     (512), and the finding names the larger size to compare; served with graphs up to 2,048 tokens
     (measured +22–65 % tok/s) nothing is above it."""
-    from servelab.results import RunResult
+    from servelab.store.results import RunResult
 
     found = {}
     for name in ("qwen3-30b-a3b", "qwen3-30b-a3b-capture2048"):
@@ -127,7 +127,7 @@ def test_a_capture_list_that_inflates_vllms_graph_memory_estimate_is_named():
     cache (40.1 → 19.9 GiB); vLLM's own list up to 2,048 (--max-cudagraph-capture-size) reserved 1.3 for 2.0."""
     import lzma
 
-    from servelab.results import RunResult
+    from servelab.store.results import RunResult
 
     got = {}
     for folder, name in (("capture-h100", "qwen3-30b-a3b-capture2048"), ("capture-h100", "qwen3-30b-a3b"), ("capture-h100-machine7", "qwen3-30b-a3b-max2048")):
@@ -153,7 +153,7 @@ def test_the_h100_run_document_reads_back_and_renders_gpu_columns():
     from rich.console import Console
 
     from servelab.report.table import bench_table, server_table
-    from servelab.results import RunResult
+    from servelab.store.results import RunResult
 
     run = RunResult.model_validate_json((FIX / "runs" / "vllm-0.25-h100-qwen3-8b-run.json").read_text())
     assert [lv.concurrency for lv in run.levels] == [1, 2, 4, 5, 8, 10, 16, 64]

@@ -6,8 +6,8 @@ import pytest
 from typer.testing import CliRunner
 
 from servelab.cli import app
-from servelab.grid import Cell, cell_stats, cells
-from servelab.records import RequestRecord
+from servelab.store.grid import Cell, cell_stats, cells
+from servelab.values.records import RequestRecord
 
 cli = CliRunner()
 
@@ -62,7 +62,7 @@ FIX = __import__("pathlib").Path(__file__).parent / "fixtures" / "llama-benchy" 
 
 
 def test_import_llama_benchy_markdown_output():
-    from servelab.grid import read_llama_benchy
+    from servelab.store.grid import read_llama_benchy
 
     rows = read_llama_benchy(FIX)
     assert [(r.cell.pp, r.cell.tg, r.cell.depth, r.cell.concurrency) for r in rows] == [(512, 128, 0, 1), (512, 128, 0, 2), (512, 128, 0, 4)]
@@ -72,7 +72,7 @@ def test_import_llama_benchy_markdown_output():
 
 
 def test_llama_benchy_csv_round_trip(tmp_path):
-    from servelab.grid import read_llama_benchy, write_llama_benchy_csv
+    from servelab.store.grid import read_llama_benchy, write_llama_benchy_csv
 
     rows = read_llama_benchy(FIX)
     write_llama_benchy_csv(rows, "gemma", tmp_path / "lb.csv")
@@ -85,7 +85,7 @@ def test_llama_benchy_csv_round_trip(tmp_path):
 
 def test_import_llama_benchy_csv_as_written_by_llama_benchy():
     """A CSV written by llama-benchy 0.4.0 itself (tests/fixtures/imports/README.md says how)."""
-    from servelab.grid import read_llama_benchy
+    from servelab.store.grid import read_llama_benchy
 
     rows = read_llama_benchy(FIX.parent.parent / "imports" / "llama-benchy-0.4.0-gemma-270m.csv")
     assert [(r.cell.pp, r.cell.tg, r.cell.concurrency) for r in rows] == [(128, 16, 1), (128, 16, 2), (256, 16, 1), (256, 16, 2)]

@@ -201,7 +201,7 @@ cluster:
 
 
 def test_sigkill_of_servelab_still_stops_the_server_it_launched(tmp_path):
-    """SIGKILL cannot be caught: the server's lifeline (servelab.process) stops it when servelab is
+    """SIGKILL cannot be caught: the server's lifeline (servelab.server.process) stops it when servelab is
     gone. The server here (Python's http.server) has no watchdog of its own."""
     server_code = "import http.server, sys; http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()"
     recipe = write(tmp_path, f"""\

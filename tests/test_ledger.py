@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from servelab.cli import app
 from servelab.metrics.summary import Distribution, LevelSummary
 from servelab.report.ledger import METRICS, Entry, build, collect, default_baseline, ledger_markdown, load_differences
-from servelab.results import EndpointInfo, LoadSpec, RecipeInfo, RunResult, VariantStatus
+from servelab.store.results import EndpointInfo, LoadSpec, RecipeInfo, RunResult, VariantStatus
 
 FIXTURE = Path(__file__).parent / "fixtures" / "runs" / "vllm-0.25-h100-qwen3-8b-run.json"
 cli = CliRunner()

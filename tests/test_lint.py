@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from servelab.argv import flag_values
+from servelab.values.argv import flag_values
 from servelab.cli import app
-from servelab.lint import lint
+from servelab.rules.lint import lint
 from servelab.recipes import load_recipe
 
 cli = CliRunner()

@@ -7,8 +7,8 @@ import socket
 
 from canned import canned_server
 from conftest import run
-from servelab.liveness import Liveness
-from servelab.results import levels_to_run
+from servelab.server.liveness import Liveness
+from servelab.store.results import levels_to_run
 from servelab.metrics.summary import LevelSummary
 
 

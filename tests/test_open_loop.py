@@ -9,7 +9,7 @@ import statistics
 import pytest
 
 from conftest import read_jsonl, run
-from servelab.bench import BenchOptions
+from servelab.run.bench import BenchOptions
 from servelab.load.scheduler import arrival_gaps
 from test_bench_local import Hooks, _bench
 

@@ -18,7 +18,7 @@ from servelab.plan.hardware import load_hardware
 from servelab.plan.memory import plan_memory
 from servelab.plan.model_spec import catalog, load_model
 from servelab.plan.quant import get_format, weight_bytes
-from servelab.specs import GIB
+from servelab.values.specs import GIB
 
 cli = CliRunner()
 NVFP4_EXPERTS_ONLY = {  # nvidia's Qwen3.5 NVFP4 exports: attention, Gated DeltaNet, shared experts, MTP and lm_head stay BF16

@@ -355,8 +355,8 @@ def test_explain_puts_a_real_run_beside_the_prediction():
     """vLLM 0.25 on an H100 (the fixture run): every level as predicted within 15 %, the c=64 queue
     named with its cause; the Qwen3-Next hybrid on an H200 is put on the calibration, which was not
     fitted on such a model."""
-    from servelab.explain import explain
-    from servelab.results import RunResult
+    from servelab.rules.explain import explain
+    from servelab.store.results import RunResult
 
     run = RunResult.model_validate_json((ROOT / "tests/fixtures/runs/vllm-0.25-h100-qwen3-8b-run.json").read_text())
     rows = explain(run, load_model("qwen3-8b"), get_format("bf16"), load_hardware("h100-sxm"), calibration("vllm-0.25-h100-bf16"))
@@ -508,8 +508,8 @@ def test_tensor_parallel_adds_two_all_reduces_per_layer():
 def test_repeated_runs_that_disagree_are_an_unstable_measurement():
     """Three server starts on vLLM 0.25 (validation/waves-h100*): burst waves put TTFT p50 at
     1,034–2,812 ms (unstable), the steady state at 71–78 ms (stable); runs of different loads are refused."""
-    from servelab.explain import repeatability
-    from servelab.results import RunResult
+    from servelab.rules.explain import repeatability
+    from servelab.store.results import RunResult
 
     def runs(pattern):
         return [RunResult.model_validate_json(p.read_text()) for p in sorted(ROOT.glob(pattern))]

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servelab.diagnose import diagnose
+from servelab.rules.diagnose import diagnose
 from servelab.metrics.repeats import T_975, interval, repeat_stats
 from servelab.metrics.summary import Distribution, LevelSummary
-from servelab.results import RunResult
+from servelab.store.results import RunResult
 from test_fault_suite import bench, fault_server
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from servelab.cli import app
-from servelab.imports import read_results
+from servelab.store.imports import read_results
 from servelab.report import plots
 from servelab.report.html import compare_page, run_page
 

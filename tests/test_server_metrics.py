@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from servelab.bench import Bench, BenchOptions
-from servelab.diagnose import diagnose
-from servelab.endpoint import discover
-from servelab.local import LocalServer, model_path
+from servelab.run.bench import Bench, BenchOptions
+from servelab.rules.diagnose import diagnose
+from servelab.server.endpoint import discover
+from servelab.server.local import LocalServer, model_path
 from servelab.metrics.server import compute, parse
-from servelab.results import RunResult
+from servelab.store.results import RunResult
 
 FIX = Path(__file__).parent / "fixtures" / "metrics"
 
@@ -188,7 +188,7 @@ def test_a_power_capped_level_is_named_and_explained():
     """A level whose SM clock fell under 90 % of its maximum while its power reached the limit is
     power-capped (an H200 at 256 streams: 1,575 of 1,980 MHz at up to 696 of 700 W); below the cap,
     or without the maximum and the limit (telemetry before they were recorded), nothing is said."""
-    from servelab.explain import CAUSES
+    from servelab.rules.explain import CAUSES
     from servelab.metrics.gpu import GpuStats
 
     run = RunResult.model_validate_json((FIX.parent / "runs" / "vllm-0.25-h100-qwen3-8b-run.json").read_text())
@@ -207,7 +207,7 @@ def test_untuned_moe_kernels_are_a_finding_and_name_a_missed_level():
     experts on this GPU) is a finding with vLLM's way to tune one; explain names it at a level the model
     misses, not at one it predicts; a tuned config, or no boot log, says nothing."""
     from servelab.engines.bootfacts import BootFacts
-    from servelab.explain import CAUSES, explain
+    from servelab.rules.explain import CAUSES, explain
     from servelab.plan.calibration import calibration
     from servelab.plan.hardware import load_hardware
     from servelab.plan.model_spec import load_model

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from servelab.errors import ServelabError
 from servelab.metrics.slo import GRAMMAR, evaluate, parse_slo
-from servelab.records import RequestRecord
+from servelab.values.records import RequestRecord
 from test_fault_suite import bench, fault_server
 
 
@@ -80,8 +80,8 @@ def test_goodput_reaches_the_database_the_export_and_the_leaderboard(tmp_path, m
 
     from fastapi.testclient import TestClient
 
-    from servelab.store import Store
-    from servelab.ui import make_app
+    from servelab.store.database import Store
+    from servelab.report.ui import make_app
     from typer.testing import CliRunner
 
     from servelab.cli import app
@@ -108,7 +108,7 @@ def test_a_database_of_the_first_revision_is_upgraded(tmp_path):
     from alembic.config import Config
     from importlib.resources import files
 
-    from servelab.store import Store
+    from servelab.store.database import Store
 
     from sqlalchemy import create_engine
 

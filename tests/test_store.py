@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from servelab.cli import app
 from servelab.errors import ServelabError
-from servelab.imports import read_results
-from servelab.store import Store, database_url
+from servelab.store.imports import read_results
+from servelab.store.database import Store, database_url
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RUN = FIXTURES / "runs" / "vllm-0.25-h100-qwen3-8b-run.json"

@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from servelab.cli import app
 from servelab.errors import ServelabError
-from servelab.results import load_run
+from servelab.store.results import load_run
 from servelab.workloads.suites import BUILTIN, load_workloads, pick
 
 cli = CliRunner()

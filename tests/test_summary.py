@@ -4,7 +4,7 @@ import pytest
 
 from servelab.metrics.request import percentile
 from servelab.metrics.summary import Distribution, summarize
-from servelab.records import RequestRecord
+from servelab.values.records import RequestRecord
 
 
 def rec(index, start, chunks, end, *, out=None, prompt=100, status="ok", phase="measured", kind=None, first_content=True):
@@ -118,8 +118,8 @@ def test_short_duration_window_is_a_finding():
     """A 12 s window at 256 streams of ~8.8 s requests (vLLM, H100, validation/predict-h100/dense-eager-run.json)."""
     from pathlib import Path
 
-    from servelab.diagnose import diagnose
-    from servelab.results import RunResult
+    from servelab.rules.diagnose import diagnose
+    from servelab.store.results import RunResult
 
     run = RunResult.model_validate_json((Path(__file__).resolve().parent.parent / "validation/predict-h100/dense-eager-run.json").read_text())
     short = {f.evidence["concurrency"]: f for f in diagnose(run) if f.kind == "short_window"}

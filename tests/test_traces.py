@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from servelab.cli import app
-from servelab.options import BenchOptions
+from servelab.run.options import BenchOptions
 from servelab.errors import ServelabError
 from servelab.load.scheduler import session_loop
-from servelab.records import RequestRecord
+from servelab.values.records import RequestRecord
 from servelab.settings import Load
 from servelab.workloads.sessions import Conversation, ThinkTime, parse_think_time
 from servelab.workloads.suites import BUILTIN, BUILTIN_MIXES

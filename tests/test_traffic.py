@@ -12,16 +12,16 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import read_jsonl, run
-from servelab.bench import BenchOptions
+from servelab.run.bench import BenchOptions
 from servelab.cli import app
-from servelab.endpoint import discover
-from servelab.imports import from_run, from_vllm_bench
+from servelab.server.endpoint import discover
+from servelab.store.imports import from_run, from_vllm_bench
 from servelab.load import workers
 from servelab.load.body import request_body
-from servelab.local import LocalServer
-from servelab.records import RequestRecord
+from servelab.server.local import LocalServer
+from servelab.values.records import RequestRecord
 from servelab.report.html import leaderboard_page, run_page
-from servelab.results import load_run
+from servelab.store.results import load_run
 from servelab.workloads.traces import load_trace
 from test_bench_local import Hooks, _bench
 from test_fault_suite import fault_server

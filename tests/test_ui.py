@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from servelab.imports import read_results
-from servelab.process import free_port, wait_ready
-from servelab.store import Store, database_url
-from servelab.ui import make_app
+from servelab.store.imports import read_results
+from servelab.server.process import free_port, wait_ready
+from servelab.store.database import Store, database_url
+from servelab.report.ui import make_app
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CHROMIUM, DRIVER = shutil.which("chromium") or "/usr/bin/chromium", shutil.which("chromedriver") or "/usr/bin/chromedriver"

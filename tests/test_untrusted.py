@@ -1,4 +1,4 @@
-"""Text from outside at every sink (servelab/untrusted.py): hostile strings (control and escape
+"""Text from outside at every sink (servelab/guards/untrusted.py): hostile strings (control and escape
 sequences, Rich markup, HTML, math text, formulas, paths, secrets) through the terminal, HTML,
 plots, CSV and file names, as functions (Hypothesis) and end to end from a server's model id."""
 
@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 
 from servelab.cli import app
 from servelab.cli.common import SafeConsole
-from servelab.imports import read_results
+from servelab.store.imports import read_results
 from servelab.report import plots
 from servelab.report.html import run_page
-from servelab.untrusted import CONTROL, for_csv, for_filename, plain
+from servelab.guards.untrusted import CONTROL, for_csv, for_filename, plain
 from test_fault_suite import fault_server
 
 PIECES = ["\x1b]0;pwned\x07", "\x1b[2J", "\x9b31m", "\x00", "\u202e", "[red]", "[/red]", "[link=file:///etc]x[/link]", "<script>alert(1)</script>",

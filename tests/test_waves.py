@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from servelab.metrics.waves import wave_stats
-from servelab.records import RequestRecord
+from servelab.values.records import RequestRecord
 
 
 def rec(i: int, start: float, e2e: float = 10.0, ttft: float = 1.0, phase: str = "measured") -> RequestRecord:
@@ -49,7 +49,7 @@ def test_detector_fires_on_a_burst_locked_level_and_not_on_a_staggered_one(llama
     from conftest import run
     from test_bench_local import Hooks, _bench
 
-    from servelab.bench import BenchOptions
+    from servelab.run.bench import BenchOptions
 
     def level(mode: str):
         opts = BenchOptions(concurrency=[4], requests=12, warmup=4, input_tokens=64, output_tokens=24, closed_loop=mode)
@@ -73,7 +73,7 @@ def test_detector_fires_on_a_burst_locked_level_and_not_on_a_staggered_one(llama
 @pytest.mark.parametrize(("concurrency", "requests"), [(1, 8), (2, 16), (4, 32), (64, 512), (100, 512), (128, 512), (256, 1024)])
 def test_default_requests_per_level(concurrency, requests):
     """8 per slot up to 512, then 4 per slot: 512 at 64 streams is what made TTFT p50 repeat within 10 % (H100)."""
-    from servelab.bench import BenchOptions
+    from servelab.run.bench import BenchOptions
 
     assert BenchOptions(concurrency=[concurrency]).requests_at(concurrency) == requests
     assert BenchOptions(concurrency=[concurrency], requests=5).requests_at(concurrency) == 5
@@ -82,14 +82,14 @@ def test_default_requests_per_level(concurrency, requests):
 
 @pytest.mark.parametrize(("n", "spread", "bounds"), [(256, 0.1, (230, 282)), (256, 0.0, (256, 256)), (3, 0.9, (1, 6)), (1, 0.5, (1, 2))])
 def test_output_range_is_vllm_bench_random_range_ratio_interval(n, spread, bounds):
-    from servelab.bench import BenchOptions
+    from servelab.run.bench import BenchOptions
 
     assert BenchOptions(concurrency=[1], output_spread=spread).output_range(n) == bounds
 
 
 @given(st.integers(1, 100_000), st.floats(0.0, 0.99), st.integers(0, 10**9), st.integers(0, 10**6))
 def test_drawn_output_lengths_stay_in_range_and_repeat_with_the_seed(n, spread, seed, index):
-    from servelab.bench import BenchOptions
+    from servelab.run.bench import BenchOptions
 
     opts = BenchOptions(concurrency=[1], output_spread=spread, seed=seed)
     lo, hi = opts.output_range(n)
@@ -103,8 +103,8 @@ def test_output_spread_on_the_embedded_server(llama, tmp_path):
     from conftest import run
     from test_bench_local import Hooks, _bench
 
-    from servelab.bench import BenchOptions
-    from servelab.results import load_run
+    from servelab.run.bench import BenchOptions
+    from servelab.store.results import load_run
 
     opts = BenchOptions(concurrency=[2], requests=8, warmup=1, input_tokens=64, output_tokens=20, output_spread=0.5, seed=3)
     result = run(_bench(llama.url, opts, tmp_path / "spread", Hooks()))
@@ -123,8 +123,8 @@ def test_real_h100_runs_read_back_and_burst_is_flagged():
     import json
     from pathlib import Path
 
-    from servelab.diagnose import diagnose
-    from servelab.results import RunResult
+    from servelab.rules.diagnose import diagnose
+    from servelab.store.results import RunResult
 
     root = Path(__file__).resolve().parent.parent / "validation" / "waves-h100"
     burst = RunResult.model_validate(json.loads((root / "burst-1-run.json").read_text()))
@@ -141,8 +141,8 @@ def test_a_staggered_level_that_fell_into_waves_is_not_told_to_stagger():
     import json
     from pathlib import Path
 
-    from servelab.diagnose import diagnose
-    from servelab.results import RunResult
+    from servelab.rules.diagnose import diagnose
+    from servelab.store.results import RunResult
 
     root = Path(__file__).resolve().parent.parent / "validation"
     drifted = RunResult.model_validate(json.loads((root / "topk-h100" / "qwen3-30b-a3b-top2-stagger-run.json").read_text()))

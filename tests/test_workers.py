@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from conftest import read_jsonl, run, scrape, scrape_idle
-from servelab.bench import BenchOptions
-from servelab.endpoint import discover
+from servelab.run.bench import BenchOptions
+from servelab.server.endpoint import discover
 from servelab.load import workers
 from servelab.load.body import request_body
 from servelab.load.scheduler import closed_loop
 from servelab.load.workers import ClientWorkersGone, auto_procs
-from servelab.records import RequestRecord
-from servelab.results import load_run
+from servelab.values.records import RequestRecord
+from servelab.store.results import load_run
 from test_bench_local import Hooks, _bench
 from test_fault_suite import bench, fault_server
 

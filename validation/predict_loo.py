@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from servelab.diagnose import diagnose  # noqa: E402
+from servelab.rules.diagnose import diagnose  # noqa: E402
 from servelab.plan.calibration import Calibration  # noqa: E402
 from servelab.plan.fit import (  # noqa: E402
     Measured,
@@ -34,7 +34,7 @@ from servelab.plan.hardware import load_hardware  # noqa: E402
 from servelab.plan.model_spec import load_model  # noqa: E402
 from servelab.plan.predict import Point, predict  # noqa: E402
 from servelab.plan.quant import get_format  # noqa: E402
-from servelab.results import RunResult  # noqa: E402
+from servelab.store.results import RunResult  # noqa: E402
 
 V = ROOT / "validation"
 # (group, run.json, catalog model, format, hardware profile): closed-loop runs with exact output

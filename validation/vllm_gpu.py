@@ -43,7 +43,7 @@ from servelab.plan.hardware import load_hardware  # noqa: E402
 from servelab.plan.model_spec import load_model  # noqa: E402
 from servelab.plan.planner import make_plan  # noqa: E402
 from servelab.plan.quant import get_format  # noqa: E402
-from servelab.results import load_run  # noqa: E402
+from servelab.store.results import load_run  # noqa: E402
 
 CHECKS: list[dict] = []
 DENSE_LEVELS = "1,2,4,5,8,10,16,64"

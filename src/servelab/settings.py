@@ -33,9 +33,9 @@ from pydantic import (
     field_validator,
 )
 
-from servelab import jsonfile
+from servelab.guards import jsonfile
 from servelab.errors import ServelabError
-from servelab.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LLAMA_SERVER_ENV
+from servelab.server.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LLAMA_SERVER_ENV
 from servelab.metrics.slo import Objective, parse_slo
 from servelab.workloads.sessions import parse_think_time
 

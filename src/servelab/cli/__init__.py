@@ -4,6 +4,8 @@ Each command is a thin adapter: parse the options, call the library, print. Shar
 option parsers and the one-line error exit are in ``servelab.cli.common``; exit codes there. Every
 command is wrapped so that library and file-system errors end as one line (``one_line_errors``),
 and Click's own usage errors are one line too (:class:`OneLineUsageErrors`).
+
+Layer: cli. May import: report, run, rules, launch, recipes, settings, load, workloads, plan, store, metrics, server, engines, values, guards, errors (docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -10,19 +10,19 @@ import typer
 from rich.markup import escape
 
 from servelab import engines
-from servelab.bench import DoesNotFit
+from servelab.run.bench import DoesNotFit
 from servelab.cli.bind import LOAD_ALL, TARGET_ALL, bind
 from servelab.cli.common import check_output_kind, console, err_console, event_loop_runner, fail, measured, output_dir, remember, sigterm_as_sigint
 from servelab.errors import ServelabError
-from servelab.explain import explain
-from servelab.measure import bench_options, serve
-from servelab.options import Ceiling
+from servelab.rules.explain import explain
+from servelab.run.measure import bench_options, serve
+from servelab.run.options import Ceiling
 from servelab.plan.calibration import calibration
 from servelab.report.explain_table import explain_table
 from servelab.report.table import bench_table, repeats_table, server_table, suite_table, turns_table
-from servelab.results import RunResult
+from servelab.store.results import RunResult
 from servelab.settings import Load, Target
-from servelab.untrusted import for_filename
+from servelab.guards.untrusted import for_filename
 from servelab.workloads.suites import Workload, load_workloads, pick
 
 

@@ -11,11 +11,11 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.capacity import Capacity, Prober, dimension, predicted_start, probe_load, search
+from servelab.run.capacity import Capacity, Prober, dimension, predicted_start, probe_load, search
 from servelab.cli.bind import LOAD_ALL, TARGET_ALL, bind
 from servelab.cli.common import console, event_loop_runner, measured, output_dir, remember, sigterm_as_sigint
 from servelab.errors import ServelabError
-from servelab.measure import bench_options, serve
+from servelab.run.measure import bench_options, serve
 from servelab.settings import Load, Target
 
 

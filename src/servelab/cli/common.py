@@ -27,16 +27,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.text import Text
 
 from servelab.errors import ServelabError
-from servelab.imports import read_results
-from servelab.measure import Served, measure
+from servelab.store.imports import read_results
+from servelab.run.measure import Served, measure
 from servelab.metrics.summary import LevelSummary
-from servelab.options import BenchOptions
-from servelab.records import RequestRecord
-from servelab.redaction import scrub
-from servelab.results import RunResult, default_run_dir
+from servelab.run.options import BenchOptions
+from servelab.values.records import RequestRecord
+from servelab.guards.redaction import scrub
+from servelab.store.results import RunResult, default_run_dir
 from servelab.settings import Target
-from servelab.store import Store, database_url
-from servelab.untrusted import for_terminal
+from servelab.store.database import Store, database_url
+from servelab.guards.untrusted import for_terminal
 
 class _Survivable:
     """A console's file that outlives its reader: after the pipe closes (``servelab bench | head``)
@@ -73,7 +73,7 @@ class _Survivable:
 
 class SafeConsole(Console):
     """A console that renders every string it is given (a message, a table cell, a title) through
-    ``servelab.untrusted.for_terminal``: no control character from a model id, a server error or a
+    ``servelab.guards.untrusted.for_terminal``: no control character from a model id, a server error or a
     file reaches the terminal, and no secret is printed; a string whose Rich markup does not parse
     is printed as text instead of raising. Its output survives a closed pipe (:class:`_Survivable`)."""
 
@@ -139,7 +139,7 @@ def read_text(path: Path, option: str) -> str:
 
 def write_file(path: Path, text: str, option: str) -> None:
     """Write ``text`` to ``path`` atomically (a temporary file beside it, then ``os.replace``), so a
-    failure never leaves a half-written file; secrets masked (``servelab.redaction.scrub``).
+    failure never leaves a half-written file; secrets masked (``servelab.guards.redaction.scrub``).
 
     Raises:
         ServelabError: no file name, a directory, or cannot write there, naming ``option`` and the path.
@@ -186,7 +186,7 @@ def output_dir(path: Path | None, kind: str, label: str | None = None) -> Path:
 def sigterm_as_sigint() -> None:
     """Treat SIGTERM and SIGHUP (a dropped ssh session) like Ctrl-C, so a killed servelab still
     stops its server and saves the partial run. (SIGKILL cannot be caught: the servers' lifelines,
-    ``servelab.process``, stop them then.)
+    ``servelab.server.process``, stop them then.)
 
     A job a script starts in the background (``servelab bench … &``) inherits SIGINT ignored; SIGINT
     (and so SIGTERM, forwarded as SIGINT) would then do nothing, so servelab takes SIGINT back."""
@@ -273,7 +273,7 @@ def warn(message: str) -> None:
 
 
 def measured(runner: asyncio.Runner, served: Served, target: Target, options: BenchOptions, run_dir: Path | None, api_key_env: str) -> tuple[RunResult, Path]:
-    """``servelab.measure.measure`` under a progress bar (on ``console``): the run and its directory."""
+    """``servelab.run.measure.measure`` under a progress bar (on ``console``): the run and its directory."""
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True,
     ) as progress:  # fmt: skip

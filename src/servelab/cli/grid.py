@@ -9,14 +9,14 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from servelab.bench import DoesNotFit
+from servelab.run.bench import DoesNotFit
 from servelab.cli.bind import TARGET_ALL, bind
 from servelab.cli.common import console, err_console, event_loop_runner, fail, measured, output_dir, remember, sigterm_as_sigint, write_file
 from servelab.errors import ServelabError
-from servelab.grid import CellStats, cell_stats, cells, read_llama_benchy, write_csv, write_llama_benchy_csv
-from servelab.measure import bench_options, serve
+from servelab.store.grid import CellStats, cell_stats, cells, read_llama_benchy, write_csv, write_llama_benchy_csv
+from servelab.run.measure import bench_options, serve
 from servelab.report.table import grid_table
-from servelab.results import load_run
+from servelab.store.results import load_run
 from servelab.settings import MAX_STREAMS, Load, Target, parse_int_list
 
 

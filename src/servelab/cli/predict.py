@@ -1,5 +1,5 @@
 """``servelab predict``: a closed-loop curve before launching anything (``servelab.plan.predict``);
-``servelab explain RUN``: a measured run beside it (``servelab.explain``); ``servelab calibrate
+``servelab explain RUN``: a measured run beside it (``servelab.rules.explain``); ``servelab calibrate
 RUN...``: the model's efficiencies fitted on your own runs."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from servelab.settings import parse_float_list, parse_int_list
 from servelab.engines import plan_engine
 from servelab.engines.cudagraph import prompt_step_graph
 from servelab.errors import ServelabError
-from servelab.explain import explain, repeatability
+from servelab.rules.explain import explain, repeatability
 from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, calibration
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.drafter import parse_drafter
@@ -32,7 +32,7 @@ from servelab.plan.predict import NO_GRAPH, Point, limits_for, predict, terms
 from servelab.plan.rate import RatePoint, at_rate
 from servelab.report import plots
 from servelab.report.explain_table import explain_table, repeat_table
-from servelab.results import RunResult
+from servelab.store.results import RunResult
 
 ASSUMPTIONS = ("no prefix-cache hits, acceptance not falling with the batch, the drafter's time per step of the calibration, "
                "TP all-reduce at the profile's estimated latency (not measured), vLLM's asynchronous scheduling, "

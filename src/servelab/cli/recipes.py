@@ -13,15 +13,15 @@ from rich.markup import escape
 from servelab.cli.common import console, event_loop_runner, fail, measured, output_dir, remember, serve_until_ctrl_c, sigterm_as_sigint, write_file
 from servelab.errors import ServelabError
 from servelab.launch.server import RecipeServer
-from servelab.lint import lint as lint_recipe
-from servelab.lint import quant_of
-from servelab.measure import Served, bench_options
+from servelab.rules.lint import lint as lint_recipe
+from servelab.rules.lint import quant_of
+from servelab.run.measure import Served, bench_options
 from servelab.recipes import Recipe, expand, load_recipe, parse_assignments, variant_label, with_hosts
 from servelab.report.ledger import DEFAULT_METRICS, METRICS, build, collect, default_baseline, ledger_markdown, ledger_table, load_differences
 from servelab.report.table import bench_table
-from servelab.results import RunResult
+from servelab.store.results import RunResult
 from servelab.settings import Target
-from servelab.sweep import run_sweep
+from servelab.run.sweep import run_sweep
 
 RecipeArg = Annotated[Path, typer.Argument(help="Recipe YAML (servelab's format, or a spark-vllm-docker recipe_version \"1\").", show_default=False)]
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="NAME=VALUE: a placeholder value, or an engine flag to add (max_num_seqs=64 → --max-num-seqs 64). Repeatable.")]

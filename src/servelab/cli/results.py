@@ -14,11 +14,11 @@ from rich.table import Table
 from rich.markup import escape
 
 from servelab.cli.common import DbOpt, console, fail, store_at, write_file
-from servelab.imports import read_results
+from servelab.store.imports import read_results
 from servelab.report.html import compare_page, run_page
 from servelab.report.table import bench_table
-from servelab.store import METRICS as STORE_METRICS
-from servelab.untrusted import for_csv
+from servelab.store.database import METRICS as STORE_METRICS
+from servelab.guards.untrusted import for_csv
 
 
 def import_(
@@ -120,7 +120,7 @@ def ui(
     """Serve the leaderboard of stored runs, run pages and comparisons on a local web page until Ctrl-C."""
     import uvicorn
 
-    from servelab.ui import make_app
+    from servelab.report.ui import make_app
 
     try:
         app_ = make_app(store_at(db))

@@ -10,9 +10,9 @@ import typer
 
 from servelab.cli.bind import EMBEDDED, bind
 from servelab.cli.common import console, fail, read_text, serve_until_ctrl_c, sigterm_as_sigint
-from servelab.local import LocalServer
+from servelab.server.local import LocalServer
 from servelab.metrics.bootlog import parse_bootlog
-from servelab.redaction import dump
+from servelab.guards.redaction import dump
 from servelab.report.bootlog_table import bootlog_table
 from servelab.settings import Target
 

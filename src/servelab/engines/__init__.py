@@ -5,6 +5,8 @@ the modules ``BUILTIN`` names, imported directly (so a source checkout on ``PYTH
 installed metadata, still knows every engine); another package adds one under the entry-point group
 ``servelab.engines``, without editing servelab. :func:`get` finds one by name; a name nobody registered is
 served by the generic engine (any OpenAI-compatible server), so old results and imports still load.
+
+Layer: engines. May import: values, guards, errors (docs/architecture.md).
 """
 
 from __future__ import annotations

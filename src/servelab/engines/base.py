@@ -8,10 +8,10 @@ overrides what differs. The generic modules ask the engine object and know no en
 =====================  ==========================================  ===============================
 what                   attributes / methods                        asked by
 =====================  ==========================================  ===============================
-discovery              ``owned_by``, ``recognise``, ``describe``    ``servelab.endpoint``
-tokenizer              ``tokenize_body``, ``chat_count``            ``servelab.tokenizer``
+discovery              ``owned_by``, ``recognise``, ``describe``    ``servelab.server.endpoint``
+tokenizer              ``tokenize_body``, ``chat_count``            ``servelab.server.tokenizer``
 requests and streams   ``request_fields``, ``connector_options``,   ``servelab.load.client``,
-                       ``exact_output_length``, ``context_limit``  ``servelab.bench``
+                       ``exact_output_length``, ``context_limit``  ``servelab.run.bench``
 Prometheus metrics     ``gauges``, ``spec_decode_prefix``,          ``servelab.metrics.server``
                        ``server_counters``
 boot log               ``rules``, ``ready``, ``notable``,           ``servelab.metrics.bootlog``
@@ -21,12 +21,12 @@ recipes and launch     ``recipe_name``, ``ready_path``,             ``servelab.r
                        ``container_caches``,
                        ``parallel_flags``, ``cluster_backends``,
                        ``cluster_flags``, ``check_recipe``
-flag meanings          ``flags`` (:class:`Flags`),                  ``servelab.lint``
+flag meanings          ``flags`` (:class:`Flags`),                  ``servelab.rules.lint``
                        ``gpu_memory_utilization_default``
-lint                   ``lint_rules``                               ``servelab.lint``
+lint                   ``lint_rules``                               ``servelab.rules.lint``
 plan                   ``batch_defaults``, ``capture_sizes``,       ``servelab.plan``,
                        ``runtime_memory``,
-                       ``quant_formats``                            ``servelab.diagnose``
+                       ``quant_formats``                            ``servelab.rules.diagnose``
 =====================  ==========================================  ===============================
 
 How to add one: docs/architecture.md ("Adding an engine").
@@ -39,13 +39,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple
 
-from servelab.argv import has_flag
+from servelab.values.argv import has_flag
 from servelab.engines.bootfacts import Rule
 from servelab.engines.counters import Scrapes, ServerStats
-from servelab.specs import Hardware, ModelSpec
+from servelab.values.specs import Hardware, ModelSpec
 
 if TYPE_CHECKING:
-    from servelab.engines.vllm_kv import HybridLayout
+    from servelab.engines.kv_layout import HybridLayout
 
 # get(path) → the JSON body of GET root+path, or None on any failure; post(path, body) → JSON, or raises ServelabError
 JsonGet = Callable[[str], Awaitable[object | None]]
@@ -233,7 +233,7 @@ class Engine:
 
     def lint_rules(self, argv: list[str], concurrencies: list[int]) -> list[LintFinding]:
         """Pitfalls only this engine has, for one resolved variant's server command ``argv`` and the
-        closed-loop levels its bench plan runs (the shared rules are in ``servelab.lint``)."""
+        closed-loop levels its bench plan runs (the shared rules are in ``servelab.rules.lint``)."""
         return []
 
     def batch_defaults(self, hw: Hardware) -> tuple[int, int]:

@@ -36,7 +36,7 @@ class BootFacts(BaseModel):
     engine: str | None = None
     version: str | None = None
     model: str | None = None
-    non_default_args: dict | str | None = Field(None, description="The engine's arguments as its log prints them, secret-named ones masked (servelab.redaction.mask_keys).")
+    non_default_args: dict | str | None = Field(None, description="The engine's arguments as its log prints them, secret-named ones masked (servelab.guards.redaction.mask_keys).")
     max_model_len: int | None = None
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = Field(None, description="Only when the log prints it (vLLM: set on the command line).")

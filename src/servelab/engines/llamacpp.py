@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import re
 
-from servelab import jsonfile
-from servelab.argv import has_flag
+from servelab.guards import jsonfile
+from servelab.values.argv import has_flag
 from servelab.engines.base import Engine, Gauges, JsonGet, JsonPost, LintFinding, positive_int
 from servelab.engines.bootfacts import BootFacts, Rule, set_fact, set_facts
 from servelab.engines.counters import Scrapes, ServerStats
@@ -108,7 +108,7 @@ READY = re.compile(r"listening on|server is listening on|HTTP server listening")
 
 
 class LlamaCpp(Engine):
-    """llama.cpp's ``llama-server`` (also the embedded default, ``servelab.local``)."""
+    """llama.cpp's ``llama-server`` (also the embedded default, ``servelab.server.local``)."""
 
     name = NAME
     title = "llama.cpp"

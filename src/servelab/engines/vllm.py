@@ -13,13 +13,14 @@ import json
 import math
 import re
 
-from servelab.argv import flag_value, flag_values, has_flag
+from servelab.values.argv import flag_value, flag_values, has_flag
 from servelab.engines.base import Engine, Flags, Gauges, JsonGet, JsonPost, LintFinding, RuntimeMemory
 from servelab.engines.counters import Scrapes, ServerStats
 from servelab.engines.cudagraph import padding, recommend
 from servelab.engines.vllm_bootlog import NOTABLE, READY, RULES, strip_prefix
-from servelab.engines.vllm_kv import HybridLayout, hybrid_layout, kv_tokens, rules_for
-from servelab.specs import GIB, Hardware, ModelSpec
+from servelab.engines.kv_layout import HybridLayout
+from servelab.engines.vllm_kv import hybrid_layout, kv_tokens, rules_for
+from servelab.values.specs import GIB, Hardware, ModelSpec
 
 NAME = "vllm"
 

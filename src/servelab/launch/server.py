@@ -26,10 +26,10 @@ from pathlib import Path
 from servelab import engines
 from servelab.errors import ServelabError
 from servelab.launch import cluster, docker
-from servelab.process import POLL_S, Proc, wait_ready
+from servelab.server.process import POLL_S, Proc, wait_ready
 from servelab.recipes import Recipe, Resolved, is_secret, redact
-from servelab.redaction import remember
-from servelab.results import RecipeInfo
+from servelab.guards.redaction import remember
+from servelab.store.results import RecipeInfo
 
 PROBE_TIMEOUT_S = 20.0  # one `ray.nodes()` call; a probe stuck while the head comes up is retried
 

@@ -15,7 +15,7 @@ from typing import Literal
 import orjson
 
 from servelab import engines
-from servelab.endpoint import Endpoint
+from servelab.server.endpoint import Endpoint
 
 API_PATHS: dict[str, str] = {"chat": "/chat/completions", "completions": "/completions"}  # ``--endpoint`` → path under /v1
 Api = Literal["chat", "completions"]

@@ -36,12 +36,12 @@ from pydantic import NonNegativeInt, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from servelab import engines
-from servelab.endpoint import Endpoint
+from servelab.server.endpoint import Endpoint
 from servelab.errors import first_problem
 from servelab.load.body import API_PATHS, Api
 from servelab.load.outcome import ERROR_TEXT_LIMIT, Texts, count_tokens, fail, mark_incomplete
-from servelab.records import RequestRecord
-from servelab.tokenizer import Tokenizer
+from servelab.values.records import RequestRecord
+from servelab.server.tokenizer import Tokenizer
 
 ERROR_BODY_LIMIT = 65536  # at most this much of an error body is read (a huge one never whole)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from servelab.records import RequestRecord
-from servelab.redaction import scrub
-from servelab.tokenizer import Tokenizer
+from servelab.values.records import RequestRecord
+from servelab.guards.redaction import scrub
+from servelab.server.tokenizer import Tokenizer
 
 ERROR_TEXT_LIMIT = 500
 TEXT_TOKENS_PER_BYTE = 2  # usage above this many tokens per UTF-8 byte received (+ TEXT_TOKEN_MARGIN) is not believed

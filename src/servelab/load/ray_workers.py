@@ -23,7 +23,7 @@ from typing import Any
 
 from servelab.errors import ServelabError
 from servelab.load.workers import Backend, Streamer, Worker, WorkerPool
-from servelab.records import RequestRecord
+from servelab.values.records import RequestRecord
 
 CLOCK_PROBES = 16
 ACTOR_CONCURRENCY = 100_000  # requests one async actor may have in flight (Ray's default is 1,000)

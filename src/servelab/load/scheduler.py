@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from servelab.load.client import StreamClient
 from servelab.load.outcome import Texts
-from servelab.records import RequestRecord
+from servelab.values.records import RequestRecord
 
 # Failures after which the scheduler asks whether the server is still there.
 CONNECTION_ERRORS = frozenset({"connect", "disconnected"})

@@ -50,14 +50,14 @@ from typing import Any
 
 import orjson
 
-from servelab.endpoint import Endpoint, EndpointInfo
+from servelab.server.endpoint import Endpoint, EndpointInfo
 from servelab.errors import ServelabError
 from servelab.load.body import Api
 from servelab.load.client import StreamClient
 from servelab.load.outcome import Texts, count_tokens, fail, mark_incomplete
-from servelab.records import RequestRecord
-from servelab.redaction import remember
-from servelab.tokenizer import Tokenizer
+from servelab.values.records import RequestRecord
+from servelab.guards.redaction import remember
+from servelab.server.tokenizer import Tokenizer
 
 CANCEL_WAIT_S = 2.0  # how long a cancelled request waits for its worker's record
 STREAMS_PER_PROC = 256  # automatic --client-procs: one process per this many streams (issue 18: one loop's TTFT error grows from 256)

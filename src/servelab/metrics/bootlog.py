@@ -20,7 +20,7 @@ import re
 
 from servelab.engines import all_engines
 from servelab.engines.bootfacts import BootFacts
-from servelab.redaction import mask_keys, scrub
+from servelab.guards.redaction import mask_keys, scrub
 
 KEEP_UNRECOGNISED = 200
 MAX_LINE = 16_384  # characters read of one log line (vLLM's longest, its config dump, is ~6,000)
@@ -89,6 +89,6 @@ def parse_bootlog(text: str) -> BootFacts:
                 facts.unrecognised.append(msg)
     if hints:
         facts.engine = max(hints, key=hints.get)
-    facts.non_default_args = mask_keys(facts.non_default_args)  # api_key, hf_token … (servelab.redaction)
+    facts.non_default_args = mask_keys(facts.non_default_args)  # api_key, hf_token … (servelab.guards.redaction)
     facts.warnings, facts.unrecognised = [scrub(w) for w in facts.warnings], [scrub(u) for u in facts.unrecognised]
     return facts

@@ -4,7 +4,7 @@ Where NVML is missing (no NVIDIA driver, a remote server, this CI) the sampler i
 phase gets no GPU figures: never an error. Samples every ``SAMPLE_INTERVAL_S`` of every visible
 GPU: power (W, ``nvmlDeviceGetPowerUsage``), memory used (GiB), GPU utilisation (%), SM clock (MHz)
 and temperature (°C); once, its maximum SM clock (``nvmlDeviceGetMaxClockInfo``) and power limit
-(``nvmlDeviceGetEnforcedPowerLimit``), so that a power-capped phase can be told (``servelab.diagnose``). Energy = Σ power × interval over the phase (J), summed over GPUs; energy
+(``nvmlDeviceGetEnforcedPowerLimit``), so that a power-capped phase can be told (``servelab.rules.diagnose``). Energy = Σ power × interval over the phase (J), summed over GPUs; energy
 per output token = energy ÷ output tokens of the phase (docs/metrics.md, "GPU telemetry").
 """
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel
 
-from servelab.records import RequestRecord
+from servelab.values.records import RequestRecord
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:

@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 
 from servelab.errors import ServelabError
 from servelab.metrics.request import e2e_ms, itl_ms, percentile, tpot_ms, ttft_ms
-from servelab.records import RequestRecord
+from servelab.values.records import RequestRecord
 
 Metric = Literal["ttft", "tpot", "itl", "e2e"]
 GRAMMAR = "METRIC_pPCT=VALUE[,…] with METRIC ttft, tpot, itl or e2e, PCT 50 to 99.9, VALUE in ms or s: ttft_p99=2s,tpot_p99=50ms"

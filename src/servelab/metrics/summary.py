@@ -18,7 +18,7 @@ from servelab.metrics.waves import WaveStats
 from servelab.metrics.request import Distribution, decode_span, e2e_ms, itl_ms, ttft_ms
 from servelab.metrics.slo import SloResult
 from servelab.metrics.turns import SessionStats
-from servelab.records import RequestRecord
+from servelab.values.records import RequestRecord
 
 class LevelSummary(BaseModel):
     """Summary of the measured requests at one concurrency level (docs/metrics.md)."""

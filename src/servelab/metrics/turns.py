@@ -1,10 +1,10 @@
 """Multi-turn sessions measured: how each turn fares as the context grows (docs/metrics.md "Sessions").
 
-From a level's records that carry a ``session`` and ``turn`` (servelab.sessions), per turn index:
+From a level's records that carry a ``session`` and ``turn`` (servelab.run.sessions), per turn index:
 the requests, their mean context (prompt tokens, the server's count when it sent one), TTFT, and
 the prefix-cache hit rate of that turn as the server reported it per request
 (``usage.prompt_tokens_details.cached_tokens`` ÷ prompt tokens, summed over the turn's requests).
-And per level: sessions started and how they ended (``SessionPlayer.ended``, servelab.sessions).
+And per level: sessions started and how they ended (``SessionPlayer.ended``, servelab.run.sessions).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from pydantic import BaseModel, Field
 
 from servelab.metrics.request import Distribution, ttft_ms
-from servelab.records import RequestRecord
+from servelab.values.records import RequestRecord
 
 
 class TurnStats(BaseModel):

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from servelab.records import RequestRecord
+from servelab.values.records import RequestRecord
 
 MIN_CONCURRENCY = 2  # one stream cannot form waves
 MIN_WAVES = 2

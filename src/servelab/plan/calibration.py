@@ -14,8 +14,8 @@ from pydantic import BaseModel, Field, ValidationError
 
 from servelab.errors import ServelabError, first_problem
 from servelab.plan.quant import QuantFormat
-from servelab.specs import ModelSpec
-from servelab.yamlfile import read_yaml
+from servelab.values.specs import ModelSpec
+from servelab.guards.yamlfile import read_yaml
 
 DEFAULT_CALIBRATION = "vllm-0.25-h100-bf16"  # dense and MoE models (data/calibration.yaml)
 HYBRID_CALIBRATION = "vllm-0.25-h100-hybrid-fp8"  # hybrid (Mamba-2 / Gated DeltaNet) models in FP8

@@ -31,9 +31,9 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError, field_validator
 
 from servelab.errors import ServelabError, first_problem
-from servelab.jsonfile import loads
+from servelab.guards.jsonfile import loads
 from servelab.plan.quant import LINEAR_KINDS, QuantFormat, get_format
-from servelab.specs import ModelSpec
+from servelab.values.specs import ModelSpec
 
 # one module per parameter kind, layer index {i}, in each family's Hugging Face naming
 _MODULES = {
@@ -64,7 +64,7 @@ def read_quant_config(config_path: Path) -> dict | None:
     """The checkpoint's quantization config beside (or inside) a config.json: its
     ``quantization_config``, else a ModelOpt ``hf_quant_config.json`` in the same folder; None if neither.
 
-    Both files are read through ``servelab.jsonfile`` (size and nesting bounded).
+    Both files are read through ``servelab.guards.jsonfile`` (size and nesting bounded).
 
     Raises:
         ServelabError: config.json or hf_quant_config.json is not valid JSON (or too large or deep).

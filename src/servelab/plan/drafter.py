@@ -11,7 +11,7 @@ its weights and the KV cache it adds. ``servelab plan --speculative METHOD:ARG``
 - ``ngram:K``: prompt lookup, no weights and no KV.
 
 K is the number of speculative tokens per step (for ``eagle3``, ``--draft-tokens``, default 3).
-A hybrid model also keeps K extra recurrent-state pages per request (``servelab.engines.vllm_kv.HybridLayout``).
+A hybrid model also keeps K extra recurrent-state pages per request (``servelab.engines.kv_layout.HybridLayout``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from servelab.errors import ServelabError
 from servelab.plan.model_spec import load_model
 from servelab.plan.roofline import mtp_pass_bytes
-from servelab.specs import Layer, ModelSpec
+from servelab.values.specs import Layer, ModelSpec
 
 EAGLE3_DEFAULT_TOKENS = 3
 BF16_BYTES = 2

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servelab.errors import ServelabError
-from servelab.specs import Layer, ModelSpec
+from servelab.values.specs import Layer, ModelSpec
 
 _HF = "transformers src/transformers/models/{0}/modeling_{0}.py"
 

@@ -19,8 +19,8 @@ from servelab.plan.drafter import parse_drafter
 from servelab.plan.predict import Point, Terms, limits_for, predict, step_times, terms
 from servelab.plan.quant import QuantFormat
 from servelab.plan.roofline import spec_tokens_per_step
-from servelab.results import RunResult
-from servelab.specs import Hardware, ModelSpec
+from servelab.store.results import RunResult
+from servelab.values.specs import Hardware, ModelSpec
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from servelab.engines.bootfacts import BootFacts
 from servelab.errors import ServelabError
 from servelab.plan.model_spec import catalog
 from servelab.plan.planner import Plan
-from servelab.specs import GIB, Hardware
+from servelab.values.specs import GIB, Hardware
 
 QUANT_SUFFIX = re.compile(r"[-_](?:nvfp4|mxfp4|fp8(?:-dynamic|-block)?|fp4|awq|gptq(?:-int4)?|int4|int8|w4a16|w8a8|gguf)$", re.IGNORECASE)
 HARDWARE_MATCH = 0.05  # a profile whose memory is within 5 % of what the log implies is taken for the log's GPU

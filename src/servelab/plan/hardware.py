@@ -15,8 +15,8 @@ import yaml
 from pydantic import ValidationError
 
 from servelab.errors import ServelabError, first_problem
-from servelab.specs import Hardware
-from servelab.yamlfile import read_yaml
+from servelab.values.specs import Hardware
+from servelab.guards.yamlfile import read_yaml
 
 
 def _bundled() -> dict[str, dict]:

@@ -41,10 +41,10 @@ from servelab.engines.base import RuntimeMemory
 from servelab.errors import ServelabError
 from servelab.plan.drafter import Drafter
 from servelab.plan.quant import QuantFormat, weight_bytes
-from servelab.specs import GIB, Hardware, ModelSpec
+from servelab.values.specs import GIB, Hardware, ModelSpec
 
 if TYPE_CHECKING:
-    from servelab.engines.vllm_kv import HybridLayout
+    from servelab.engines.kv_layout import HybridLayout
 
 @dataclass
 class MemoryPlan:

@@ -1,4 +1,4 @@
-"""The model a user names, found as vLLM finds it, and read into a :class:`~servelab.specs.ModelSpec`.
+"""The model a user names, found as vLLM finds it, and read into a :class:`~servelab.values.specs.ModelSpec`.
 
 ``--model`` may be (in this order):
 
@@ -31,10 +31,10 @@ from huggingface_hub import constants as hub_constants
 from huggingface_hub import errors as hub_errors
 from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, ValidationError
 
-from servelab import jsonfile
+from servelab.guards import jsonfile
 from servelab.errors import ServelabError, first_problem
 from servelab.plan.families import parse_config, text_config
-from servelab.specs import ModelSpec
+from servelab.values.specs import ModelSpec
 
 HUB_FILES = ("config.json", "hf_quant_config.json")  # what servelab takes from a Hub repository (no weights)
 

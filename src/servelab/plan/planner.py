@@ -10,14 +10,14 @@ from pydantic import BaseModel, Field
 
 from servelab.engines import plan_engine
 from servelab.engines.base import RuntimeMemory
-from servelab.engines.vllm_kv import HybridLayout
+from servelab.engines.kv_layout import HybridLayout
 from servelab.errors import ServelabError
 from servelab.plan.drafter import Drafter
 from servelab.plan.memory import plan_memory
 from servelab.plan.quant import QuantFormat, weight_bytes
 from servelab.plan.roofline import decode_ceiling, prefill
 from servelab.plan.tensors import CheckpointWeights
-from servelab.specs import GIB, Hardware, ModelSpec
+from servelab.values.specs import GIB, Hardware, ModelSpec
 
 SHORT_CONTEXT = 1024  # "single stream at short context" for the headline decode ceiling (tokens)
 PREFILL_TOKENS = 4096
@@ -65,7 +65,7 @@ class Plan(BaseModel):
     kv_capacity_tokens: int | None
     max_model_len: int
     max_concurrency: float = Field(description="Requests of max_model_len tokens that fit at once.")
-    kv_layout: HybridLayout | None = Field(None, description="Hybrid models: vLLM's layout (block size, page bytes, groups, padding layers).")
+    kv_layout: HybridLayout | None = Field(None, description="Hybrid models: the engine's KV-cache layout (block size, page bytes, groups, padding layers).")
     longest_context: dict[int, int] = Field(description="Longest context per request at each concurrency.")
     decode_tok_s_ceiling: float = Field(description=f"Single stream at {SHORT_CONTEXT} tokens of context, tok/s.")
     ceilings: list[CeilingRow]

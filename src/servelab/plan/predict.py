@@ -100,7 +100,7 @@ from servelab.plan.drafter import Drafter
 from servelab.plan.memory import plan_memory
 from servelab.plan.quant import QuantFormat
 from servelab.plan.roofline import compute_dtype, decode_step, prefill, spec_tokens_per_step, weights_touched
-from servelab.specs import Hardware, ModelSpec
+from servelab.values.specs import Hardware, ModelSpec
 
 PADDING_NAMED = 1.1  # padding is named the bottleneck when it makes the decode step this much longer
 PREFILL_NAMED = 0.5  # prefill is named when the prompts add this share of the decode step to TPOT, or more

@@ -27,7 +27,7 @@ import difflib
 from dataclasses import dataclass, field
 
 from servelab.errors import ServelabError
-from servelab.specs import ModelSpec
+from servelab.values.specs import ModelSpec
 
 LINEAR_KINDS = ("attn", "recurrent", "mlp", "experts", "shared")
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servelab.plan.quant import QuantFormat, weight_bytes
-from servelab.specs import Hardware, ModelSpec
+from servelab.values.specs import Hardware, ModelSpec
 
 NON_EXPERT = ("attn", "recurrent", "mlp", "shared", "router", "norms", "lm_head")
 

@@ -22,9 +22,9 @@ from huggingface_hub.utils import SafetensorsRepoMetadata
 from huggingface_hub import errors as hub_errors
 
 from servelab.errors import ServelabError
-from servelab.jsonfile import loads
+from servelab.guards.jsonfile import loads
 from servelab.plan.model_spec import hub_reachable
-from servelab.specs import ModelSpec
+from servelab.values.specs import ModelSpec
 
 MAX_INDEX_BYTES = 10**15  # 1 PB: a safetensors index claiming more is not a checkpoint
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
@@ -96,7 +96,7 @@ def from_index(path: Path, spec: ModelSpec) -> CheckpointWeights | None:
     index (no total size, or a ``weight_map`` that names no shard).
 
     Raises:
-        ServelabError: the index is not JSON (or too large or deep: ``servelab.jsonfile``), or its
+        ServelabError: the index is not JSON (or too large or deep: ``servelab.guards.jsonfile``), or its
             total size is not a checkpoint's (0 < bytes < ``MAX_INDEX_BYTES``).
     """
     try:
@@ -124,7 +124,7 @@ def checkpoint_weights(spec: ModelSpec, *, online: bool = True, folder: Path | N
     (:func:`from_index`); else, for a Hub id and ``online``, the Hub's headers by range requests.
     None for a catalog model, a bare config.json, or a checkpoint whose headers cannot be had
     (offline, not a safetensors repository, an index that names no shard): the plan then uses the
-    formula. A local index is read through ``servelab.jsonfile`` first (bounded), before
+    formula. A local index is read through ``servelab.guards.jsonfile`` first (bounded), before
     huggingface_hub parses it.
 
     Raises:

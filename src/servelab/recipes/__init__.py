@@ -5,9 +5,11 @@
 - ``interpreters``: where a value would run as code (a shell's script argument);
 - ``spark_vllm_docker``: the community's DGX Spark format, converted on load;
 - ``variants``: ``--set`` / ``--vary`` assignments, combinations, labels, directories;
-- ``flags``: adding flags to an argument list, and redacting secrets (reading them: ``servelab.argv``).
+- ``flags``: adding flags to an argument list, and redacting secrets (reading them: ``servelab.values.argv``).
 
 What a flag means for an engine, and which flags it needs, is the engine's (``servelab.engines``).
+
+Layer: recipes. May import: settings, load, workloads, plan, store, metrics, server, engines, values, guards, errors (docs/architecture.md).
 """
 
 from servelab.recipes.flags import is_secret, redact

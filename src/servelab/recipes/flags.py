@@ -1,11 +1,11 @@
-"""Server argument lists: adding flags, and hiding secret values (reading them: ``servelab.argv``)."""
+"""Server argument lists: adding flags, and hiding secret values (reading them: ``servelab.values.argv``)."""
 
 from __future__ import annotations
 
 import re
 
 from servelab.errors import ServelabError
-from servelab.redaction import scrub
+from servelab.guards.redaction import scrub
 
 SECRET_WORDS = ("key", "token", "secret", "password")
 
@@ -34,7 +34,7 @@ def is_secret(name: str) -> bool:
 def redact(argv: list[str]) -> list[str]:
     """``argv`` with the values of secret-looking flags and variables (``--api-key X``,
     ``--hf-token=X``, ``HF_TOKEN=X``) replaced by ``***``, and every known secret value or
-    credential-shaped text (``Bearer …``, ``sk-…``: ``servelab.redaction.scrub``) masked; for
+    credential-shaped text (``Bearer …``, ``sk-…``: ``servelab.guards.redaction.scrub``) masked; for
     anything stored or printed."""
     out: list[str] = []
     hide = False

@@ -31,12 +31,12 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PositiveFloa
 
 from servelab import engines
 from servelab.errors import ServelabError
-from servelab.process import free_port
+from servelab.server.process import free_port
 from servelab.recipes.flags import flag_args, parse_port
 from servelab.recipes.interpreters import script_indices
 from servelab.recipes.spark_vllm_docker import from_spark_vllm_docker
 from servelab.settings import Load
-from servelab.yamlfile import Lines, line_of, read_yaml_lines
+from servelab.guards.yamlfile import Lines, line_of, read_yaml_lines
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a placeholder or variant name
 SHELL_TOKENS = {"&&", "||", ";", "|", ">", ">>", "<", "&", "$(", "`"}
@@ -225,7 +225,7 @@ class Recipe(BaseModel):
         if "port" not in merged:
             merged["port"] = str(free_port() if "port" in used else engine.default_port)
         if used & {"embedded_llama_server", "embedded_model", "embedded_chat_template"}:
-            from servelab.local import chat_template_path, model_path, server_program
+            from servelab.server.local import chat_template_path, model_path, server_program
 
             merged.setdefault("embedded_llama_server", str(server_program()))
             merged.setdefault("embedded_model", str(model_path()))

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from servelab.errors import ServelabError
 from servelab.recipes.format import NAME_RE, Recipe
-from servelab.untrusted import for_filename
+from servelab.guards.untrusted import for_filename
 
 
 def parse_assignments(items: list[str], option: str) -> dict[str, list[str]]:
@@ -43,5 +43,5 @@ def variant_label(values: Mapping[str, str], fixed: Mapping[str, str] | None = N
 
 
 def variant_dir(label: str) -> str:
-    """A directory name for a variant label (never a path component: ``servelab.untrusted.for_filename``)."""
+    """A directory name for a variant label (never a path component: ``servelab.guards.untrusted.for_filename``)."""
     return for_filename(label)

@@ -1,12 +1,12 @@
 """Tables of ``servelab explain`` (and of ``servelab bench --hardware`` on the plan engine): a run
-beside the predicted curve, and the repeatability of repeated runs (``servelab.explain``)."""
+beside the predicted curve, and the repeatability of repeated runs (``servelab.rules.explain``)."""
 
 from __future__ import annotations
 
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.explain import Row
+from servelab.rules.explain import Row
 from servelab.metrics.repeats import TOK_S_SPREAD, TTFT_SPREAD, RepeatStats
 from servelab.plan.calibration import Calibration
 

@@ -16,15 +16,15 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from servelab import __version__
 from servelab.metrics.turns import TurnStats
-from servelab.records import RequestRecord
+from servelab.values.records import RequestRecord
 from servelab.report import plots
 from servelab.report.ledger import DEFAULT_METRICS, METRICS, Entry, build, cell_text, default_baseline, load_differences
-from servelab.results import load_run
-from servelab.store import Level, Run
-from servelab.untrusted import plain
+from servelab.store.results import load_run
+from servelab.store.database import Level, Run
+from servelab.guards.untrusted import plain
 
 ENV = Environment(loader=PackageLoader("servelab", "report/templates"), autoescape=select_autoescape(default=True),
-                  finalize=lambda v: plain(v) if isinstance(v, str) else v)  # escaped, and no control characters (servelab.untrusted)
+                  finalize=lambda v: plain(v) if isinstance(v, str) else v)  # escaped, and no control characters (servelab.guards.untrusted)
 
 # Level columns of the tables (store column, title); docs/metrics.md defines each.
 COLUMNS = [

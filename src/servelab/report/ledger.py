@@ -19,7 +19,7 @@ from tabulate import tabulate
 from servelab.errors import ServelabError
 from servelab.metrics.repeats import Interval, interval
 from servelab.metrics.summary import LevelSummary
-from servelab.results import RunResult, SweepIndex, VariantStatus, read_document
+from servelab.store.results import RunResult, SweepIndex, VariantStatus, read_document
 
 
 @dataclass(frozen=True)

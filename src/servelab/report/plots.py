@@ -15,14 +15,14 @@ from collections.abc import Iterator
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display needed
-matplotlib.rcParams["text.parse_math"] = False  # a model id with $…$ is text, not math (servelab.untrusted)
+matplotlib.rcParams["text.parse_math"] = False  # a model id with $…$ is text, not math (servelab.guards.untrusted)
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
-from servelab.records import RequestRecord  # noqa: E402
-from servelab.store import Level, Run  # noqa: E402
-from servelab.untrusted import plain  # noqa: E402
+from servelab.values.records import RequestRecord  # noqa: E402
+from servelab.store.database import Level, Run  # noqa: E402
+from servelab.guards.untrusted import plain  # noqa: E402
 
 
 def _png(fig: Figure) -> bytes:

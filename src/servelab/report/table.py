@@ -7,7 +7,7 @@ from rich.markup import escape
 
 from servelab.metrics.repeats import TOK_S_SPREAD, TTFT_SPREAD, Interval, repeat_stats
 from servelab.metrics.summary import Distribution, LevelSummary
-from servelab.results import LoadSpec, RunResult
+from servelab.store.results import LoadSpec, RunResult
 
 
 def _num(value: float | None, digits: int = 1) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from importlib.resources import files
 
 from servelab.errors import ServelabError
-from servelab.tokenizer import Tokenizer
+from servelab.server.tokenizer import Tokenizer
 
 LANGUAGES = ("en", "hu")
 MAX_ADJUST_ROUNDS = 4

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab import jsonfile
+from servelab.guards import jsonfile
 from servelab.errors import ServelabError
 
 

@@ -4,7 +4,7 @@ A session (``servelab bench --sessions N --turns T``, or a workload with ``turns
 ``agentic``) is one conversation: its first request holds the system prompt (if any) and the
 first user message; each later request resends the whole conversation so far — every earlier
 answer included — plus a new user message. How a session is played against a server is
-``servelab.sessions``; what is measured per turn is ``servelab.metrics.turns``.
+``servelab.run.sessions``; what is measured per turn is ``servelab.metrics.turns``.
 """
 
 from __future__ import annotations

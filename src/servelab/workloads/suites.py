@@ -29,14 +29,14 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from servelab.errors import ServelabError, first_problem
-from servelab.yamlfile import read_yaml
+from servelab.guards.yamlfile import read_yaml
 
 
 class Workload(BaseModel, extra="forbid"):
     """One named workload (temperature 0).
 
     A single request (``turns`` 1, no system prompt) is built to exactly ``input_tokens`` prompt
-    tokens, chat template included. A session (``turns`` > 1 or a system prompt: servelab.sessions)
+    tokens, chat template included. A session (``turns`` > 1 or a system prompt: servelab.run.sessions)
     sizes each message in text tokens: a system prompt of ``system_tokens`` shared by every session
     of the run, a first user message of ``input_tokens``, then per later turn the previous answer and
     a user message of ``turn_input_tokens``; the server's template adds its own tokens, counted
@@ -58,7 +58,7 @@ class Workload(BaseModel, extra="forbid"):
 
     @property
     def multi_turn(self) -> bool:
-        """Played as a session (servelab.sessions), not as one request."""
+        """Played as a session (servelab.run.sessions), not as one request."""
         return self.turns > 1 or self.system_tokens > 0
 
 

@@ -29,7 +29,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from servelab import jsonfile
+from servelab.guards import jsonfile
 from servelab.errors import ServelabError, first_problem
 
 MOONCAKE_BLOCK_TOKENS = 512  # tokens per hash id (Mooncake trace README: "block size 512")

@@ -13,7 +13,7 @@ from pydantic import BaseModel, NonNegativeInt, ValidationError
 from tokenizers import Tokenizer as HFTokenizer
 
 from servelab import engines
-from servelab.endpoint import Endpoint
+from servelab.server.endpoint import Endpoint
 from servelab.errors import ServelabError
 
 

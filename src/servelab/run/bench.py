@@ -17,21 +17,21 @@ from pathlib import Path
 import aiohttp
 
 from servelab import engines
-from servelab.diagnose import diagnose
-from servelab.endpoint import Endpoint
+from servelab.rules.diagnose import diagnose
+from servelab.server.endpoint import Endpoint
 from servelab.errors import ServelabError
-from servelab.levels import LevelRunner
+from servelab.run.levels import LevelRunner
 from servelab.load.body import request_body
 from servelab.load.client import StreamClient
 from servelab.load.ray_workers import RayBackend
 from servelab.load.scheduler import ServerGone
 from servelab.load.workers import WorkerPool, auto_procs
 from servelab.metrics.bootlog import parse_bootlog
-from servelab.options import BenchHooks, BenchOptions
-from servelab.replay import TracePrompts
-from servelab.results import CeilingInfo, LoadSpec, PromptCheck, RunResult, RunWriter, TraceInfo, levels_to_run, resume_run, run_lock
-from servelab.sessions import SessionPlayer
-from servelab.tokenizer import LocalTokenizer, ServerTokenizer, Tokenizer
+from servelab.run.options import BenchHooks, BenchOptions
+from servelab.run.replay import TracePrompts
+from servelab.store.results import CeilingInfo, LoadSpec, PromptCheck, RunResult, RunWriter, TraceInfo, levels_to_run, resume_run, run_lock
+from servelab.run.sessions import SessionPlayer
+from servelab.server.tokenizer import LocalTokenizer, ServerTokenizer, Tokenizer
 from servelab.workloads.corpus import Prompt, PromptBuilder
 from servelab.workloads.suites import Workload
 from servelab.workloads.traces import Trace
@@ -77,7 +77,7 @@ def choose_tokenizer(endpoint: Endpoint, session: aiohttp.ClientSession, path: s
 
 class Bench(LevelRunner):
     """One ``servelab bench`` run against a discovered endpoint: fit the shapes, calibrate the chat
-    template, then run each level (:class:`servelab.levels.LevelRunner`), resuming a run directory.
+    template, then run each level (:class:`servelab.run.levels.LevelRunner`), resuming a run directory.
 
     Args:
         endpoint: the server.
@@ -127,7 +127,7 @@ class Bench(LevelRunner):
 
     async def run(self) -> RunResult:
         """Run the benchmark and return the finished (or partial) run document, holding the run
-        directory's lock (:func:`servelab.results.run_lock`) throughout.
+        directory's lock (:func:`servelab.store.results.run_lock`) throughout.
 
         A server that goes away mid-run ends it as ``partial`` (its reason in ``partial_reason``);
         the level it cut short is summarised and marked ``cut_short``.
@@ -303,7 +303,7 @@ class Bench(LevelRunner):
                                     over_context=len(trace.requests) - len(fitting), context_tokens=limit)  # fmt: skip
 
     async def _trace_prompts(self, builder: PromptBuilder) -> list[Prompt]:
-        """The trace's prompts, built before the replay (servelab.replay), with a progress bar; the
+        """The trace's prompts, built before the replay (servelab.run.replay), with a progress bar; the
         mean deviation of their lengths from the trace's goes in the run's prompt check."""
         assert self.trace is not None and self.writer is not None
         self.hooks.phase_started(0, "building prompts", len(self.trace.requests), None)
@@ -313,7 +313,7 @@ class Bench(LevelRunner):
         return prompts
 
     async def _start_sessions(self, tokenizer: Tokenizer) -> None:
-        """Set up the session player: bare-text builders per corpus language (servelab.sessions)."""
+        """Set up the session player: bare-text builders per corpus language (servelab.run.sessions)."""
         plain = {}
         for lang in {shape.lang for shape, _ in self.shapes}:
             plain[lang] = PromptBuilder(tokenizer, seed=self.opts.seed + 2, lang=lang)

@@ -10,7 +10,7 @@ with their reasons in README "servelab lint".
 from __future__ import annotations
 
 from servelab import engines
-from servelab.argv import flag_value, has_flag
+from servelab.values.argv import flag_value, has_flag
 from servelab.engines.base import LintFinding
 from servelab.errors import ServelabError
 from servelab.plan.hardware import load_hardware
@@ -19,7 +19,7 @@ from servelab.plan.model_spec import load_model
 from servelab.plan.planner import make_plan
 from servelab.plan.quant import FORMATS, get_format, kv_dtype_bytes
 from servelab.recipes import Recipe, Resolved
-from servelab.specs import Hardware
+from servelab.values.specs import Hardware
 
 
 def plan_concurrencies(recipe: Recipe) -> list[int]:

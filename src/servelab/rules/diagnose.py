@@ -12,7 +12,7 @@ from servelab.engines.cudagraph import padding, prompt_step_graph
 from servelab.metrics.repeats import TOK_S_SPREAD, TTFT_SPREAD, repeat_stats
 from servelab.metrics.summary import LevelSummary
 from servelab.metrics.waves import WaveStats
-from servelab.results import Finding, RunResult, TraceInfo
+from servelab.store.results import Finding, RunResult, TraceInfo
 
 PREFIX_HIT_TOLERANCE = 0.01  # cold runs: more than 1% of prompt tokens from cache is contamination
 ACCEPTANCE_DROP = 0.8  # acceptance at the highest level below 80% of the lowest level's

@@ -6,7 +6,7 @@ only parses, calls and renders. Order: the target is served (:func:`serve`: a UR
 embedded server started for the caller's ``ExitStack``), the load is resolved against it
 (:func:`bench_options`: files read, defaults filled, levels repeated), then :func:`measure`
 discovers the server, puts the roofline beside it (:func:`ceiling`) and runs the levels
-(:class:`servelab.bench.Bench`).
+(:class:`servelab.run.bench.Bench`).
 """
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab import engines
-from servelab.bench import Bench
-from servelab.endpoint import Endpoint, discover
+from servelab.run.bench import Bench
+from servelab.server.endpoint import Endpoint, discover
 from servelab.errors import ServelabError
 from servelab.launch.server import RecipeServer
-from servelab.liveness import Liveness
-from servelab.local import LocalServer
-from servelab.options import BenchHooks, BenchOptions, Ceiling
+from servelab.server.liveness import Liveness
+from servelab.server.local import LocalServer
+from servelab.run.options import BenchHooks, BenchOptions, Ceiling
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
-from servelab.results import RecipeInfo, RunResult, default_run_dir
+from servelab.store.results import RecipeInfo, RunResult, default_run_dir
 from servelab.settings import Load, Target
 from servelab.workloads.datasets import load_dataset
 from servelab.workloads.sessions import parse_think_time

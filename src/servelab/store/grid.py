@@ -30,8 +30,8 @@ from pathlib import Path
 
 from servelab.errors import writing
 from servelab.metrics.request import decode_span
-from servelab.records import RequestRecord
-from servelab.untrusted import for_csv
+from servelab.values.records import RequestRecord
+from servelab.guards.untrusted import for_csv
 
 
 @dataclass(frozen=True)

@@ -21,15 +21,15 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from servelab.errors import ServelabError
-from servelab.measure import bench_options
+from servelab.run.measure import bench_options
 from servelab.metrics.slo import Objective, SloResult, evaluate
-from servelab.options import BenchOptions
+from servelab.run.options import BenchOptions
 from servelab.plan.calibration import calibration
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
 from servelab.plan.predict import Point, limits_for, predict, terms
-from servelab.results import RunResult, load_run
+from servelab.store.results import RunResult, load_run
 from servelab.settings import Load, Target
 
 Dimension = Literal["streams", "sessions", "rate", "trace"]  # what a probe's load is: streams, sessions kept open, requests/s, × trace speed
@@ -173,7 +173,7 @@ def probe_name(index: int, kind: Dimension, value: float) -> str:
 
 class Prober:
     """capacity's probes: each one bench level of ``load`` at a searched value, measured by
-    ``measure(options, run_dir) -> RunResult`` (``servelab.measure`` under the caller's progress
+    ``measure(options, run_dir) -> RunResult`` (``servelab.run.measure`` under the caller's progress
     display) into ``base``/NN-…; a finished probe of an earlier search with the same ``base`` is
     read back instead, and a probe during which the server compiled a kernel (JIT) is measured once
     more (``-again``), the second counting.

@@ -1,7 +1,7 @@
 """What a run asks of its levels: the load (:class:`BenchOptions`), the roofline it compares
 against (:class:`Ceiling`) and the progress callbacks it reports to (:class:`BenchHooks`).
 
-``servelab.bench`` (a run) and ``servelab.levels`` (its levels) both use them; the CLI fills them
+``servelab.run.bench`` (a run) and ``servelab.run.levels`` (its levels) both use them; the CLI fills them
 from its options (same names and units).
 """
 
@@ -19,9 +19,9 @@ from servelab.metrics.slo import Objective
 from servelab.metrics.summary import LevelSummary
 from servelab.plan.planner import bench_ceiling
 from servelab.plan.quant import QuantFormat
-from servelab.records import RequestRecord
-from servelab.results import RecipeInfo
-from servelab.specs import Hardware, ModelSpec
+from servelab.values.records import RequestRecord
+from servelab.store.results import RecipeInfo
+from servelab.values.specs import Hardware, ModelSpec
 from servelab.workloads.datasets import DatasetEntry
 from servelab.workloads.sessions import ThinkTime
 from servelab.workloads.suites import Workload
@@ -32,7 +32,7 @@ from servelab.workloads.traces import Trace
 class BenchOptions:
     """The load resolved for the levels: a :class:`servelab.settings.Load` with its files read (mix,
     dataset, trace), its defaults filled for the target and its levels repeated
-    (``servelab.measure.bench_options`` builds it; tests build it directly)."""
+    (``servelab.run.measure.bench_options`` builds it; tests build it directly)."""
 
     concurrency: list[int]
     requests: int | None = None
@@ -65,7 +65,7 @@ class BenchOptions:
     recipe: RecipeInfo | None = None  # the recipe variant that launched the server, stored with the run
     slo: list[Objective] | None = None  # --slo: goodput and pass/fail per level (metrics/slo.py)
     api: Api = "chat"  # --endpoint: /v1/chat/completions or /v1/completions (raw prompts, no chat template)
-    turns: int = 1  # --sessions: requests per session (> 1: each level plays sessions, servelab.sessions)
+    turns: int = 1  # --sessions: requests per session (> 1: each level plays sessions, servelab.run.sessions)
     turn_input_tokens: int | None = None  # --turn-input-tokens: text tokens of each later user message
     think_time: ThinkTime = field(default_factory=ThinkTime)  # --think-time: pause before a session's next turn
     sessions: bool = False  # --sessions: the concurrency levels are sessions kept open
@@ -85,7 +85,7 @@ class BenchOptions:
 
     @property
     def session_mode(self) -> bool:
-        """Each level plays sessions (servelab.sessions): --sessions, or a multi-turn workload in the mix."""
+        """Each level plays sessions (servelab.run.sessions): --sessions, or a multi-turn workload in the mix."""
         return self.sessions or any(shape.multi_turn for shape, _ in self.shapes())
 
     def shapes(self) -> list[tuple[Workload, float]]:

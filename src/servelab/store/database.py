@@ -27,8 +27,8 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, selectinload, validates
 
 from servelab.errors import ServelabError
-from servelab.redaction import mask_url, scrub
-from servelab.results import RunResult
+from servelab.guards.redaction import mask_url, scrub
+from servelab.store.results import RunResult
 
 DB_ENV = "SERVELAB_DB"
 # Per-level figures kept in the database (docs/metrics.md defines each; *_mean for tools that report means only).
@@ -100,7 +100,7 @@ class Run(Base):
 
     @validates("document", "origin", "host", "recipe", "variant")
     def _no_secrets(self, key: str, value: str | None) -> str | None:
-        """Every text stored is scrubbed (servelab.redaction): an imported file's secrets never reach the database."""
+        """Every text stored is scrubbed (servelab.guards.redaction): an imported file's secrets never reach the database."""
         return None if value is None else scrub(value)
 
     def doc(self) -> dict:

@@ -4,7 +4,7 @@ model, hardware, load and server limits, with the named cause of each gap.
 Per level: measured and predicted aggregate output tok/s, TPOT p50 and TTFT p50, the errors, the
 predicted bottleneck, and the cause: "as predicted" when aggregate tok/s and TPOT agree within
 ``AGREE`` (noting a TTFT — p50, a burst's mean — off by more than twice that, with the terms the
-model's TTFT is made of), a burst's first wave that needs several prefill steps, the level's findings (``servelab.diagnose``: prefix-cache
+model's TTFT is made of), a burst's first wave that needs several prefill steps, the level's findings (``servelab.rules.diagnose``: prefix-cache
 hits, synchronized waves, CUDA-graph padding, server queueing with its cause, a busy client, a
 ceiling exceeded — MoE routing not uniform or speculative decoding — preemptions; and, for a level
 the model puts above its measure, the run's own: MoE layers without a tuned kernel config, from the boot log); a gap beyond
@@ -22,15 +22,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from servelab.diagnose import diagnose
+from servelab.rules.diagnose import diagnose
 from servelab.errors import ServelabError
 from servelab.metrics.repeats import RepeatStats, repeat_stats
 from servelab.plan.calibration import Calibration
 from servelab.plan.fit import Measured, measured_levels, predicted_ttft
 from servelab.plan.predict import API_TTFT_S, Point, predict
 from servelab.plan.quant import QuantFormat
-from servelab.results import RunResult
-from servelab.specs import Hardware, ModelSpec
+from servelab.store.results import RunResult
+from servelab.values.specs import Hardware, ModelSpec
 
 AGREE = 0.15  # a level agrees with the prediction when its aggregate tok/s and TPOT are within 15 %
 CAUSES = {  # finding kind → the gap it explains (diagnose.py has the numbers)

@@ -5,7 +5,7 @@ llama.cpp's C++ ``llama-server`` in-process (``xllamacpp.Server(CommonParams)``)
 ``/v1/chat/completions`` streaming, ``/metrics``, ``/tokenize``, ``/apply-template``, ``/props``,
 ``/slots`` and ``/health`` as the ``llama-server`` binary, with no compiler at install time.
 
-This module is the child process servelab starts for it (``python -m servelab.embedded``, or
+This module is the child process servelab starts for it (``python -m servelab.server.embedded``, or
 the ``{embedded_llama_server}`` recipe placeholder): it takes the subset of ``llama-server``'s
 own flags listed in ``FLAGS``, so the same argument list starts either this process or a native
 ``llama-server`` binary, serves until it gets SIGTERM (the default action ends it: the server
@@ -29,7 +29,7 @@ PARENT_POLL_S = 1.0  # how often the watchdog checks that the parent still exist
 def parser() -> argparse.ArgumentParser:
     """The accepted ``llama-server`` flags (names, meanings and defaults as llama.cpp's ``common/arg.cpp``)."""
     p = argparse.ArgumentParser(
-        prog="python -m servelab.embedded",
+        prog="python -m servelab.server.embedded",
         description="llama.cpp's HTTP server (xllamacpp wheel) with llama-server's flags.",
     )
     p.add_argument("-m", "--model", help="GGUF file (default: the packaged Gemma 3 270M Q4_K_M)")
@@ -62,7 +62,7 @@ def build_params(args: argparse.Namespace):
     import xllamacpp
 
     if args.model is None:
-        from servelab.local import model_path
+        from servelab.server.local import model_path
 
         args.model = str(model_path())
     p = xllamacpp.CommonParams()
@@ -116,9 +116,9 @@ def main(argv: list[str] | None = None) -> None:
         params = build_params(args)
     except ServelabError as exc:
         sys.exit(f"error: {exc}")
-    print(f"servelab.embedded: xllamacpp {xllamacpp.__version__}, model {args.model}", flush=True)
+    print(f"servelab.server.embedded: xllamacpp {xllamacpp.__version__}, model {args.model}", flush=True)
     server = xllamacpp.Server(params)  # returns once the model is loaded and the socket listens
-    print(f"servelab.embedded: listening on {server.listening_address}", flush=True)
+    print(f"servelab.server.embedded: listening on {server.listening_address}", flush=True)
     idle = threading.Event()
     try:
         while os.getppid() == parent:  # a watchdog, not synchronisation: the parent's exit reparents us

@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from servelab import jsonfile
+from servelab.guards import jsonfile
 from servelab.errors import ServelabError
-from servelab.grid import llama_benchy_rows, read_llama_benchy
-from servelab.redaction import dump
-from servelab.results import RunResult, read_document
-from servelab.store import Level, Run
+from servelab.store.grid import llama_benchy_rows, read_llama_benchy
+from servelab.guards.redaction import dump
+from servelab.store.results import RunResult, read_document
+from servelab.store.database import Level, Run
 
 
 def _now() -> str:

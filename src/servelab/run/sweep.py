@@ -20,8 +20,8 @@ from pathlib import Path
 from servelab.errors import ServelabError, writing
 from servelab.launch.server import RecipeServer
 from servelab.recipes import Recipe, variant_dir, variant_label
-from servelab.redaction import dump
-from servelab.results import RunResult, SweepIndex, VariantStatus
+from servelab.guards.redaction import dump
+from servelab.store.results import RunResult, SweepIndex, VariantStatus
 
 
 def is_complete(directory: Path) -> bool:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from servelab import engines
 from servelab.engines.base import Engine
 from servelab.errors import ServelabError
-from servelab.redaction import mask_url, remember
+from servelab.guards.redaction import mask_url, remember
 
 DISCOVERY_TIMEOUT_S = 4.0
 

@@ -31,13 +31,13 @@ from filelock import FileLock, Timeout
 from pydantic import BaseModel, Field, ValidationError
 
 from servelab import __version__
-from servelab.endpoint import EndpointInfo
+from servelab.server.endpoint import EndpointInfo
 from servelab.engines.bootfacts import BootFacts
 from servelab.errors import ServelabError, writing
 from servelab.metrics.slo import Objective
 from servelab.metrics.summary import LevelSummary
-from servelab.records import RequestRecord
-from servelab.redaction import dump, scrub
+from servelab.values.records import RequestRecord
+from servelab.guards.redaction import dump, scrub
 
 SCHEMA_VERSION = 1
 ABANDONED_FILE = "records.abandoned.jsonl"  # records of levels a resumed run measured again
@@ -90,7 +90,7 @@ class LoadSpec(BaseModel):
     request_timeout_s: float
     slo: list[Objective] | None = Field(None, description="--slo: the objectives each level was checked against.")
     endpoint: Literal["chat", "completions"] = Field("chat", description="The API the requests used: /v1/chat/completions, or /v1/completions (raw prompts, no chat template).")
-    sessions: bool = Field(False, description="Each concurrency level is that many sessions kept open (--sessions, or a multi-turn workload in the mix: servelab.sessions).")
+    sessions: bool = Field(False, description="Each concurrency level is that many sessions kept open (--sessions, or a multi-turn workload in the mix: servelab.run.sessions).")
     turns: int = Field(1, description="--sessions: requests per session.")
     turn_input_tokens: int | None = Field(None, description="--sessions: text tokens of each later user message (None: input_tokens).")
     think_time: str | None = Field(None, description="--sessions: pause before each later turn, as given (2s, exp:2s).")
@@ -140,7 +140,7 @@ class PromptCheck(BaseModel):
 
 
 class Finding(BaseModel):
-    """One diagnosis (``servelab/diagnose.py``): what, how bad, in words, with the evidence."""
+    """One diagnosis (``servelab/rules/diagnose.py``): what, how bad, in words, with the evidence."""
 
     kind: str
     severity: Literal["info", "warning", "error"]

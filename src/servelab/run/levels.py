@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 
 from servelab import engines
-from servelab.endpoint import Endpoint
+from servelab.server.endpoint import Endpoint
 from servelab.engines.counters import ServerStats
 from servelab.load.body import request_body
 from servelab.load.client import StreamClient
@@ -29,10 +29,10 @@ from servelab.metrics.server import MetricsWatch
 from servelab.metrics.summary import LevelSummary, summarize
 from servelab.metrics.turns import session_stats
 from servelab.metrics.waves import wave_stats
-from servelab.options import BenchHooks, BenchOptions
-from servelab.records import RequestRecord
-from servelab.results import RunWriter
-from servelab.sessions import SessionPlayer
+from servelab.run.options import BenchHooks, BenchOptions
+from servelab.values.records import RequestRecord
+from servelab.store.results import RunWriter
+from servelab.run.sessions import SessionPlayer
 from servelab.workloads.corpus import Prompt, PromptBuilder
 from servelab.workloads.suites import Workload
 from servelab.workloads.traces import Trace
@@ -42,7 +42,7 @@ BUILD_PARALLELISM = 8
 
 class LevelRunner:
     """Runs levels against one endpoint and appends their summaries to ``writer``'s run
-    (:class:`servelab.bench.Bench` sets up the prompts, the writer and the client first).
+    (:class:`servelab.run.bench.Bench` sets up the prompts, the writer and the client first).
 
     Args:
         endpoint: the server.
@@ -79,7 +79,7 @@ class LevelRunner:
         self.cut: tuple[int, float | None, list[RequestRecord]] | None = None
         self._index = 0  # the next record's index (a resumed run goes on from its last one)
         self.sent: list[RequestRecord] = []  # the current phase's records as they are made
-        self.player: SessionPlayer | None = None  # plays the sessions of a session-mode run (servelab.bench sets it up)
+        self.player: SessionPlayer | None = None  # plays the sessions of a session-mode run (servelab.run.bench sets it up)
         self._level_start = 0
 
     def _record(self, concurrency: int, phase: str, expected_tokens: int | None, max_tokens: int) -> RequestRecord:
@@ -200,7 +200,7 @@ class LevelRunner:
         return result
 
     async def _session_phase(self, client: StreamClient, level: int, phase: str, count: int | None, duration_s: float | None) -> Phase:
-        """One phase of ``level`` sessions kept open (servelab.sessions); their end reasons in ``player.ended``."""
+        """One phase of ``level`` sessions kept open (servelab.run.sessions); their end reasons in ``player.ended``."""
         assert self.player is not None
         player = self.player
         player.ended.clear()
@@ -230,7 +230,7 @@ class LevelRunner:
 
     async def _trace_level(self, client: StreamClient, trace: Trace, prompts: list[Prompt]) -> None:
         """The trace replayed as one open-loop level: request i sent at its time with ``prompts[i]``;
-        with Mooncake block ids the server may cache (the blocks are shared on purpose, servelab.replay)."""
+        with Mooncake block ids the server may cache (the blocks are shared on purpose, servelab.run.replay)."""
         self._level_start = self._index
         cold = trace.prefix_share() is None
         self.hooks.phase_started(0, "measured", len(prompts), None)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from servelab.redaction import scrub
+from servelab.guards.redaction import scrub
 
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")  # tab and newline kept
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -30,7 +30,7 @@ def plain(text: str) -> str:
 
 
 def for_terminal(text: str) -> str:
-    """``text`` for a terminal: :func:`plain`, secrets masked (``servelab.redaction.scrub``)."""
+    """``text`` for a terminal: :func:`plain`, secrets masked (``servelab.guards.redaction.scrub``)."""
     return scrub(plain(text))
 
 
