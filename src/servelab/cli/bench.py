@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from servelab import engines
-from servelab.run.bench import DoesNotFit
+from servelab.run.options import DoesNotFit
 from servelab.cli.bind import LOAD_ALL, TARGET_ALL, bind
 from servelab.cli.common import check_output_kind, console, err_console, event_loop_runner, fail, measured, output_dir, remember, sigterm_as_sigint
 from servelab.errors import ServelabError

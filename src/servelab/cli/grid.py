@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from servelab.run.bench import DoesNotFit
+from servelab.run.options import DoesNotFit
 from servelab.cli.bind import TARGET_ALL, bind
 from servelab.cli.common import console, err_console, event_loop_runner, fail, measured, output_dir, remember, sigterm_as_sigint, write_file
 from servelab.errors import ServelabError

@@ -1,48 +1,50 @@
-"""Level execution: the prompts of a phase, its warm-up and measured requests, and each level's summary.
+"""What every level of a run shares, whatever sends its load: the run's records, prompts and
+request bodies, a phase sampled (the server's ``/metrics``, the GPU, the kernels its log says it
+compiled), and a level's summary concluded and saved at once (:class:`Levels`); and the interface of
+a load mode (:class:`LoadMode`), which decides which levels a run has and how one is sent.
 
-A closed-loop level is a warm-up (recorded, not counted), then the measured phase: ``stagger``
-ramps its streams up over one request's duration (the warm-up's median E2E; the ramp's requests
-count as warm-up), ``burst`` starts them together. An open-loop level is a one-stream warm-up,
-then arrivals at the rate. Around the measured phase the server's ``/metrics`` and the GPU are
-sampled; the summary gets them, the wave statistics and the ceiling, and is saved at once.
+The modes, each in its own module: ``run.closed_loop`` (``--closed-loop stagger|burst``),
+``run.open_loop`` (``--rate``), ``run.sessions`` (``--sessions``, multi-turn workloads) and
+``run.replay`` (``--trace``); ``run.bench`` picks one (``MODES``) and runs its levels.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 import secrets
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 
+from pathlib import Path
+
 from servelab import engines
-from servelab.server.endpoint import Endpoint
 from servelab.engines.counters import ServerStats
+from servelab.errors import ServelabError
 from servelab.load.body import request_body
 from servelab.load.client import StreamClient
-from servelab.load.scheduler import Phase, Send, closed_loop, open_loop, session_loop
+from servelab.load.scheduler import Phase, closed_loop, open_loop
 from servelab.metrics.gpu import GpuSampler, GpuStats
-from servelab.metrics.slo import evaluate
 from servelab.metrics.server import MetricsWatch
+from servelab.metrics.slo import evaluate
 from servelab.metrics.summary import LevelSummary, summarize
-from servelab.metrics.turns import session_stats
-from servelab.metrics.waves import wave_stats
-from servelab.run.options import BenchHooks, BenchOptions
+from servelab.run.options import BenchHooks, BenchOptions, DoesNotFit, check_fits
+from servelab.server.endpoint import Endpoint
+from servelab.server.tokenizer import Tokenizer
+from servelab.store.results import RunResult, RunWriter, TraceInfo
 from servelab.values.records import RequestRecord
-from servelab.store.results import RunWriter
-from servelab.run.sessions import SessionPlayer
 from servelab.workloads.corpus import Prompt, PromptBuilder
 from servelab.workloads.suites import Workload
-from servelab.workloads.traces import Trace
 
 BUILD_PARALLELISM = 8
+CALIBRATION_TOKENS = 32  # tokens of the calibration request's text (and the least room a shared prefix leaves)
 
 
-class LevelRunner:
-    """Runs levels against one endpoint and appends their summaries to ``writer``'s run
-    (:class:`servelab.run.bench.Bench` sets up the prompts, the writer and the client first).
+class Levels:
+    """A run's levels against one endpoint: its records (numbered, appended as they complete), its
+    prompts, and each level's summary appended to the run (:meth:`start` first; the request shapes
+    from :meth:`fit_shapes`, or a mode's own fit).
 
     Args:
         endpoint: the server.
@@ -73,16 +75,107 @@ class LevelRunner:
         self.writer: RunWriter | None = None
         self.server_stats: ServerStats | None = None
         self.shared_prefix = ""  # --prefix-cache shared-prefix: the text every prompt starts with
+        self.warm: Prompt | None = None  # --prefix-cache warm: the one prompt every request repeats
         self.gpu_stats: GpuStats | None = None
         self.jit: list[str] = []  # kernels the server compiled during the last measured phase
         self.client_cpu: float | None = None
         self.cut: tuple[int, float | None, list[RequestRecord]] | None = None
         self._index = 0  # the next record's index (a resumed run goes on from its last one)
         self.sent: list[RequestRecord] = []  # the current phase's records as they are made
-        self.player: SessionPlayer | None = None  # plays the sessions of a session-mode run (servelab.run.bench sets it up)
         self._level_start = 0
 
-    def _record(self, concurrency: int, phase: str, expected_tokens: int | None, max_tokens: int) -> RequestRecord:
+    def fit_shapes(self) -> None:
+        """Keep the request shapes that fit the server's context; drop the rest of a mix with a note.
+        A dataset's prompts are fitted one by one once the template is known (:meth:`fit_dataset`).
+
+        Raises:
+            DoesNotFit: a single shape, or every shape of a mix, is too long.
+        """
+        if self.opts.dataset is not None:
+            self.shapes = [(Workload(name="dataset", input_tokens=1, max_tokens=self.opts.output_tokens), 1.0)]
+            return
+        shapes = self.opts.shapes()
+        fitting = []
+        for shape, weight in shapes:
+            try:
+                check_fits(self.endpoint, shape.input_tokens + shape.system_tokens, self.opts.output_range(shape.max_tokens)[1])
+                fitting.append((shape, weight))
+            except DoesNotFit as exc:
+                if len(shapes) == 1:
+                    raise
+                self.notes.append(f"workload {shape.name} left out of the mix: {exc}")
+        if not fitting:
+            raise DoesNotFit(f"no workload of the mix fits the server's context: {'; '.join(self.notes)}")
+        self.shapes = fitting
+        self.decode_context = round(sum(w * (s.input_tokens + s.max_tokens // 2) for s, w in fitting) / sum(w for _, w in fitting))
+
+    async def prepare(self, tokenizer: Tokenizer) -> PromptBuilder:
+        """The prompt builders, one per corpus language of the shapes (prepared); returns the run's own
+        language's, which calibrates the template."""
+        o = self.opts
+        builder = PromptBuilder(tokenizer, seed=o.seed, lang=o.lang)
+        await builder.prepare()
+        self.builders = {o.lang: builder}
+        for shape, _ in self.shapes:
+            if shape.lang not in self.builders:
+                self.builders[shape.lang] = PromptBuilder(tokenizer, seed=o.seed, lang=shape.lang)
+                await self.builders[shape.lang].prepare()
+        return builder
+
+    def start(self, run_dir: Path, run: RunResult, next_index: int) -> RunWriter:
+        """Write ``run`` to ``run_dir`` from now on (records appended, ``run.json`` saved after each
+        level), numbering records from ``next_index`` (a resumed run goes on from its last one)."""
+        self.writer = RunWriter(run_dir, run)
+        self._index = next_index
+        return self.writer
+
+    async def share_prefix(self, tokenizer: Tokenizer) -> None:
+        """``--prefix-cache shared-prefix``: the text every prompt starts with, built with plain counts
+        before the template is known.
+
+        Raises:
+            ServelabError: the shared prefix leaves no room in the prompt.
+        """
+        o = self.opts
+        if o.prefix_cache != "shared-prefix":
+            return
+        if o.shared_prefix_tokens + CALIBRATION_TOKENS >= o.input_tokens:
+            raise ServelabError(f"--shared-prefix-tokens {o.shared_prefix_tokens} leaves no room in --input-tokens {o.input_tokens}")
+        shared = await PromptBuilder(tokenizer, seed=o.seed + 1).build_prepared(o.shared_prefix_tokens, f"[{self.tag}-shared]")
+        self.shared_prefix = shared.text + "\n\n"
+
+    async def build_warm(self) -> None:
+        """``--prefix-cache warm``: build the one prompt every request repeats (after calibration)."""
+        if self.opts.prefix_cache == "warm":
+            self.warm = await self.build(self.shapes[0][0], f"[{self.tag}]")
+
+    async def fit_dataset(self, builder: PromptBuilder, tokenizer: Tokenizer) -> None:
+        """Count each dataset prompt (template included) and its output length; keep those that fit.
+
+        Raises:
+            DoesNotFit: no entry fits the server's context.
+        """
+        o = self.opts
+        limit = self.endpoint.info.max_model_len
+        self.dataset = []
+        for entry in o.dataset:
+            tokens = await builder.count(f"[{self.tag}-0000] {entry.prompt}")
+            out = entry.output_tokens or (len(await tokenizer.encode(entry.reply)) if entry.reply else o.output_tokens)
+            if limit is not None and tokens + o.output_range(out)[1] > limit:
+                continue
+            self.dataset.append((entry.prompt, max(1, out)))
+        left_out = len(o.dataset) - len(self.dataset)
+        if left_out:
+            self.notes.append(f"{left_out} of {len(o.dataset)} dataset prompts left out: prompt + output above the {limit}-token context")
+        if not self.dataset:
+            raise DoesNotFit(f"no prompt of the dataset fits the server's {limit}-token context")
+        self.decode_context = round(statistics.fmean(len(p) / 4 + m / 2 for p, m in self.dataset))  # rough: ~4 characters per token
+
+    def begin(self) -> None:
+        """A level starts: its summary covers the records made from here (``record_span``)."""
+        self._level_start = self._index
+
+    def record(self, concurrency: int, phase: str, expected_tokens: int | None, max_tokens: int) -> RequestRecord:
         rec = RequestRecord(
             index=self._index,
             concurrency=concurrency,
@@ -95,21 +188,21 @@ class LevelRunner:
         self.sent.append(rec)
         return rec
 
-    def _on_record(self, record: RequestRecord) -> None:
+    def on_record(self, record: RequestRecord) -> None:
         assert self.writer is not None
         self.writer.append(record)
         self.hooks.record_done(record)
 
-    async def _build(self, shape: Workload, nonce: str) -> Prompt:
+    async def build(self, shape: Workload, nonce: str) -> Prompt:
         """One prompt of a shape: shared prefix, nonce, instruction, corpus slice, question."""
         builder = self.builders[shape.lang]
         return await builder.build(shape.input_tokens, nonce, prefix=self.shared_prefix, instruction=shape.instruction, suffix=shape.question)
 
-    async def _prompts(self, n: int, warm: Prompt | None) -> list[tuple[Prompt, Workload]]:
+    async def prompts(self, n: int) -> list[tuple[Prompt, Workload]]:
         """``n`` prompts with their shapes (drawn by the mix's weights, seeded): each with its own
         nonce (cold), or the one shared prompt (warm)."""
-        if warm is not None:
-            return [(warm, self.shapes[0][0])] * n
+        if self.warm is not None:
+            return [(self.warm, self.shapes[0][0])] * n
         if self.dataset is not None:  # file order, cycling; the nonce keeps repeats out of the prefix cache
             out = []
             for i in range(n):
@@ -124,16 +217,15 @@ class LevelRunner:
 
         async def one(i: int) -> tuple[Prompt, Workload]:
             async with sem:
-                return await self._build(chosen[i], f"[{self.tag}-{self._index + i}]"), chosen[i]
+                return await self.build(chosen[i], f"[{self.tag}-{self._index + i}]"), chosen[i]
 
         return list(await asyncio.gather(*(one(i) for i in range(n))))
 
-    async def _phase(
+    async def phase(
         self,
         client: StreamClient,
         level: int,
         phase: str,
-        warm: Prompt | None,
         count: int | None,
         duration_s: float | None,
         pool: int,
@@ -143,28 +235,28 @@ class LevelRunner:
         """One phase of single requests: a closed loop of ``level`` streams, or open-loop arrivals at ``rate``."""
         o = self.opts
         self.hooks.phase_started(level, phase, count, duration_s)
-        prompts = await self._prompts(pool, warm)
+        prompts = await self.prompts(pool)
 
         def make(i: int) -> tuple[RequestRecord, bytes]:
             prompt, shape = prompts[i % len(prompts)]
-            if i >= len(prompts) and warm is None:
+            if i >= len(prompts) and self.warm is None:
                 # Duration runs that outlive the prompt pool: a fresh nonce keeps every prompt unique;
                 # its token count may then differ by a token or two, which the prompt check reports.
                 prompt = Prompt(prompt.text.replace(f"[{self.tag}-", f"[{self.tag}-r{i}-", 1), prompt.tokens)
-            rec = self._record(level, phase, prompt.tokens, o.draw_output(shape.max_tokens, self._index))
+            rec = self.record(level, phase, prompt.tokens, o.draw_output(shape.max_tokens, self._index))
             rec.workload = shape.name or None
             rec.queued = time.perf_counter() - client.origin
-            return rec, self._body(prompt.text, rec.max_tokens)
+            return rec, self.body(prompt.text, rec.max_tokens)
 
         if rate is None:
             load = closed_loop(client, make, concurrency=level, count=count, duration_s=duration_s, stagger_s=stagger_s,
-                               on_record=self._on_record, alive=self.alive)  # fmt: skip
+                               on_record=self.on_record, alive=self.alive)  # fmt: skip
         else:
             load = open_loop(client, make, rate=rate, burstiness=o.burstiness, count=count, duration_s=duration_s,
-                             max_concurrency=o.max_concurrency, seed=o.seed, on_record=self._on_record, alive=self.alive)  # fmt: skip
-        return await self._sampled(level, phase, rate, load)
+                             max_concurrency=o.max_concurrency, seed=o.seed, on_record=self.on_record, alive=self.alive)  # fmt: skip
+        return await self.sampled(level, phase, rate, load)
 
-    def _body(self, prompt: str | list[dict], max_tokens: int, cold: bool | None = None) -> bytes:
+    def body(self, prompt: str | list[dict], max_tokens: int, cold: bool | None = None) -> bytes:
         """A request's body under the run's options (API, exact output, template kwargs): one prompt,
         or a session's conversation; the prefix cache cold as ``--prefix-cache`` says unless ``cold``
         is given."""
@@ -173,7 +265,7 @@ class LevelRunner:
         return request_body(self.endpoint, prompt, max_tokens=max_tokens, ignore_eos=self.ignore_eos, api=o.api, cold=cold,
                             chat_template_kwargs=o.chat_template_kwargs)  # fmt: skip
 
-    async def _sampled(self, level: int, phase: str, rate: float | None, load: Coroutine[None, None, Phase]) -> Phase:
+    async def sampled(self, level: int, phase: str, rate: float | None, load: Coroutine[None, None, Phase]) -> Phase:
         """Run a phase's ``load``; around a measured one, sample the server's /metrics and the GPU, and
         read what the server's log says it compiled meanwhile (``self.jit``)."""
         watch = MetricsWatch(self.endpoint.info.metrics_url if phase == "measured" else None, self.endpoint.info.engine, self.endpoint.headers())
@@ -199,52 +291,6 @@ class LevelRunner:
         self.cut = None
         return result
 
-    async def _session_phase(self, client: StreamClient, level: int, phase: str, count: int | None, duration_s: float | None) -> Phase:
-        """One phase of ``level`` sessions kept open (servelab.run.sessions); their end reasons in ``player.ended``."""
-        assert self.player is not None
-        player = self.player
-        player.ended.clear()
-        turns = {shape.turns for shape, _ in self.shapes}
-        self.hooks.phase_started(level, phase, count * turns.pop() if count is not None and len(turns) == 1 else None, duration_s)  # requests
-
-        async def play(session: int, send: Send) -> None:
-            await player.play(player.draw(self.shapes, session), session, send, level, phase)
-
-        load = session_loop(client, play, concurrency=level, count=count, duration_s=duration_s, on_record=self._on_record, alive=self.alive)
-        return await self._sampled(level, phase, None, load)
-
-    async def _session_level(self, client: StreamClient, level: int) -> None:
-        """A level of ``level`` sessions kept open: warm-up sessions (default one per stream), then
-        the measured ones (``--requests`` sessions, default one per stream, or ``--duration``)."""
-        o = self.opts
-        self._level_start = self._index
-        n_warm = o.warmup if o.warmup is not None else level
-        if n_warm:
-            await self._session_phase(client, level, "warmup", n_warm, None)
-        count = None if o.duration_s is not None else (o.requests or level)
-        measured = await self._session_phase(client, level, "measured", count, o.duration_s)
-        summary = summarize(level, measured.records, measured.window)
-        assert self.player is not None
-        summary.sessions = session_stats(measured.records, self.player.ended)
-        self._conclude_level(summary, measured, level)
-
-    async def _trace_level(self, client: StreamClient, trace: Trace, prompts: list[Prompt]) -> None:
-        """The trace replayed as one open-loop level: request i sent at its time with ``prompts[i]``;
-        with Mooncake block ids the server may cache (the blocks are shared on purpose, servelab.run.replay)."""
-        self._level_start = self._index
-        cold = trace.prefix_share() is None
-        self.hooks.phase_started(0, "measured", len(prompts), None)
-
-        def make(i: int) -> tuple[RequestRecord, bytes]:
-            r = trace.requests[i]
-            rec = self._record(0, "measured", prompts[i].tokens, r.output_tokens)
-            return rec, self._body(prompts[i].text, r.output_tokens, cold)
-
-        load = open_loop(client, make, rate=1.0, count=len(prompts), arrivals=(r.at_s for r in trace.requests),
-                         on_record=self._on_record, alive=self.alive)  # fmt: skip
-        measured = await self._sampled(0, "measured", trace.rate_rps, load)
-        self._conclude_open_level(0, trace.rate_rps, measured)
-
     def save_cut_level(self) -> None:
         """After the server went away or Ctrl-C in a measured phase: summarise what that phase ran
         (its in-flight requests are ``incomplete``) as a level marked ``cut_short`` and save it, so
@@ -254,48 +300,10 @@ class LevelRunner:
         level, rate, records = self.cut
         summary = summarize(level, records)
         summary.rate_rps, summary.cut_short = rate, True
-        self._conclude_level(summary, Phase(records), max(1, level))
+        self.conclude(summary, Phase(records), max(1, level))
         self.cut = None
 
-    async def _level(self, client: StreamClient, level: int, warm: Prompt | None) -> None:
-        o = self.opts
-        assert self.writer is not None
-        self._level_start = self._index
-        n_warm = o.warmup if o.warmup is not None else level
-        e2e_s = None
-        if n_warm:
-            warm_phase = await self._phase(client, level, "warmup", warm, n_warm, None, n_warm)
-            done = [r.end - r.start for r in warm_phase.records if r.status == "ok" and r.start is not None]
-            e2e_s = statistics.median(done) if done else None
-        count = o.requests_at(level)
-        # stagger: the measured phase ramps its streams up over one request's duration (the warm-up's
-        # median E2E); the ramp's requests are warm-up, so the pool holds them too
-        stagger_s = e2e_s if o.closed_loop == "stagger" and e2e_s and level > 1 else 0.0
-        if count is not None:
-            pool = count + (2 * level if stagger_s else 0)
-        else:
-            # Enough unique prompts for the whole duration at the warm-up's pace, with 50% to spare.
-            per_slot = o.duration_s / e2e_s if e2e_s else 16
-            pool = max(2 * level, math.ceil(1.5 * level * per_slot) + level)
-        measured = await self._phase(client, level, "measured", warm, count, o.duration_s, pool, stagger_s=stagger_s)
-        summary = summarize(level, measured.records, measured.window)
-        summary.waves = wave_stats(level, measured.records, summary.window_s)
-        self._conclude_level(summary, measured, level)
-
-    async def _rate_level(self, client: StreamClient, rate: float, warm: Prompt | None) -> None:
-        """One open-loop level: a closed-loop warm-up of one stream, then arrivals at ``rate``/s."""
-        o = self.opts
-        cap = o.max_concurrency or 0
-        self._level_start = self._index
-        n_warm = o.warmup if o.warmup is not None else 1
-        if n_warm:
-            await self._phase(client, 1, "warmup", warm, n_warm, None, n_warm)
-        count = o.requests_at_rate(rate)
-        pool = count if count is not None else math.ceil(1.5 * rate * o.duration_s) + 4
-        measured = await self._phase(client, cap, "measured", warm, count, o.duration_s, pool, rate=rate)
-        self._conclude_open_level(cap, rate, measured)
-
-    def _conclude_open_level(self, cap: int, rate: float | None, measured: Phase) -> None:
+    def conclude_open(self, cap: int, rate: float | None, measured: Phase) -> None:
         """Summarise an open-loop level (``--rate``, or a replayed trace: ``rate`` its mean): target and
         achieved rate, and the ceiling at the mean number of streams in flight (Little's law: rate ×
         mean E2E latency)."""
@@ -304,9 +312,9 @@ class LevelRunner:
         starts = sorted(r.start for r in measured.records if r.start is not None)
         if len(starts) > 1 and starts[-1] > starts[0]:
             summary.achieved_rate_rps = (len(starts) - 1) / (starts[-1] - starts[0])
-        self._conclude_level(summary, measured, max(1, round((rate or 0) * (summary.e2e_ms.mean or 0) / 1e3)))
+        self.conclude(summary, measured, max(1, round((rate or 0) * (summary.e2e_ms.mean or 0) / 1e3)))
 
-    def _conclude_level(self, summary: LevelSummary, measured: Phase, batch: int) -> None:
+    def conclude(self, summary: LevelSummary, measured: Phase, batch: int) -> None:
         """Attach server and GPU stats and the ceiling (at ``batch`` streams) to a level; save it."""
         assert self.writer is not None
         summary.record_span = (self._level_start, self._index - 1)
@@ -363,3 +371,42 @@ class LevelRunner:
         check.mismatched_requests += sum(1 for d in devs if d)
         check.max_abs_deviation_tokens = max(check.max_abs_deviation_tokens, *(abs(d) for d in devs))
         check.mean_deviation_tokens = (check.mean_deviation_tokens * n_before + sum(devs)) / check.checked_requests
+
+
+class LoadMode:
+    """How a run sends its load: which levels it has, what it sets up once the chat template is
+    known, and how one level runs (module docstring). A mode is one module and one entry in
+    ``run.bench.MODES``; the first whose :meth:`applies` says yes runs the run.
+
+    ``trace_info`` is what the run stores of a replayed trace (None for the other modes).
+    """
+
+    trace_info: TraceInfo | None = None
+
+    @classmethod
+    def applies(cls, options: BenchOptions) -> bool:
+        """Whether this mode sends the load ``options`` asks for."""
+        raise NotImplementedError
+
+    def asked(self, options: BenchOptions) -> list[tuple[float | None, int]]:
+        """The levels in order: (rate in requests/s or None, streams or the open loop's cap)."""
+        return [(None, c) for c in options.concurrency]
+
+    def fit(self, levels: Levels) -> None:
+        """Check the load against the server's context before anything is sent (the request shapes).
+
+        Raises:
+            DoesNotFit: nothing of the load fits.
+        """
+        levels.fit_shapes()
+
+    async def prepare(self, levels: Levels, tokenizer: Tokenizer) -> None:
+        """Set up what every level needs, once the template is calibrated (before the first level)."""
+
+    async def run(self, levels: Levels, client: StreamClient, rate: float | None, concurrency: int) -> None:
+        """Run one level and conclude it (``levels.conclude``).
+
+        Raises:
+            ServerGone: the server went away (the run ends as partial).
+        """
+        raise NotImplementedError

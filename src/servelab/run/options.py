@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
+from servelab import engines
 from servelab.errors import ServelabError
 from servelab.load.body import Api
 from servelab.metrics.slo import Objective
 from servelab.metrics.summary import LevelSummary
 from servelab.plan.planner import bench_ceiling
+from servelab.server.endpoint import Endpoint
 from servelab.plan.quant import QuantFormat
 from servelab.values.records import RequestRecord
 from servelab.store.results import RecipeInfo
@@ -26,6 +28,26 @@ from servelab.workloads.datasets import DatasetEntry
 from servelab.workloads.sessions import ThinkTime
 from servelab.workloads.suites import Workload
 from servelab.workloads.traces import Trace
+
+
+class DoesNotFit(ServelabError):
+    """A request of the asked size cannot fit the server's context (nothing was sent)."""
+
+
+def check_fits(endpoint: Endpoint, input_tokens: int, output_tokens: int) -> None:
+    """Refuse, before anything is sent, a request that cannot fit the server's context.
+
+    Raises:
+        DoesNotFit: ``input_tokens + output_tokens`` exceeds the context per request.
+    """
+    limit = endpoint.info.max_model_len
+    if limit is not None and input_tokens + output_tokens > limit:
+        where = engines.get(endpoint.info.engine).context_limit
+        raise DoesNotFit(
+            f"a request needs {input_tokens} prompt + {output_tokens} output = {input_tokens + output_tokens} tokens, "
+            f"but {endpoint.info.model} at {endpoint.root} allows {limit} tokens {where}; "
+            "lower --input-tokens/--output-tokens or raise the server's context length"
+        )
 
 
 @dataclass

@@ -29,11 +29,15 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from servelab.server.endpoint import Endpoint
-from servelab.load.scheduler import Send
+from servelab.load.client import StreamClient
+from servelab.load.scheduler import Phase, Send, session_loop
+from servelab.metrics.summary import summarize
+from servelab.metrics.turns import session_stats
+from servelab.run.levels import Levels, LoadMode
 from servelab.run.options import BenchOptions
-from servelab.values.records import RequestRecord
+from servelab.server.endpoint import Endpoint
 from servelab.server.tokenizer import Tokenizer
+from servelab.values.records import RequestRecord
 from servelab.workloads.corpus import Prompt, PromptBuilder
 from servelab.workloads.sessions import Conversation
 from servelab.workloads.suites import Workload
@@ -51,7 +55,7 @@ class SessionPlayer:
         new_record: makes the next record (concurrency level, phase, expected prompt tokens, max_tokens).
         single: builds a single-turn workload's prompt (templated, token-exact, with this nonce).
         body: a request's body under the run's options (prompt or conversation, max_tokens, cold or
-            None for ``--prefix-cache``: ``LevelRunner._body``).
+            None for ``--prefix-cache``: ``Levels.body``).
 
     ``ended`` counts why sessions ended: every turn answered (``completed``), the next prompt would
     not fit the server's context (``context_limit``), a turn failed (``failed``), or the phase ended
@@ -129,3 +133,51 @@ class SessionPlayer:
         finally:
             self.ended[reason] += 1
 
+
+class Sessions(LoadMode):
+    """Levels of sessions kept open (``--sessions``, or a multi-turn workload in the mix): each
+    stream plays one session after another (:class:`SessionPlayer`); a level is warm-up sessions
+    (default one per stream), then the measured ones (``--requests`` sessions, default one per
+    stream, or ``--duration``)."""
+
+    def __init__(self) -> None:
+        self.player: SessionPlayer | None = None
+
+    @classmethod
+    def applies(cls, options: BenchOptions) -> bool:
+        return options.session_mode
+
+    async def prepare(self, levels: Levels, tokenizer: Tokenizer) -> None:
+        """The session player, with bare-text builders per corpus language."""
+        plain = {}
+        for lang in {shape.lang for shape, _ in levels.shapes}:
+            plain[lang] = PromptBuilder(tokenizer, seed=levels.opts.seed + 2, lang=lang)
+            await plain[lang].prepare()
+        self.player = SessionPlayer(levels.endpoint, levels.opts, tokenizer, plain, levels.tag, levels.record, levels.build, levels.body)
+
+    async def _phase(self, levels: Levels, client: StreamClient, level: int, phase: str, count: int | None, duration_s: float | None) -> Phase:
+        """One phase of ``level`` sessions kept open; their end reasons in ``player.ended``."""
+        assert self.player is not None
+        player = self.player
+        player.ended.clear()
+        turns = {shape.turns for shape, _ in levels.shapes}
+        levels.hooks.phase_started(level, phase, count * turns.pop() if count is not None and len(turns) == 1 else None, duration_s)  # requests
+
+        async def play(session: int, send: Send) -> None:
+            await player.play(player.draw(levels.shapes, session), session, send, level, phase)
+
+        load = session_loop(client, play, concurrency=level, count=count, duration_s=duration_s, on_record=levels.on_record, alive=levels.alive)
+        return await levels.sampled(level, phase, None, load)
+
+    async def run(self, levels: Levels, client: StreamClient, rate: float | None, concurrency: int) -> None:
+        o = levels.opts
+        levels.begin()
+        n_warm = o.warmup if o.warmup is not None else concurrency
+        if n_warm:
+            await self._phase(levels, client, concurrency, "warmup", n_warm, None)
+        count = None if o.duration_s is not None else (o.requests or concurrency)
+        measured = await self._phase(levels, client, concurrency, "measured", count, o.duration_s)
+        summary = summarize(concurrency, measured.records, measured.window)
+        assert self.player is not None
+        summary.sessions = session_stats(measured.records, self.player.ended)
+        levels.conclude(summary, measured, concurrency)
