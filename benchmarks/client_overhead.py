@@ -50,6 +50,7 @@ from rich.table import Table
 
 from servelab.server.endpoint import Endpoint
 from servelab.load.body import request_body
+from servelab.values.prompt import Prompt
 from servelab.load.client import StreamClient
 from servelab.load.scheduler import closed_loop
 from servelab.load.workers import WorkerPool
@@ -244,7 +245,7 @@ async def drive(url: str, concurrency: int, tokens: int, count: int | None, seco
     def make(_: int) -> tuple[RequestRecord, bytes]:
         i = next(counter)
         rec = RequestRecord(index=i, concurrency=concurrency, phase="measured", max_tokens=tokens, queued=time.perf_counter() - origin)
-        return rec, request_body(endpoint, f"req-{i}", max_tokens=tokens, ignore_eos=False, cold=True)
+        return rec, request_body(endpoint, Prompt(f"req-{i}", 1), max_tokens=tokens, ignore_eos=False, cold=True)
 
     async def alive() -> bool:
         return True

@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from client_overhead import start_emitters  # noqa: E402
 
 from servelab.server.endpoint import Endpoint  # noqa: E402
-from servelab.load.body import request_body  # noqa: E402
+from servelab.load.body import request_body
+from servelab.values.prompt import Prompt  # noqa: E402
 from servelab.load.client import StreamClient  # noqa: E402
 from servelab.load.scheduler import open_loop  # noqa: E402
 from servelab.metrics.request import percentile  # noqa: E402
@@ -53,7 +54,7 @@ def synthetic_trace(requests: int, seconds: float, tokens: int, seed: int = 0) -
 async def replay(url: str, trace: list[TraceRequest], time_scale: float) -> list[RequestRecord]:
     """The trace through servelab's open loop; its records."""
     endpoint = Endpoint(root=url, info=EndpointInfo(url=url, engine="generic", model="emitter"))
-    bodies = [request_body(endpoint, f"req-{i}", max_tokens=r.output_tokens, ignore_eos=False, cold=True) for i, r in enumerate(trace)]
+    bodies = [request_body(endpoint, Prompt(f"req-{i}", 1), max_tokens=r.output_tokens, ignore_eos=False, cold=True) for i, r in enumerate(trace)]
 
     def make(i: int) -> tuple[RequestRecord, bytes]:
         return RequestRecord(index=i, concurrency=0, phase="measured", max_tokens=trace[i].output_tokens, queued=0.0), bodies[i]

@@ -11,6 +11,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from canned import canned_server, delta, sse, streaming, usage
 from servelab.server.endpoint import Endpoint
 from servelab.load.body import request_body
+from servelab.values.prompt import Prompt
 from servelab.load.client import StreamClient, TimedResponseHandler
 from servelab.values.records import RequestRecord
 from servelab.store.results import EndpointInfo
@@ -26,7 +27,7 @@ async def send_one(handler, *, engine="vllm", tokenizer=None) -> tuple[RequestRe
         ep = endpoint(url, engine)
         async with StreamClient(ep, origin=time.perf_counter(), connections=1, request_timeout_s=5, tokenizer=tokenizer) as client:
             rec = RequestRecord(index=0, concurrency=1, phase="measured", max_tokens=8, queued=0.0, expected_prompt_tokens=7)
-            await client.send(rec, request_body(ep, "hi", max_tokens=8, ignore_eos=True, cold=True))
+            await client.send(rec, request_body(ep, Prompt("hi", 1), max_tokens=8, ignore_eos=True, cold=True))
             protocols = [p for conns in client._session.connector._conns.values() for p, _ in conns]
             return rec, protocols
 
@@ -136,7 +137,7 @@ def test_request_timeout():
             async with StreamClient(ep, origin=time.perf_counter(), connections=1, request_timeout_s=1) as client:
                 rec = RequestRecord(index=0, concurrency=1, phase="measured", max_tokens=8, queued=0.0)
                 t0 = time.monotonic()
-                await client.send(rec, request_body(ep, "hi", max_tokens=8, ignore_eos=False, cold=True))
+                await client.send(rec, request_body(ep, Prompt("hi", 1), max_tokens=8, ignore_eos=False, cold=True))
                 return rec, time.monotonic() - t0
 
     rec, took = asyncio.run(go())
@@ -158,7 +159,7 @@ def test_request_body_per_engine(engine, present, absent):
 
     ep = endpoint("http://x", engine)
     body = orjson.loads(
-        request_body(ep, "hi", max_tokens=8, ignore_eos=engine != "generic", cold=True, chat_template_kwargs={"enable_thinking": False})
+        request_body(ep, Prompt("hi", 1), max_tokens=8, ignore_eos=engine != "generic", cold=True, chat_template_kwargs={"enable_thinking": False})
     )
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True} and body["temperature"] == 0
     assert body["chat_template_kwargs"] == {"enable_thinking": False}

@@ -18,6 +18,7 @@ from servelab.server.endpoint import discover
 from servelab.store.imports import from_run, from_vllm_bench
 from servelab.load import workers
 from servelab.load.body import request_body
+from servelab.values.prompt import Prompt
 from servelab.server.local import LocalServer
 from servelab.values.records import RequestRecord
 from servelab.report.html import leaderboard_page, run_page
@@ -205,7 +206,7 @@ def test_a_session_stays_on_one_client_worker():
                 worker.submit = lambda rid, record, body, w=worker, submit=submit: (taken.append((record.session, w.label)), submit(rid, record, body))[1]
             def send(session, turn):
                 rec = RequestRecord(index=turn * 4 + session, concurrency=4, phase="measured", max_tokens=2, queued=0.0, session=session, turn=turn)
-                return pool.send(rec, request_body(endpoint, "hi", max_tokens=2, ignore_eos=False, cold=True), ("level", session))
+                return pool.send(rec, request_body(endpoint, Prompt("hi", 1), max_tokens=2, ignore_eos=False, cold=True), ("level", session))
 
             await asyncio.gather(*(send(session, 0) for session in range(4)))  # first turns together: spread over both workers
             for turn in (1, 2):  # later turns one at a time: the least busy worker would always be the first one

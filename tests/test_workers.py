@@ -20,6 +20,7 @@ from servelab.run.bench import BenchOptions
 from servelab.server.endpoint import discover
 from servelab.load import workers
 from servelab.load.body import request_body
+from servelab.values.prompt import Prompt
 from servelab.load.scheduler import closed_loop
 from servelab.load.workers import ClientWorkersGone, auto_procs
 from servelab.values.records import RequestRecord
@@ -136,7 +137,7 @@ def test_a_duration_ends_on_time_and_keeps_every_request(monkeypatch):
 
         def make(i):
             rec = RequestRecord(index=i, concurrency=32, phase="measured", max_tokens=4, queued=time.perf_counter() - origin)
-            return rec, request_body(endpoint, "hello", max_tokens=4, ignore_eos=False, cold=True)
+            return rec, request_body(endpoint, Prompt("hello", 1), max_tokens=4, ignore_eos=False, cold=True)
 
         async def alive():
             return True

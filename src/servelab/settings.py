@@ -35,6 +35,7 @@ from pydantic import (
 
 from servelab.guards import jsonfile
 from servelab.errors import ServelabError
+from servelab.load.apis import ApiName
 from servelab.server.local import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL, LLAMA_SERVER_ENV
 from servelab.metrics.slo import Objective, parse_slo
 from servelab.workloads.sessions import parse_think_time
@@ -169,8 +170,9 @@ class Load(BaseModel):
         None, "--slo", "Service-level objectives, e.g. ttft_p99=2s,tpot_p99=50ms (ttft, tpot, itl, e2e; p50 to p99.9; ms or s): each level's goodput, attainment and pass/fail (docs/metrics.md); capacity searches the largest load that meets them.", text=True)  # fmt: skip
     repeats: int = setting(
         1, "--repeats", "Measure each level this many times, as separately started phases: mean ± 95 % confidence interval of tok/s, TTFT and TPOT (docs/metrics.md).", ge=1, le=100)  # fmt: skip
-    endpoint: Literal["chat", "completions"] = setting(
-        "chat", "--endpoint", "API: chat (/v1/chat/completions, the model's chat template) or completions (/v1/completions, the raw prompt, no template).")  # fmt: skip
+    endpoint: ApiName = setting(
+        "chat", "--endpoint", "API: chat (/v1/chat/completions, the model's chat template), completions (/v1/completions, the raw prompt, no template), "
+        "completions-ids (/v1/completions, the prompt as token ids) or responses (/v1/responses, the model's chat template).")  # fmt: skip
     sessions: list[Annotated[int, Field(ge=1, le=MAX_STREAMS)]] | None = setting(
         None, "--sessions", "Multi-turn sessions kept open, e.g. 4 or 2,8 (one level each; replaces --concurrency): each resends its conversation plus a new message per turn.", text=True)  # fmt: skip
     turns: int | None = setting(None, "--turns", "--sessions: requests per session (default 4).", ge=1, le=1000)

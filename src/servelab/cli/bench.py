@@ -15,6 +15,7 @@ from servelab.cli.bind import LOAD_ALL, TARGET_ALL, bind
 from servelab.cli.common import check_output_kind, console, err_console, event_loop_runner, fail, measured, output_dir, remember, sigterm_as_sigint
 from servelab.errors import ServelabError
 from servelab.rules.explain import explain
+from servelab.load.apis import templated
 from servelab.run.measure import bench_options, serve
 from servelab.run.options import Ceiling
 from servelab.plan.calibration import calibration
@@ -78,7 +79,7 @@ def _print_run(run: RunResult, ceiling: Ceiling | None) -> None:
         console.print(
             f"prompt tokens vs server usage: {check.mismatched_requests}/{check.checked_requests} requests differ, "
             f"max |Δ| {check.max_abs_deviation_tokens}, mean Δ {check.mean_deviation_tokens:+.2f} "
-            + (f"(the server adds {check.template_overhead_tokens} special tokens; no chat template)" if run.load.endpoint == "completions"
+            + (f"(the server adds {check.template_overhead_tokens} special tokens; no chat template)" if not templated(run.load.endpoint)
                else f"(chat template adds {check.template_overhead_tokens} tokens)")
         )
 

@@ -16,7 +16,7 @@ Timing rules (docs/metrics.md):
 SSE framing: aiohttp has no Server-Sent-Events reader, so events are split here on blank lines
 and only ``data:`` fields are read, which is all OpenAI-compatible servers send (WHATWG HTML
 §9.2 "Server-sent events"). Each chunk is parsed and validated in one pass by pydantic
-(``CHUNK.validate_json``, typed dicts: as fast as orjson plus a dict walk, ~3 µs a chunk; per-chunk
+(the API's ``events`` adapter, ``servelab.load.apis``: typed dicts: as fast as orjson plus a dict walk, ~3 µs a chunk; per-chunk
 cost is the client's bottleneck at high stream counts, see benchmarks/client_overhead.py). A chunk
 of any other shape (``null``, a list, a choice that is not an object, non-string content,
 non-integer or negative usage) fails that one request as ``bad_chunk``; the run goes on.
@@ -32,60 +32,18 @@ from types import SimpleNamespace
 import aiohttp
 import orjson
 from aiohttp.client_proto import ResponseHandler
-from pydantic import NonNegativeInt, TypeAdapter, ValidationError
-from typing_extensions import TypedDict
+from pydantic import ValidationError
 
 from servelab import engines
 from servelab.server.endpoint import Endpoint
 from servelab.errors import first_problem
-from servelab.load.body import API_PATHS, Api
+from servelab.load import apis
+from servelab.load.apis.base import Api
 from servelab.load.outcome import ERROR_TEXT_LIMIT, Texts, count_tokens, fail, mark_incomplete
 from servelab.values.records import RequestRecord
 from servelab.server.tokenizer import Tokenizer
 
 ERROR_BODY_LIMIT = 65536  # at most this much of an error body is read (a huge one never whole)
-
-
-class _Delta(TypedDict, total=False):
-    content: str | None
-    reasoning_content: str | None  # llama.cpp, SGLang, vLLM < 0.11.1
-    reasoning: str | None  # vLLM ≥ 0.11.1
-
-
-class _Choice(TypedDict, total=False):
-    index: int | None
-    delta: _Delta | None  # chat completions
-    text: str | None  # completions (``text_completion`` chunks)
-    finish_reason: str | None
-
-
-class _CompletionDetails(TypedDict, total=False):
-    reasoning_tokens: NonNegativeInt | None
-
-
-class _PromptDetails(TypedDict, total=False):
-    cached_tokens: NonNegativeInt | None
-
-
-class _Usage(TypedDict, total=False):
-    prompt_tokens: NonNegativeInt | None
-    completion_tokens: NonNegativeInt | None
-    completion_tokens_details: _CompletionDetails | None
-    prompt_tokens_details: _PromptDetails | None
-
-
-class _Chunk(TypedDict, total=False):
-    """One ``chat.completion.chunk`` (or, from ``/v1/completions``, one ``text_completion`` chunk,
-    whose choice carries ``text`` instead of ``delta``) as servelab reads it (OpenAI API reference,
-    "The chat completion chunk object", "The completion object"); other fields are ignored.
-    ``error``: an error event (any shape)."""
-
-    choices: list[_Choice] | None
-    usage: _Usage | None
-    error: object
-
-
-CHUNK = TypeAdapter(_Chunk)
 
 
 async def _on_body_sent(session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object) -> None:
@@ -117,10 +75,12 @@ class StreamParser:
     chunk sets ``error`` (kind, message) and stops parsing.
     """
 
-    def __init__(self, record: RequestRecord, start: float, origin: float) -> None:
+    def __init__(self, record: RequestRecord, start: float, origin: float, api: Api = apis.APIS["chat"]) -> None:
         self.record = record
         self.start = start
         self.origin = origin
+        self.api = api
+        self._events = api.events
         self.buf = b""
         self.parts: list[str] = []
         self.reasoning_parts: list[str] = []
@@ -129,16 +89,15 @@ class StreamParser:
         self.error: tuple[str, str] | None = None
 
     def feed(self, data: bytes, t: float) -> None:
-        """Consume body bytes that arrived at time ``t``. Nothing after ``data: [DONE]`` is read
-        (data there marks the record ``after_done``); of a chunk's choices only the first of index
-        0 counts (others mark it ``extra_choices``)."""
+        """Consume body bytes that arrived at time ``t``: each ``data:`` event validated and read by
+        the API (``servelab.load.apis``). Nothing after ``data: [DONE]`` is read (data there marks
+        the record ``after_done``)."""
         if self.error is not None:
             return
         if self.done:
             self._after_done(data)
             return
         buf = self.buf + data
-        record = self.record
         while True:
             cut, sep = buf.find(b"\n\n"), 2
             if cut < 0 and b"\r" in buf:
@@ -156,38 +115,51 @@ class StreamParser:
                     self._after_done(b"\n".join(lines[i + 1 :]) + b"\n" + buf)
                     return
                 try:
-                    obj = CHUNK.validate_json(payload)
+                    obj = self._events.validate_json(payload)
                 except ValidationError as exc:
                     self.error = ("bad_chunk", _chunk_problem(exc, payload))
                     return
-                if "error" in obj:
-                    self.error = ("stream_error", _error_message(payload))
+                self.api.read(obj, self, t)
+                if self.error is not None:
                     return
-                choices = obj.get("choices") or ()
-                choice = next((c for c in choices if not c.get("index")), None)
-                if len(choices) > (choice is not None) and "extra_choices" not in record.anomalies:
-                    record.anomalies.append("extra_choices")
-                if choice is not None:
-                    delta = choice.get("delta") or {}
-                    content = delta.get("content") or choice.get("text")
-                    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-                    if content or reasoning:
-                        record.chunk_times.append(t - self.start)
-                        if record.first_token is None:
-                            record.first_token = t - self.origin
-                        if content:
-                            self.parts.append(content)
-                            if record.first_content is None:
-                                record.first_content = t - self.origin
-                        if reasoning:
-                            self.reasoning_parts.append(reasoning)
-                            self.reasoning_chunks += 1
-                    if choice.get("finish_reason"):
-                        record.finish_reason = choice["finish_reason"]
-                usage = obj.get("usage")
-                if usage:
-                    _read_usage(record, usage)
         self.buf = buf
+
+    def token(self, t: float, content: str | None, reasoning: str | None) -> None:
+        """A token chunk at ``t``: its time, the first token's and first content's, its text."""
+        record = self.record
+        record.chunk_times.append(t - self.start)
+        if record.first_token is None:
+            record.first_token = t - self.origin
+        if content:
+            self.parts.append(content)
+            if record.first_content is None:
+                record.first_content = t - self.origin
+        if reasoning:
+            self.reasoning_parts.append(reasoning)
+            self.reasoning_chunks += 1
+
+    def finish(self, reason: str) -> None:
+        self.record.finish_reason = reason
+
+    def usage(self, prompt: int | None, output: int | None, reasoning: int | None, cached: int | None) -> None:
+        """Copy the server-reported counts."""
+        record = self.record
+        if prompt is not None:
+            record.prompt_tokens, record.prompt_tokens_source = prompt, "usage"
+        if output is not None:
+            record.output_tokens, record.output_tokens_source = output, "usage"
+        if reasoning is not None:
+            record.reasoning_tokens, record.reasoning_tokens_source = reasoning, "usage"
+        if cached is not None:
+            record.cached_prompt_tokens = cached
+
+    def failed(self, kind: str, detail: object) -> None:
+        """The stream reported an error: ``detail`` an OpenAI-style error object, or text."""
+        self.error = (kind, _error_message(orjson.dumps(detail)))
+
+    def extra_choice(self) -> None:
+        if "extra_choices" not in self.record.anomalies:
+            self.record.anomalies.append("extra_choices")
 
     def _after_done(self, data: bytes) -> None:
         if b"data:" in data and "after_done" not in self.record.anomalies:
@@ -199,20 +171,6 @@ def _chunk_problem(exc: ValidationError, payload: bytes) -> str:
     json_invalid = exc.errors(include_url=False, include_input=False)[0]["type"] == "json_invalid"
     kind = "was not JSON" if json_invalid else first_problem(exc, "the chunk")
     return f"a stream chunk {kind} ({payload[:120].decode('utf-8', 'replace')!r})"
-
-
-def _read_usage(record: RequestRecord, usage: dict) -> None:
-    """Copy server-reported counts from an OpenAI ``usage`` object."""
-    if usage.get("prompt_tokens") is not None:
-        record.prompt_tokens, record.prompt_tokens_source = usage["prompt_tokens"], "usage"
-    if usage.get("completion_tokens") is not None:
-        record.output_tokens, record.output_tokens_source = usage["completion_tokens"], "usage"
-    details = usage.get("completion_tokens_details") or {}
-    if details.get("reasoning_tokens") is not None:
-        record.reasoning_tokens, record.reasoning_tokens_source = details["reasoning_tokens"], "usage"
-    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-    if cached is not None:
-        record.cached_prompt_tokens = cached
 
 
 class TimedResponseHandler(ResponseHandler):
@@ -282,8 +240,8 @@ class StreamClient:
         connections: connection-pool size; at least the highest concurrency.
         request_timeout_s: a request still streaming after this long fails with ``timeout``.
         tokenizer: counts output tokens when the server sends no ``usage``.
-        api: ``"chat"`` (``/v1/chat/completions``) or ``"completions"`` (``/v1/completions``), the
-            API the bodies of :func:`request_body` were made for.
+        api: the API (``--endpoint``, ``servelab.load.apis``) the bodies of :func:`request_body`
+            were made for: its path and how its stream is read.
 
     Use as ``async with StreamClient(...) as client``.
     """
@@ -296,12 +254,13 @@ class StreamClient:
         connections: int,
         request_timeout_s: float,
         tokenizer: Tokenizer | None = None,
-        api: Api = "chat",
+        api: apis.ApiName = "chat",
     ) -> None:
         self.endpoint = endpoint
         self.origin = origin
         self.api = api
-        self.url = endpoint.api_base + API_PATHS[api]
+        self.format = apis.get(api)
+        self.url = endpoint.api_base + self.format.path
         self.tokenizer = tokenizer
         self._connections = connections
         self._timeout_s = request_timeout_s
@@ -358,7 +317,7 @@ class StreamClient:
                 if resp.status != 200:
                     record.end = clock() - origin
                     return fail(record, f"http_{resp.status}", _error_message(await resp.content.read(ERROR_BODY_LIMIT)))
-                parser = StreamParser(record, start, origin)
+                parser = StreamParser(record, start, origin, self.format)
                 if timed:
                     proto.attach(parser, resp.content)
                     async with asyncio.timeout_at(deadline):
@@ -389,5 +348,5 @@ class StreamClient:
         if parser.error is not None:
             return fail(record, *parser.error)
         if not parser.done and record.finish_reason is None:
-            return fail(record, "truncated", "the stream ended without finish_reason or [DONE]")
+            return fail(record, "truncated", "the stream ended without finish_reason or [DONE]" if parser.api.ends_with_done else "the stream ended before its response.completed event")
         return Texts(content="".join(parser.parts), reasoning="".join(parser.reasoning_parts), reasoning_chunks=parser.reasoning_chunks)

@@ -52,7 +52,7 @@ import orjson
 
 from servelab.server.endpoint import Endpoint, EndpointInfo
 from servelab.errors import ServelabError
-from servelab.load.body import Api
+from servelab.load.apis import ApiName
 from servelab.load.client import StreamClient
 from servelab.load.outcome import Texts, count_tokens, fail, mark_incomplete
 from servelab.values.records import RequestRecord
@@ -296,7 +296,7 @@ class WorkerPool:
         tokenizer: Tokenizer | None = None,
         on_note: Callable[[str], None] = lambda note: None,
         backend: Backend | None = None,
-        api: Api = "chat",
+        api: ApiName = "chat",
     ) -> None:
         self.endpoint = endpoint
         self.api = api

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.markup import escape
 
+from servelab.load.apis import templated
 from servelab.metrics.repeats import TOK_S_SPREAD, TTFT_SPREAD, Interval, repeat_stats
 from servelab.metrics.summary import Distribution, LevelSummary
 from servelab.store.results import LoadSpec, RunResult
@@ -72,7 +73,7 @@ def load_text(load: LoadSpec) -> str:
     else:
         shape = f"{load.input_tokens} prompt tokens, {out}{f' ±{load.output_spread:.0%}' if load.output_spread else ''} max output tokens"
     streams = ", streams staggered" if load.closed_loop == "stagger" and not load.rates and not load.sessions and not load.trace else ""
-    api = ", completions API (no chat template)" if load.endpoint == "completions" else ""
+    api = "" if load.endpoint == "chat" else f", {load.endpoint} API" + ("" if templated(load.endpoint) else " (no chat template)")
     cache = ("sessions reuse their own turns" if load.sessions else "its shared blocks cacheable" if load.reuse_expected
              else f"prefix cache {load.prefix_cache}")  # fmt: skip
     return f"{shape}{api}, {cache}{streams}"

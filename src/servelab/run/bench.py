@@ -26,6 +26,7 @@ from servelab.load.workers import WorkerPool, auto_procs
 from servelab.metrics.bootlog import parse_bootlog
 from servelab.rules.diagnose import diagnose
 from servelab.run.closed_loop import ClosedLoop
+from servelab.load import apis
 from servelab.load.body import request_body
 from servelab.run.levels import CALIBRATION_TOKENS, Levels, LoadMode
 from servelab.run.open_loop import OpenLoop
@@ -202,7 +203,7 @@ class Bench:
         """
         o, lv = self.opts, self.levels
         prompt = await builder.build(CALIBRATION_TOKENS, f"[{lv.tag}-calibration]")
-        body = request_body(self.endpoint, prompt.text, max_tokens=1, ignore_eos=False, cold=True, api=o.api,
+        body = request_body(self.endpoint, prompt, max_tokens=1, ignore_eos=False, cold=True, api=o.api,
                             chat_template_kwargs=o.chat_template_kwargs)  # fmt: skip
         for _ in range(CALIBRATION_ATTEMPTS):  # a server that drops one request is not unusable
             rec = lv.record(0, "calibration", prompt.tokens, 1)
@@ -222,13 +223,13 @@ class Bench:
         smallest = min(singles) if singles and o.dataset is None and o.trace is None else None
         if smallest is not None and overhead + CALIBRATION_TOKENS >= smallest:
             raise ServelabError(f"--input-tokens {smallest} is too small: the chat template alone adds {overhead} tokens")
-        # the completions API applies no template: its overhead is the special tokens the server adds (BOS)
-        templated = o.api == "chat" and await builder.tokenizer.chat_count(prompt.text, o.chat_template_kwargs) == rec.prompt_tokens
+        # the completions API applies no template: its overhead is the special tokens the server adds (BOS; none to token ids)
+        templated = apis.get(o.api).templated and await builder.tokenizer.chat_count(prompt.text, o.chat_template_kwargs) == rec.prompt_tokens
         for b in lv.builders.values():
             b.use_template(overhead, templated=templated, chat_template_kwargs=o.chat_template_kwargs)
         source = "server chat-template tokenization, checked by a calibration request" if templated else "usage of a calibration request"
-        if o.api == "completions":
-            source = "usage of a calibration request (completions API: no chat template, the server's special tokens)"
+        if not apis.get(o.api).templated:
+            source = f"usage of a calibration request ({o.api} API: no chat template, the server's special tokens)"
         return PromptCheck(template_overhead_tokens=overhead, overhead_source=source)
 
     def _conclude(self, run: RunResult) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from servelab import engines
 from servelab.engines.counters import ServerStats
 from servelab.errors import ServelabError
+from servelab.load import apis
 from servelab.load.body import request_body
 from servelab.load.client import StreamClient
 from servelab.load.scheduler import Phase, closed_loop, open_loop
@@ -34,11 +35,22 @@ from servelab.server.endpoint import Endpoint
 from servelab.server.tokenizer import Tokenizer
 from servelab.store.results import RunResult, RunWriter, TraceInfo
 from servelab.values.records import RequestRecord
-from servelab.workloads.corpus import Prompt, PromptBuilder
+from servelab.values.prompt import Prompt
+from servelab.workloads.corpus import PromptBuilder
 from servelab.workloads.suites import Workload
 
 BUILD_PARALLELISM = 8
 CALIBRATION_TOKENS = 32  # tokens of the calibration request's text (and the least room a shared prefix leaves)
+
+
+def fresh(prompt: Prompt, tag: str, i: int, pool: int) -> Prompt:
+    """Request ``i`` of a duration run that outlived its pool of ``pool`` prompts: a fresh nonce keeps
+    every prompt unique (its token count may then differ by a token or two, which the prompt check
+    reports); a token-id prompt is rotated instead, its length exact and its first block new."""
+    if prompt.ids is not None:
+        k = i // pool % len(prompt.ids) or 1
+        return Prompt(prompt.text, prompt.tokens, prompt.ids[k:] + prompt.ids[:k])
+    return Prompt(prompt.text.replace(f"[{tag}-", f"[{tag}-r{i}-", 1), prompt.tokens)
 
 
 class Levels:
@@ -113,12 +125,13 @@ class Levels:
         """The prompt builders, one per corpus language of the shapes (prepared); returns the run's own
         language's, which calibrates the template."""
         o = self.opts
-        builder = PromptBuilder(tokenizer, seed=o.seed, lang=o.lang)
+        ids = apis.get(o.api).token_ids
+        builder = PromptBuilder(tokenizer, seed=o.seed, lang=o.lang, ids=ids)
         await builder.prepare()
         self.builders = {o.lang: builder}
         for shape, _ in self.shapes:
             if shape.lang not in self.builders:
-                self.builders[shape.lang] = PromptBuilder(tokenizer, seed=o.seed, lang=shape.lang)
+                self.builders[shape.lang] = PromptBuilder(tokenizer, seed=o.seed, lang=shape.lang, ids=ids)
                 await self.builders[shape.lang].prepare()
         return builder
 
@@ -208,7 +221,7 @@ class Levels:
             for i in range(n):
                 text, max_tokens = self.dataset[i % len(self.dataset)]
                 nonce = f"[{self.tag}-{self._index + i}] " if self.opts.prefix_cache == "cold" else ""
-                prompt = Prompt(nonce + text, await self.builders[self.opts.lang].count(nonce + text))
+                prompt = await self.builders[self.opts.lang].prompt(nonce + text)
                 out.append((prompt, Workload(name="dataset", input_tokens=prompt.tokens, max_tokens=max_tokens)))
             return out
         rng = random.Random(self.opts.seed + self._index)
@@ -240,13 +253,11 @@ class Levels:
         def make(i: int) -> tuple[RequestRecord, bytes]:
             prompt, shape = prompts[i % len(prompts)]
             if i >= len(prompts) and self.warm is None:
-                # Duration runs that outlive the prompt pool: a fresh nonce keeps every prompt unique;
-                # its token count may then differ by a token or two, which the prompt check reports.
-                prompt = Prompt(prompt.text.replace(f"[{self.tag}-", f"[{self.tag}-r{i}-", 1), prompt.tokens)
+                prompt = fresh(prompt, self.tag, i, len(prompts))
             rec = self.record(level, phase, prompt.tokens, o.draw_output(shape.max_tokens, self._index))
             rec.workload = shape.name or None
             rec.queued = time.perf_counter() - client.origin
-            return rec, self.body(prompt.text, rec.max_tokens)
+            return rec, self.body(prompt, rec.max_tokens)
 
         if rate is None:
             load = closed_loop(client, make, concurrency=level, count=count, duration_s=duration_s, stagger_s=stagger_s,
@@ -256,7 +267,7 @@ class Levels:
                              max_concurrency=o.max_concurrency, seed=o.seed, on_record=self.on_record, alive=self.alive)  # fmt: skip
         return await self.sampled(level, phase, rate, load)
 
-    def body(self, prompt: str | list[dict], max_tokens: int, cold: bool | None = None) -> bytes:
+    def body(self, prompt: Prompt | list[dict], max_tokens: int, cold: bool | None = None) -> bytes:
         """A request's body under the run's options (API, exact output, template kwargs): one prompt,
         or a session's conversation; the prefix cache cold as ``--prefix-cache`` says unless ``cold``
         is given."""

@@ -15,7 +15,7 @@ from typing import Literal, Protocol
 
 from servelab import engines
 from servelab.errors import ServelabError
-from servelab.load.body import Api
+from servelab.load import apis
 from servelab.metrics.slo import Objective
 from servelab.metrics.summary import LevelSummary
 from servelab.plan.planner import bench_ceiling
@@ -86,7 +86,7 @@ class BenchOptions:
     workloads: dict[str, Workload] | None = None  # where the mix's names are looked up
     recipe: RecipeInfo | None = None  # the recipe variant that launched the server, stored with the run
     slo: list[Objective] | None = None  # --slo: goodput and pass/fail per level (metrics/slo.py)
-    api: Api = "chat"  # --endpoint: /v1/chat/completions or /v1/completions (raw prompts, no chat template)
+    api: apis.ApiName = "chat"  # --endpoint: the API the requests go through (servelab.load.apis)
     turns: int = 1  # --sessions: requests per session (> 1: each level plays sessions, servelab.run.sessions)
     turn_input_tokens: int | None = None  # --turn-input-tokens: text tokens of each later user message
     think_time: ThinkTime = field(default_factory=ThinkTime)  # --think-time: pause before a session's next turn
@@ -96,14 +96,15 @@ class BenchOptions:
     settings: dict | None = None  # the servelab.settings.Load these were resolved from, stored with the run
 
     def __post_init__(self) -> None:
-        """Refuse sessions on the completions API (a conversation is chat messages), wherever the load
-        came from: ``--sessions``, or a multi-turn workload in ``--mix`` or the suite.
+        """Refuse sessions on an API that takes one prompt (completions: a conversation is chat
+        messages), wherever the load came from: ``--sessions``, or a multi-turn workload in ``--mix``
+        or the suite.
 
         Raises:
             ServelabError: naming the options and the fix.
         """
-        if self.api == "completions" and self.session_mode:
-            raise ServelabError("--sessions and multi-turn workloads (agentic) resend a conversation of chat messages: use --endpoint chat")
+        if not apis.get(self.api).conversations and self.session_mode:
+            raise ServelabError("--sessions and multi-turn workloads (agentic) resend a conversation of chat messages: use --endpoint chat or responses")
 
     @property
     def session_mode(self) -> bool:

@@ -30,7 +30,8 @@ from servelab.run.options import BenchOptions
 from servelab.server.tokenizer import Tokenizer
 from servelab.store.results import TraceInfo
 from servelab.values.records import RequestRecord
-from servelab.workloads.corpus import Prompt, PromptBuilder
+from servelab.values.prompt import Prompt
+from servelab.workloads.corpus import PromptBuilder
 from servelab.workloads.suites import Workload
 from servelab.workloads.traces import MOONCAKE_BLOCK_TOKENS, Trace, TraceRequest
 
@@ -71,7 +72,7 @@ class TracePrompts:
         if len(ids) < room:  # fewer block ids than the length needs: unique text after them
             ids += self._block(-1 - len(self._blocks))[: room - len(ids)]
         text = f"[{self.tag}] " + (await self.builder.tokenizer.decode(ids[:room])).strip()
-        return Prompt(text, await self.builder.count(text))
+        return await self.builder.prompt(text)
 
     async def build(self, trace: Trace, on_progress: Callable[[int], None] = lambda n: None) -> list[Prompt]:
         """One prompt per request of ``trace``, in its order; ``on_progress(n)`` after each.
@@ -153,7 +154,7 @@ class TraceReplay(LoadMode):
         def make(i: int) -> tuple[RequestRecord, bytes]:
             r = trace.requests[i]
             rec = levels.record(0, "measured", prompts[i].tokens, r.output_tokens)
-            return rec, levels.body(prompts[i].text, r.output_tokens, cold)
+            return rec, levels.body(prompts[i], r.output_tokens, cold)
 
         load = open_loop(client, make, rate=1.0, count=len(prompts), arrivals=(r.at_s for r in trace.requests),
                          on_record=levels.on_record, alive=levels.alive)  # fmt: skip

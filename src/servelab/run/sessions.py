@@ -38,7 +38,8 @@ from servelab.run.options import BenchOptions
 from servelab.server.endpoint import Endpoint
 from servelab.server.tokenizer import Tokenizer
 from servelab.values.records import RequestRecord
-from servelab.workloads.corpus import Prompt, PromptBuilder
+from servelab.values.prompt import Prompt
+from servelab.workloads.corpus import PromptBuilder
 from servelab.workloads.sessions import Conversation
 from servelab.workloads.suites import Workload
 
@@ -69,7 +70,7 @@ class SessionPlayer:
     tag: str
     new_record: Callable[[int, str, int | None, int], RequestRecord]
     single: Callable[[Workload, str], Awaitable[Prompt]]
-    body: Callable[[str | list[dict], int, bool | None], bytes]
+    body: Callable[[Prompt | list[dict], int, bool | None], bytes]
     ended: Counter = field(default_factory=Counter)
     _systems: dict[str, str] = field(default_factory=dict)
 
@@ -97,7 +98,7 @@ class SessionPlayer:
             prompt = await self.single(shape, nonce)
             record = self.new_record(level, phase, prompt.tokens, o.draw_output(shape.max_tokens, session))
             record.workload = shape.name or None
-            self.ended["completed" if await send(record, self.body(prompt.text, record.max_tokens, None), (level, phase, session)) is not None else "failed"] += 1
+            self.ended["completed" if await send(record, self.body(prompt, record.max_tokens, None), (level, phase, session)) is not None else "failed"] += 1
             return
         builder = self.plain[shape.lang]
         conv = Conversation(await self._system(shape) if shape.system_tokens else None)

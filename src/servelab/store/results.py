@@ -89,7 +89,7 @@ class LoadSpec(BaseModel):
     seed: int
     request_timeout_s: float
     slo: list[Objective] | None = Field(None, description="--slo: the objectives each level was checked against.")
-    endpoint: Literal["chat", "completions"] = Field("chat", description="The API the requests used: /v1/chat/completions, or /v1/completions (raw prompts, no chat template).")
+    endpoint: str = Field("chat", description="The API the requests used (--endpoint): chat (/v1/chat/completions), completions (/v1/completions, raw prompts, no chat template), completions-ids (token-id prompts) or responses (/v1/responses).")
     sessions: bool = Field(False, description="Each concurrency level is that many sessions kept open (--sessions, or a multi-turn workload in the mix: servelab.run.sessions).")
     turns: int = Field(1, description="--sessions: requests per session.")
     turn_input_tokens: int | None = Field(None, description="--sessions: text tokens of each later user message (None: input_tokens).")

@@ -13,10 +13,10 @@ corpus, so any length can be built.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from importlib.resources import files
 
 from servelab.errors import ServelabError
+from servelab.values.prompt import Prompt
 from servelab.server.tokenizer import Tokenizer
 
 LANGUAGES = ("en", "hu")
@@ -35,14 +35,6 @@ def corpus_text(lang: str) -> str:
     return files("servelab.workloads").joinpath("data", f"{lang}.txt").read_text(encoding="utf-8")
 
 
-@dataclass(frozen=True)
-class Prompt:
-    """A user message and its exact token count as the server will see it (chat template included)."""
-
-    text: str
-    tokens: int
-
-
 class PromptBuilder:
     """Cuts prompts of an exact token count from the corpus.
 
@@ -56,11 +48,13 @@ class PromptBuilder:
         tokenizer: the server's or a local tokenizer.
         seed: seeds the choice of slice offsets, so a run is reproducible (the nonce is not).
         lang: corpus language.
+        ids: give each prompt its token ids (prompts sent as ids; one more tokenization each).
     """
 
-    def __init__(self, tokenizer: Tokenizer, *, seed: int = 0, lang: str = "en") -> None:
+    def __init__(self, tokenizer: Tokenizer, *, seed: int = 0, lang: str = "en", ids: bool = False) -> None:
         self.tokenizer = tokenizer
         self.lang = lang
+        self.ids = ids
         self.overhead = 0
         self.templated = False
         self._chat_template_kwargs: dict | None = None
@@ -85,6 +79,11 @@ class PromptBuilder:
             if n is not None:
                 return n
         return len(await self.tokenizer.encode(text)) + self.overhead
+
+    async def prompt(self, text: str) -> Prompt:
+        """``text`` as a prompt: its count (:meth:`count`), and its token ids when the builder gives them."""
+        count = await self.count(text)
+        return Prompt(text, count, tuple(await self.tokenizer.encode(text)) if self.ids else None)
 
     async def prepare(self) -> None:
         """Tokenize the corpus once; call before :meth:`build`."""
@@ -129,7 +128,7 @@ class PromptBuilder:
                 text = head + (await self.tokenizer.decode(window)).strip() + suffix
                 count = await self.count(text)
                 if count == tokens:
-                    return Prompt(text, count)
+                    return await self.prompt(text) if self.ids else Prompt(text, count)
                 tried.add(length)
                 length += tokens - count
                 while length in tried:  # oscillating around a seam: step by one token instead
