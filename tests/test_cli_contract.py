@@ -62,7 +62,7 @@ CASES = [
     ("bench --concurrency ²", "--concurrency"),  # a digit int() refuses
     ("bench --request-timeout 1e309", "--request-timeout"),  # inf: no float option means infinity
     ("bench --slo ttft_p99=2x", "--slo"),
-    ("bench --endpoint responses", "--endpoint"),
+    ("bench --endpoint grpc", "--endpoint"),
     ("bench --sessions 0", "--sessions"),
     ("bench --sessions 2,x", "--sessions"),
     ("bench --turns 3", "--turns"),

@@ -10,9 +10,9 @@ the recipe's ``bench:`` section *is* a :class:`Load`, and a run stores the dump 
 the same way (``aiperf/common/config/loadgen_config.py``).
 
 A setting's CLI facts live in its ``json_schema_extra``: ``flag`` (the option's declaration, e.g.
-``--ignore-eos/--no-ignore-eos``), ``text`` (given on the command line as text that the model
-parses: comma lists, durations, JSON) and ``envvar``. Bounds are pydantic's ``ge``/``le`` and are
-also the option's ``min``/``max``.
+``--ignore-eos/--no-ignore-eos``) and ``envvar``; a setting given on the command line as text that
+the model parses (comma lists, durations, JSON, SLOs) has its parser in :data:`PARSERS`. Bounds are
+pydantic's ``ge``/``le`` and are also the option's ``min``/``max``.
 
 Values given as text are parsed here (``parse_int_list``, ``parse_duration``…), so a bad one is
 refused in one line naming its flag, from the command line and from a recipe alike.
@@ -98,16 +98,27 @@ def parse_json_object(value: str | None, option: str) -> dict | None:
     return obj
 
 
-def setting(default: Any, flag: str, help: str, *, text: bool = False, envvar: str | None = None, **bounds: Any) -> Any:
+PARSERS: dict[str, Any] = {  # the settings given as text, each with its parser (errors name the flag)
+    "concurrency": lambda v: parse_int_list(v, "--concurrency", maximum=MAX_STREAMS),
+    "sessions": lambda v: parse_int_list(v, "--sessions", maximum=MAX_STREAMS),
+    "rates": lambda v: parse_float_list(v, "--rate"),
+    "duration_s": parse_duration,
+    "chat_template_kwargs": lambda v: parse_json_object(v, "--chat-template-kwargs"),
+    "slo": parse_slo,
+}
+
+
+def setting(default: Any, flag: str, help: str, *, envvar: str | None = None, **bounds: Any) -> Any:
     """A setting's declaration: its default, its option ``flag``, its ``help`` (also the field's
-    description), whether the command line gives it as ``text`` the model parses, an ``envvar``, and
-    pydantic bounds (``ge``, ``le``) that are also the option's ``min``/``max``."""
-    extra = {"flag": flag, "text": text, "envvar": envvar}
+    description), an ``envvar``, and pydantic bounds (``ge``, ``le``) that are also the option's
+    ``min``/``max``. A setting the command line gives as text has its parser in :data:`PARSERS`."""
+    extra = {"flag": flag, "envvar": envvar}
     return Field(default, description=help, json_schema_extra=extra, **bounds)
 
 
 def cli_facts(model: type[BaseModel], name: str) -> dict[str, Any]:
-    """The CLI facts of setting ``name`` of ``model``: flag, text, envvar, help, ``min``/``max``.
+    """The CLI facts of setting ``name`` of ``model``: flag, envvar, help, ``min``/``max``, and
+    ``text``: given on the command line as text that the model parses (:data:`PARSERS`).
 
     Raises:
         KeyError: ``name`` is not a setting of ``model``.
@@ -115,6 +126,7 @@ def cli_facts(model: type[BaseModel], name: str) -> dict[str, Any]:
     info = model.model_fields[name]
     facts = dict(info.json_schema_extra or {})
     facts["help"] = info.description
+    facts["text"] = model is Load and name in PARSERS
     for bound in info.metadata:
         for attr, key in (("ge", "min"), ("le", "max")):
             if getattr(bound, attr, None) is not None:
@@ -135,19 +147,19 @@ class Load(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     concurrency: Annotated[list[Annotated[int, Field(ge=1, le=MAX_STREAMS)]], Field(min_length=1)] = setting(
-        [1, 2, 4], "--concurrency", "Concurrency levels: requests kept in flight, e.g. 1,2,4,8.", text=True)  # fmt: skip
+        [1, 2, 4], "--concurrency", "Concurrency levels: requests kept in flight, e.g. 1,2,4,8.")  # fmt: skip
     workers: int | None = setting(None, "--workers", "One level with this many requests in flight (the usual pairing with --mix and --duration).", ge=1, le=MAX_STREAMS)
     mix: str | None = setting(None, "--mix", "Draw each request from a weighted mix of named workloads: uniform_short, mixed_typical, long_only, a mix of --workloads-file, or a YAML file with one mix.")
     workloads_file: Path | None = setting(None, "--workloads-file", "YAML with your own workloads and mixes.")
     dataset: Path | None = setting(None, "--dataset", 'JSONL of prompts ({"prompt", "output_tokens"?}) or ShareGPT conversations, used in file order.')
-    rates: list[PositiveFloat] | None = setting(None, "--rate", "Open loop instead: arrival rates in requests/s, e.g. 0.5,1,2 (one level each; --concurrency is then unused).", text=True)
+    rates: list[PositiveFloat] | None = setting(None, "--rate", "Open loop instead: arrival rates in requests/s, e.g. 0.5,1,2 (one level each; --concurrency is then unused).")
     closed_loop: Literal["stagger", "burst"] = setting(
         "stagger", "--closed-loop", "Closed loop: stagger = ramp the streams up over one request's duration and measure the steady state; burst = start them together (waves may stay synchronized).")  # fmt: skip
     burstiness: float = setting(1.0, "--burstiness", "Open loop: gamma shape of the arrival gaps; 1 = Poisson, < 1 burstier.", ge=0.01)
     max_concurrency: int | None = setting(None, "--max-concurrency", "Open loop: at most this many requests in flight; the rest wait on the client side (reported apart from TTFT).", ge=1, le=MAX_STREAMS)
     requests: int | None = setting(
         None, "--requests", "Measured requests per level (default 8 per slot up to 512, 4 per slot above, at least 8; open loop 30 s of arrivals; bench on the embedded server 4).", ge=1)  # fmt: skip
-    duration_s: PositiveFloat | None = setting(None, "--duration", "Measure each level for a duration instead (90s, 2m); in-flight requests at the end count as incomplete.", text=True)
+    duration_s: PositiveFloat | None = setting(None, "--duration", "Measure each level for a duration instead (90s, 2m); in-flight requests at the end count as incomplete.")
     warmup: int | None = setting(None, "--warmup", "Warm-up requests per level, not counted (default one per slot).", ge=0)
     input_tokens: int | None = setting(None, "--input-tokens", "Prompt tokens per request, chat template included (token-exact). Default 256; 128 on the embedded server.", ge=1)
     output_tokens: int | None = setting(None, "--output-tokens", "max_tokens per request. Default 128; 64 on the embedded server.", ge=1)
@@ -158,7 +170,7 @@ class Load(BaseModel):
     shared_prefix_tokens: int = setting(512, "--shared-prefix-tokens", "shared-prefix: tokens of the common text.", ge=1)
     ignore_eos: bool | None = setting(
         None, "--ignore-eos/--no-ignore-eos", "Force exactly max_tokens outputs (default on for vLLM, SGLang, llama.cpp; suite: natural answers).")  # fmt: skip
-    chat_template_kwargs: dict | None = setting(None, "--chat-template-kwargs", 'JSON passed to the chat template, e.g. \'{"enable_thinking": false}\'.', text=True)
+    chat_template_kwargs: dict | None = setting(None, "--chat-template-kwargs", 'JSON passed to the chat template, e.g. \'{"enable_thinking": false}\'.')
     seed: int = setting(0, "--seed", "Seed of the prompts (and of grid's shuffled cell order).")
     request_timeout_s: float = setting(600.0, "--request-timeout", "Seconds before a request fails with 'timeout'.", ge=1)
     client_procs: int | None = setting(
@@ -167,14 +179,14 @@ class Load(BaseModel):
     tokenizer: str | None = setting(None, "--tokenizer", "Local Hugging Face tokenizer (tokenizer.json or its directory); default the server's /tokenize.")
     api_key_env: str = setting("SERVELAB_API_KEY", "--api-key-env", "Environment variable that holds the API key (never written anywhere).")
     slo: list[Objective] | None = setting(
-        None, "--slo", "Service-level objectives, e.g. ttft_p99=2s,tpot_p99=50ms (ttft, tpot, itl, e2e; p50 to p99.9; ms or s): each level's goodput, attainment and pass/fail (docs/metrics.md); capacity searches the largest load that meets them.", text=True)  # fmt: skip
+        None, "--slo", "Service-level objectives, e.g. ttft_p99=2s,tpot_p99=50ms (ttft, tpot, itl, e2e; p50 to p99.9; ms or s): each level's goodput, attainment and pass/fail (docs/metrics.md); capacity searches the largest load that meets them.")  # fmt: skip
     repeats: int = setting(
         1, "--repeats", "Measure each level this many times, as separately started phases: mean ± 95 % confidence interval of tok/s, TTFT and TPOT (docs/metrics.md).", ge=1, le=100)  # fmt: skip
     endpoint: ApiName = setting(
         "chat", "--endpoint", "API: chat (/v1/chat/completions, the model's chat template), completions (/v1/completions, the raw prompt, no template), "
         "completions-ids (/v1/completions, the prompt as token ids) or responses (/v1/responses, the model's chat template).")  # fmt: skip
     sessions: list[Annotated[int, Field(ge=1, le=MAX_STREAMS)]] | None = setting(
-        None, "--sessions", "Multi-turn sessions kept open, e.g. 4 or 2,8 (one level each; replaces --concurrency): each resends its conversation plus a new message per turn.", text=True)  # fmt: skip
+        None, "--sessions", "Multi-turn sessions kept open, e.g. 4 or 2,8 (one level each; replaces --concurrency): each resends its conversation plus a new message per turn.")  # fmt: skip
     turns: int | None = setting(None, "--turns", "--sessions: requests per session (default 4).", ge=1, le=1000)
     turn_input_tokens: int | None = setting(None, "--turn-input-tokens", "--sessions: text tokens of each later user message (default --input-tokens).", ge=1)
     think_time: str = setting("0", "--think-time", "--sessions: pause before each later turn: 0, 2s, 500ms, or exp:2s (exponential, that mean).")
@@ -184,30 +196,11 @@ class Load(BaseModel):
     time_scale: float = setting(1.0, "--time-scale", "--trace: divide its times by this (2 = twice as fast).", ge=0.001, le=1000.0)
     skip_bad: bool = setting(False, "--skip-bad/--no-skip-bad", "--trace: skip malformed lines (counted in the run) instead of stopping at the first.")
 
-    @field_validator("concurrency", "sessions", mode="before")
+    @field_validator(*PARSERS, mode="before")
     @classmethod
-    def _streams(cls, value: Any, info: Any) -> Any:
-        return parse_int_list(value, cli_facts(cls, info.field_name)["flag"], maximum=MAX_STREAMS) if isinstance(value, str) else value
-
-    @field_validator("rates", mode="before")
-    @classmethod
-    def _rates(cls, value: Any) -> Any:
-        return parse_float_list(value, "--rate") if isinstance(value, str) else value
-
-    @field_validator("duration_s", mode="before")
-    @classmethod
-    def _duration(cls, value: Any) -> Any:
-        return parse_duration(value) if isinstance(value, str) else value
-
-    @field_validator("chat_template_kwargs", mode="before")
-    @classmethod
-    def _kwargs(cls, value: Any) -> Any:
-        return parse_json_object(value, "--chat-template-kwargs") if isinstance(value, str) else value
-
-    @field_validator("slo", mode="before")
-    @classmethod
-    def _slo(cls, value: Any) -> Any:
-        return parse_slo(value) if isinstance(value, str) else value
+    def _text(cls, value: Any, info: Any) -> Any:
+        """A setting given as text (the command line's, or a recipe's string) parsed by its flag's parser."""
+        return PARSERS[info.field_name](value) if isinstance(value, str) else value
 
     @field_validator("think_time")
     @classmethod

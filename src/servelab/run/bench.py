@@ -5,7 +5,7 @@ the chat template's overhead is measured with one calibration request → for ea
 sends its warm-up requests (recorded, not counted), then its measured ones → a summary per level.
 Records are appended as they complete; ``run.json`` is rewritten after each level and says
 ``partial`` until the end. The run's state is :class:`~servelab.run.levels.Levels`; how its load is
-sent is a :class:`~servelab.run.levels.LoadMode`, the first of :data:`MODES` that applies.
+sent is a :class:`~servelab.run.mode.LoadMode`, the first of :data:`MODES` that applies.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from servelab.rules.diagnose import diagnose
 from servelab.run.closed_loop import ClosedLoop
 from servelab.load import apis
 from servelab.load.body import request_body
-from servelab.run.levels import CALIBRATION_TOKENS, Levels, LoadMode
+from servelab.run.levels import CALIBRATION_TOKENS, Levels
+from servelab.run.mode import LoadMode
 from servelab.run.open_loop import OpenLoop
 from servelab.run.options import BenchHooks, BenchOptions
 from servelab.run.replay import TraceReplay

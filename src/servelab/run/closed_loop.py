@@ -14,7 +14,8 @@ import statistics
 from servelab.load.client import StreamClient
 from servelab.metrics.summary import summarize
 from servelab.metrics.waves import wave_stats
-from servelab.run.levels import Levels, LoadMode
+from servelab.run.levels import Levels
+from servelab.run.mode import LoadMode
 from servelab.run.options import BenchOptions
 
 

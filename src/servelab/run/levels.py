@@ -1,11 +1,7 @@
-"""What every level of a run shares, whatever sends its load: the run's records, prompts and
-request bodies, a phase sampled (the server's ``/metrics``, the GPU, the kernels its log says it
-compiled), and a level's summary concluded and saved at once (:class:`Levels`); and the interface of
-a load mode (:class:`LoadMode`), which decides which levels a run has and how one is sent.
-
-The modes, each in its own module: ``run.closed_loop`` (``--closed-loop stagger|burst``),
-``run.open_loop`` (``--rate``), ``run.sessions`` (``--sessions``, multi-turn workloads) and
-``run.replay`` (``--trace``); ``run.bench`` picks one (``MODES``) and runs its levels.
+"""What every level of a run shares, whatever sends its load (:class:`Levels`): the run's
+records, prompts and request bodies, a phase sampled (the server's ``/metrics``, the GPU, the
+kernels its log says it compiled), and a level's summary concluded and saved at once. How a load
+is sent is a mode's (``run.mode``).
 """
 
 from __future__ import annotations
@@ -33,7 +29,7 @@ from servelab.metrics.summary import LevelSummary, summarize
 from servelab.run.options import BenchHooks, BenchOptions, DoesNotFit, check_fits
 from servelab.server.endpoint import Endpoint
 from servelab.server.tokenizer import Tokenizer
-from servelab.store.results import RunResult, RunWriter, TraceInfo
+from servelab.store.results import RunResult, RunWriter
 from servelab.values.records import RequestRecord
 from servelab.values.prompt import Prompt
 from servelab.workloads.corpus import PromptBuilder
@@ -382,42 +378,3 @@ class Levels:
         check.mismatched_requests += sum(1 for d in devs if d)
         check.max_abs_deviation_tokens = max(check.max_abs_deviation_tokens, *(abs(d) for d in devs))
         check.mean_deviation_tokens = (check.mean_deviation_tokens * n_before + sum(devs)) / check.checked_requests
-
-
-class LoadMode:
-    """How a run sends its load: which levels it has, what it sets up once the chat template is
-    known, and how one level runs (module docstring). A mode is one module and one entry in
-    ``run.bench.MODES``; the first whose :meth:`applies` says yes runs the run.
-
-    ``trace_info`` is what the run stores of a replayed trace (None for the other modes).
-    """
-
-    trace_info: TraceInfo | None = None
-
-    @classmethod
-    def applies(cls, options: BenchOptions) -> bool:
-        """Whether this mode sends the load ``options`` asks for."""
-        raise NotImplementedError
-
-    def asked(self, options: BenchOptions) -> list[tuple[float | None, int]]:
-        """The levels in order: (rate in requests/s or None, streams or the open loop's cap)."""
-        return [(None, c) for c in options.concurrency]
-
-    def fit(self, levels: Levels) -> None:
-        """Check the load against the server's context before anything is sent (the request shapes).
-
-        Raises:
-            DoesNotFit: nothing of the load fits.
-        """
-        levels.fit_shapes()
-
-    async def prepare(self, levels: Levels, tokenizer: Tokenizer) -> None:
-        """Set up what every level needs, once the template is calibrated (before the first level)."""
-
-    async def run(self, levels: Levels, client: StreamClient, rate: float | None, concurrency: int) -> None:
-        """Run one level and conclude it (``levels.conclude``).
-
-        Raises:
-            ServerGone: the server went away (the run ends as partial).
-        """
-        raise NotImplementedError

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 
 from servelab.load.client import StreamClient
-from servelab.run.levels import Levels, LoadMode
+from servelab.run.levels import Levels
+from servelab.run.mode import LoadMode
 from servelab.run.options import BenchOptions
 
 

@@ -24,7 +24,8 @@ from collections.abc import Callable
 
 from servelab.load.client import StreamClient
 from servelab.load.scheduler import open_loop
-from servelab.run.levels import Levels, LoadMode
+from servelab.run.levels import Levels
+from servelab.run.mode import LoadMode
 from servelab.run.options import DoesNotFit
 from servelab.run.options import BenchOptions
 from servelab.server.tokenizer import Tokenizer

@@ -33,7 +33,8 @@ from servelab.load.client import StreamClient
 from servelab.load.scheduler import Phase, Send, session_loop
 from servelab.metrics.summary import summarize
 from servelab.metrics.turns import session_stats
-from servelab.run.levels import Levels, LoadMode
+from servelab.run.levels import Levels
+from servelab.run.mode import LoadMode
 from servelab.run.options import BenchOptions
 from servelab.server.endpoint import Endpoint
 from servelab.server.tokenizer import Tokenizer
