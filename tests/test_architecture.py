@@ -85,3 +85,19 @@ def test_each_package_names_its_layer_and_what_it_may_import():
         layer = next(spec for spec in top if package.name in spec.split(" | "))
         assert f"Layer: {layer}." in doc, f"{package.name}'s docstring does not name its layer"
         assert "May import:" in doc, f"{package.name}'s docstring does not say what it may import"
+
+
+def test_functions_are_short_unless_a_comment_says_why():
+    """No function over 60 lines in cli/ nor over 80 elsewhere, unless a comment inside it says why
+    ("… lines on purpose: …")."""
+    long = []
+    for path in (ROOT / "src" / "servelab").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        limit = 60 if path.parent.name == "cli" else 80
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit:
+                body = lines[node.lineno - 1 : node.end_lineno]
+                if not any("#" in line and "lines on purpose" in line for line in body):
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not long, long

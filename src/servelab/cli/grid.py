@@ -38,14 +38,7 @@ def grid(
     """pp/tg speeds over depth × concurrency (llama-bench style), resumable; writes grid.csv and llama-benchy.csv."""
     sigterm_as_sigint()
     if import_llama_benchy is not None:
-        try:
-            imported = read_llama_benchy(import_llama_benchy)
-        except (OSError, ValueError) as exc:
-            fail(f"--import-llama-benchy: {exc}")
-        console.print(grid_table(imported))
-        if output is not None:
-            output.mkdir(parents=True, exist_ok=True)
-            write_csv(imported, output / "grid.csv")
+        _show_imported(import_llama_benchy, output)
         return
     rows: list[CellStats] = []
     try:
@@ -82,6 +75,24 @@ def grid(
                 rows.append(cell_stats(cell, load_run(out)[1]))
     except KeyboardInterrupt:
         fail("interrupted; finished cells are saved, rerun with the same --output to resume", 130)
+    _report(base, rows, too_long, len(order))
+
+
+def _show_imported(path: Path, output: Path | None) -> None:
+    """A llama-benchy result shown as a servelab grid (and written as grid.csv to ``output``)."""
+    try:
+        imported = read_llama_benchy(path)
+    except (OSError, ValueError) as exc:
+        fail(f"--import-llama-benchy: {exc}")
+    console.print(grid_table(imported))
+    if output is not None:
+        output.mkdir(parents=True, exist_ok=True)
+        write_csv(imported, output / "grid.csv")
+
+
+def _report(base: Path, rows: list[CellStats], too_long: list[str], cells_asked: int) -> None:
+    """The grid's tables (grid.csv, llama-benchy.csv, the console) and its exit: 1 when cells the
+    context cannot hold were left out, or cells or requests failed that a rerun may yet measure."""
     rows.sort(key=lambda s: (s.cell.pp, s.cell.tg, s.cell.depth, s.cell.concurrency))
     write_csv(rows, base / "grid.csv")
     served = next((load_run(base / s.cell.name)[0].endpoint.model for s in rows), "model")
@@ -89,7 +100,7 @@ def grid(
     console.print(grid_table(rows))
     console.print(f"cells saved in {base}; tables in {base / 'grid.csv'} and, in llama-benchy's columns, {base / 'llama-benchy.csv'}")
     remember(base)
-    retryable = len(rows) + len(too_long) < len(order) or any(s.failed for s in rows)  # cells or requests a rerun may yet measure
+    retryable = len(rows) + len(too_long) < cells_asked or any(s.failed for s in rows)  # cells or requests a rerun may yet measure
     if too_long:
         fail(f"{len(too_long)} cell(s) need more than the server's context and were not measured ({', '.join(too_long)}): lower --depth, --pp or --tg, "
              "or serve a longer context; " + ("the other failures can be retried with the same --output" if retryable else "the rest of the grid is complete"), 1)  # fmt: skip

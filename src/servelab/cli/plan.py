@@ -63,26 +63,17 @@ def plan(
         raise ServelabError(f"--vllm-version {vllm_version!r}: give a vLLM release such as 0.19 or 0.25.0")
     facts = None
     if from_log is not None:
-        facts = parse_bootlog(read_text(from_log, "--from-log"))
-        try:
-            logged = log_inputs(facts)
-        except ServelabError as exc:
-            raise ServelabError(f"--from-log {from_log}: {exc}") from None
-        model, quant, kv_dtype = model or logged.model, quant or logged.quant, kv_dtype or logged.kv_dtype
-        max_model_len, tp = max_model_len or logged.max_model_len, tp or logged.tp
-        gpu_memory_utilization = gpu_memory_utilization or logged.gpu_memory_utilization
+        facts, logged = _read_log(from_log)
+        model, quant, kv_dtype, max_model_len, tp = model or logged.model, quant or logged.quant, kv_dtype or logged.kv_dtype, max_model_len or logged.max_model_len, tp or logged.tp
+        gpu_memory_utilization, speculative, vllm_version = gpu_memory_utilization or logged.gpu_memory_utilization, speculative or logged.speculative, vllm_version or logged.version
         max_num_seqs, max_num_batched_tokens = max_num_seqs or logged.max_num_seqs, max_num_batched_tokens or logged.max_num_batched_tokens
-        speculative = speculative or logged.speculative
         prefix_caching = prefix_caching or logged.prefix_caching
-        vllm_version = vllm_version or logged.version
     if model is None:
         raise ServelabError("--model is required: a catalog name such as qwen3-8b, a config.json, or a Hub id such as Qwen/Qwen3-8B" + (" (the log names none)" if facts else ""))
-    spec = load_model(model, revision)
-    kv_dtype = kv_dtype or "auto"
+    spec, kv_dtype = load_model(model, revision), kv_dtype or "auto"
     drafter = parse_drafter(speculative, spec, kv_dtype_bytes(kv_dtype), draft_tokens) if speculative else None
     fmt = weight_format(quant, spec, checkpoint_config)
-    folder = checkpoint_config if checkpoint_config is None or checkpoint_config.is_dir() else checkpoint_config.parent
-    weights = checkpoint_weights(spec, folder=folder) if checkpoint_config or not quant else None  # --quant alone is a what-if: the formula
+    weights = _weights(spec, quant, checkpoint_config)
 
     def planned(profile: str):
         return make_plan(
@@ -98,16 +89,42 @@ def plan(
         profile, why = pick_hardware(implied_memory_gib(facts, result.overhead_gib, result.gpu_memory_utilization), hardware, DEFAULT_HARDWARE, profiles())
         result = planned(profile) if profile != (hardware or DEFAULT_HARDWARE) else result
         result.notes.insert(0, why)
-    checks = compare(result, facts) if facts is not None else None
+    _show(result, compare(result, facts) if facts is not None else None, from_log, json_out)
+
+
+def _weights(spec, quant: str | None, checkpoint_config: Path | None):
+    """The checkpoint's weights from its safetensors headers (``--checkpoint-config``, or the model's
+    own where it is found); None with ``--quant`` alone, a what-if the formula answers."""
+    if quant and not checkpoint_config:
+        return None
+    folder = checkpoint_config if checkpoint_config is None or checkpoint_config.is_dir() else checkpoint_config.parent
+    return checkpoint_weights(spec, folder=folder)
+
+
+def _show(result, checks: list | None, from_log: Path | None, json_out: bool) -> None:
+    """The plan as JSON or a table, with planned vs reported beside a boot log."""
     if json_out:
         doc = result.model_dump(mode="json")
         if checks is not None:
             doc["from_log"] = [{**c.model_dump(), "error_pct": c.error_pct} for c in checks]
         print(json.dumps(doc, indent=2))
-    else:
-        console.print(plan_table(result))
-        if checks is not None:
-            console.print(from_log_table(checks, str(from_log)))
+        return
+    console.print(plan_table(result))
+    if checks is not None:
+        console.print(from_log_table(checks, str(from_log)))
+
+
+def _read_log(path: Path) -> tuple:
+    """A vLLM boot log's facts and the plan inputs it gives (``--from-log``).
+
+    Raises:
+        ServelabError: the log does not say what a plan needs, naming the file.
+    """
+    facts = parse_bootlog(read_text(path, "--from-log"))
+    try:
+        return facts, log_inputs(facts)
+    except ServelabError as exc:
+        raise ServelabError(f"--from-log {path}: {exc}") from None
 
 
 @plan_app.command("cudagraph")

@@ -5,7 +5,6 @@ RUN...``: the model's efficiencies fitted on your own runs."""
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Literal
@@ -28,8 +27,9 @@ from servelab.plan.drafter import parse_drafter
 from servelab.plan.fit import error_summary, fit, leave_one_out, measured_levels
 from servelab.plan.hardware import load_hardware, profiles
 from servelab.plan.model_spec import load_model
-from servelab.plan.predict import NO_GRAPH, Point, limits_for, predict, terms
-from servelab.plan.rate import RatePoint, at_rate
+from servelab.plan.curves import PredictedLoad, price
+from servelab.plan.predict import NO_GRAPH, Point
+from servelab.plan.rate import RatePoint
 from servelab.report import plots
 from servelab.report.explain_table import explain_table, repeat_table
 from servelab.store.results import RunResult
@@ -109,42 +109,30 @@ def predict_cmd(
     draft_tokens = draft_tokens or (drafter.num_tokens if drafter else 0)
     base = {"quant": quant, "tp": tp, "draft-tokens": draft_tokens, "acceptance": acceptance, "max-num-seqs": max_num_seqs,
             "max-num-batched-tokens": max_num_batched_tokens, "routing": routing, "max-capture-size": max_capture_size}  # fmt: skip
-    results = []
     variants = _variants(vary or [], base)
     if sizes and any(v["max-capture-size"] for v in variants):
         raise ServelabError("--capture-sizes and --max-capture-size: give one (a list's largest size is its largest capture size)")
     cal = calibration(calibration_name, spec, weight_format(variants[0]["quant"], spec, checkpoint_config))  # one for all variants: their Δ% is the model's
-    unfit = []  # (settings, why) of the variants that do not fit: a comparison says so instead of stopping
-    for v in variants:
-        fmt = weight_format(v["quant"], spec, checkpoint_config)
-        try:
-            limits = limits_for(spec, fmt, hw, tp=v["tp"], input_tokens=input_tokens, output_tokens=output_tokens, max_num_seqs=v["max-num-seqs"],
-                                max_num_batched_tokens=v["max-num-batched-tokens"], capture_sizes=sizes, draft_tokens=v["draft-tokens"],
-                                max_capture_size=v["max-capture-size"])  # fmt: skip
-        except ServelabError as exc:
-            unfit.append(({**v, "quant": fmt.name}, str(exc)))
-            continue
-
-        def point_at(c: int, v=v, fmt=fmt, limits=limits):
-            return predict(terms(spec, fmt, hw, concurrency=c, input_tokens=input_tokens, output_tokens=output_tokens, limits=limits, tp=v["tp"],
-                                 draft_tokens=v["draft-tokens"], routing=v["routing"], mode="stagger" if rates else closed_loop, drafter=drafter), cal,
-                           concurrency=c, output_tokens=output_tokens, acceptance=v["acceptance"])  # fmt: skip
-
-        if rates:
-            cap = max(1, min(limits.max_num_seqs, math.floor(limits.kv_requests)))
-            points = [at_rate(point_at, r, output_tokens, cap) for r in rates]
-        else:
-            points = [point_at(c) for c in levels]
-        results.append(({**v, "quant": fmt.name}, limits, points))
+    asked = PredictedLoad(input_tokens, output_tokens, levels, rates, closed_loop, sizes)
+    curves, unfit = price(spec, hw, cal, variants, asked, checkpoint_config=checkpoint_config, drafter=drafter)
+    results = [(c.settings, c.limits, c.points) for c in curves]
     if not results:
         raise ServelabError(unfit[0][1])
+    compared = bool(sizes) or any(item.startswith("max-capture-size=") for item in vary or [])  # the capture sizes given or compared already
+    _render(spec, hw, cal, asked, results, unfit, routing, plot=plot, overlay=overlay or [], json_out=json_out, compared=compared)
+
+
+def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, routing: float, *, plot: Path | None, overlay: list[Path], json_out: bool,
+            compared: bool) -> None:  # fmt: skip
+    """predict's output: the plot, then JSON or the table(s), the variants that do not fit and the capture-size hint."""
+    rates, levels, input_tokens, output_tokens, closed_loop = asked.rates, asked.levels, asked.input_tokens, asked.output_tokens, asked.mode
     labels = [f"{r:g} req/s" for r in rates] if rates else [f"{c} stream" + ("s" if c > 1 else "") for c in levels]
     if plot is not None:
         if rates:
             raise ServelabError("--plot draws closed-loop curves; leave out --rate, or --plot")
         curves = [(_label(v), [(p.concurrency, p.aggregate_tok_s, 1 / p.tpot_s) for p in pts]) for v, _, pts in results]
         runs = [(str(r), [(lv.concurrency, lv.output_throughput_tok_s, lv.decode_tok_s.p50) for lv in _run(r).levels
-                          if lv.rate_rps is None and lv.ok and lv.decode_tok_s.p50]) for r in overlay or []]  # fmt: skip
+                          if lv.rate_rps is None and lv.ok and lv.decode_tok_s.p50]) for r in overlay]  # fmt: skip
         plot.write_bytes(plots.prediction(curves, runs))
     if json_out:
         print(json.dumps({"model": spec.name, "hardware": hw.name, "closed_loop": closed_loop, "calibration": cal.model_dump(), "assumptions": _assumptions(routing),
@@ -159,7 +147,6 @@ def predict_cmd(
     console.print(_compare_table(results, labels, title, caption) if len(results) > 1 else _curve_table(*results[0], title, caption))
     for v, why in unfit:
         console.print(f"[yellow]{escape(f'{_label(v)}: {why}')}[/]", soft_wrap=True, highlight=False)
-    compared = sizes or any(item.startswith("max-capture-size=") for item in vary or [])  # the capture sizes given or compared already
     if not compared and (hint := _capture_hint(results, input_tokens)):
         console.print(escape(hint), soft_wrap=True, highlight=False)
 

@@ -84,6 +84,9 @@ def simulate(
     Raises:
         ValueError: a length, stream count or limit below 1.
     """
+    # One loop, one scheduler step a turn, over 80 lines on purpose: every phase of a step (arrivals,
+    # admission under the token budget, the step's time, finishes and re-sends) reads and writes the
+    # same state, which split functions would only pass back and forth.
     if min(streams, requests_per_stream, input_tokens, output_tokens, max_num_seqs, max_num_batched_tokens) < 1:
         raise ValueError("streams, requests, token counts and limits must be at least 1")
     left = {s: requests_per_stream - 1 for s in range(streams)}

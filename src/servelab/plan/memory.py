@@ -138,6 +138,56 @@ def plan_memory(
         overhead_gib = runtime.total_gib
     if drafter is not None:  # its attention layers join the KV cache (servelab.plan.drafter)
         spec = replace(spec, layers=[*spec.layers, *drafter.layers])
+    gpu_memory_utilization, shared_notes = _utilization(hw, gpu_memory_utilization, os_reserved_gib)
+    notes += shared_notes
+    usable = hw.memory_gib * gpu_memory_utilization
+    budget = usable - weights - overhead_gib
+    kv = _kv_cache(spec, hw, max(budget, 0.0) * GIB, kv_dtype_bytes, tp, L, mbt, drafter, prefix_caching, engine_version, concurrency or [])
+    per_token, state, layout, capacity, max_conc, longest = kv
+    if budget <= 0:
+        notes.append(f"the weights ({weights:.1f} GiB per GPU) and runtime ({overhead_gib:.1f} GiB) exceed the {usable:.1f} GiB allowed")
+    if spec.max_position_embeddings and L > spec.max_position_embeddings:
+        notes.append(f"max_model_len {L} is above the model's max_position_embeddings {spec.max_position_embeddings}")
+    return MemoryPlan(
+        weights_gib=weights, weights_total_gib=weights_total, kv_bytes_per_token=per_token, state_bytes_per_seq=state, usable_gib=usable,
+        overhead_gib=overhead_gib, budget_gib=budget, kv_capacity_tokens=capacity, max_model_len=L, gpu_memory_utilization=gpu_memory_utilization,
+        max_concurrency=max_conc, longest_context=longest, fits=budget > 0 and max_conc >= 1, layout=layout, runtime=runtime, notes=notes,
+    )  # fmt: skip
+
+
+def _kv_cache(spec: ModelSpec, hw: Hardware, budget_bytes: float, kv_dtype_bytes: float, tp: int, L: int, mbt: int, drafter: Drafter | None,
+              prefix_caching: bool, engine_version: str | None, concurrency: list[int]) -> tuple:  # fmt: skip
+    """The KV cache a budget of ``budget_bytes`` per GPU holds: (bytes per token, recurrent state
+    bytes per request, the engine's hybrid layout or None, the tokens it reports, requests of ``L``
+    tokens at once, the longest context at each of ``concurrency``). KV heads are sharded over ``tp``
+    (an MLA latent is not: every rank holds it whole)."""
+    engine = plan_engine()
+    kv_shard = 1 if spec.count("mla") else min(tp, spec.num_kv_heads)
+    per_token = (spec.kv_bytes_per_token(kv_dtype_bytes) + (drafter.kv_bytes_per_token if drafter else 0.0)) / kv_shard
+    state = spec.state_bytes_per_seq() / tp
+
+    def seq_bytes(context: int) -> float:
+        sliding = spec.seq_bytes(context, kv_dtype_bytes) - context * spec.kv_bytes_per_token(kv_dtype_bytes) - spec.state_bytes_per_seq()
+        return context * per_token + sliding / kv_shard + state
+
+    layout = engine.kv_layout(spec, per_token, state, mbt, drafter.num_tokens if drafter else 0, prefix_caching, engine_version, hw.compute_capability)
+    capacity = engine.kv_tokens(budget_bytes, per_token, layout, L)
+    if layout is not None:
+        max_conc = layout.concurrency(budget_bytes, L)
+        request_bytes = layout.request_bytes
+    else:
+        max_conc = budget_bytes / seq_bytes(L) if seq_bytes(L) else 0.0
+        request_bytes = seq_bytes
+    longest = {c: _longest(request_bytes, budget_bytes / c, spec.max_position_embeddings or 10**7) for c in (concurrency or [])}
+    return per_token, state, layout, capacity, max_conc, longest
+
+
+def _utilization(hw: Hardware, gpu_memory_utilization: float | None, os_reserved_gib: float | None) -> tuple[float, list[str]]:
+    """The memory share planned (the plan engine's default capped at what the OS of a unified-memory
+    profile leaves, or the one given) and what the user should know of it: a cap, a share the engine
+    may refuse, unified memory's 1–5 GiB of boot-to-boot noise."""
+    engine = plan_engine()
+    notes = []
     reserved = hw.os_reserved_gib if os_reserved_gib is None else os_reserved_gib
     safe = hw.safe_utilization(reserved)
     if gpu_memory_utilization is None:
@@ -154,48 +204,7 @@ def plan_memory(
     if hw.unified:
         notes.append("unified memory: the engine counts the OS page cache and its own compiler heap at start as its overhead, so the KV "
                      "budget of identical boots differs by 1–5 GiB there (public GB10 reports): read the KV figures as ± that")  # fmt: skip
-    usable = hw.memory_gib * gpu_memory_utilization
-    budget = usable - weights - overhead_gib
-    kv_shard = 1 if spec.count("mla") else min(tp, spec.num_kv_heads)
-    per_token = (spec.kv_bytes_per_token(kv_dtype_bytes) + (drafter.kv_bytes_per_token if drafter else 0.0)) / kv_shard
-    state = spec.state_bytes_per_seq() / tp
-
-    def seq_bytes(context: int) -> float:
-        sliding = spec.seq_bytes(context, kv_dtype_bytes) - context * spec.kv_bytes_per_token(kv_dtype_bytes) - spec.state_bytes_per_seq()
-        return context * per_token + sliding / kv_shard + state
-
-    budget_bytes = max(budget, 0.0) * GIB
-    layout = engine.kv_layout(spec, per_token, state, mbt, drafter.num_tokens if drafter else 0, prefix_caching, engine_version, hw.compute_capability)
-    capacity = engine.kv_tokens(budget_bytes, per_token, layout, L)
-    if layout is not None:
-        max_conc = layout.concurrency(budget_bytes, L)
-        request_bytes = layout.request_bytes
-    else:
-        max_conc = budget_bytes / seq_bytes(L) if seq_bytes(L) else 0.0
-        request_bytes = seq_bytes
-    longest = {c: _longest(request_bytes, budget_bytes / c, spec.max_position_embeddings or 10**7) for c in (concurrency or [])}
-    if budget <= 0:
-        notes.append(f"the weights ({weights:.1f} GiB per GPU) and runtime ({overhead_gib:.1f} GiB) exceed the {usable:.1f} GiB allowed")
-    if spec.max_position_embeddings and L > spec.max_position_embeddings:
-        notes.append(f"max_model_len {L} is above the model's max_position_embeddings {spec.max_position_embeddings}")
-    return MemoryPlan(
-        weights_gib=weights,
-        weights_total_gib=weights_total,
-        kv_bytes_per_token=per_token,
-        state_bytes_per_seq=state,
-        usable_gib=usable,
-        overhead_gib=overhead_gib,
-        budget_gib=budget,
-        kv_capacity_tokens=capacity,
-        max_model_len=L,
-        gpu_memory_utilization=gpu_memory_utilization,
-        max_concurrency=max_conc,
-        longest_context=longest,
-        fits=budget > 0 and max_conc >= 1,
-        layout=layout,
-        runtime=runtime,
-        notes=notes,
-    )
+    return gpu_memory_utilization, notes
 
 
 def _longest(seq_bytes, budget_bytes: float, limit: int) -> int:

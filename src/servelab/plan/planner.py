@@ -128,6 +128,33 @@ def make_plan(
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, drafter=drafter,
         prefix_caching=prefix_caching, checkpoint_bytes=checkpoint.loaded_bytes if checkpoint else None, engine_version=engine_version,
     )  # fmt: skip
+    rows, single, pf, speculative = _ceilings(spec, fmt, hw, conc, kv_dtype_bytes, tp, draft_tokens, acceptance, drafter)
+    kinds: dict[str, int] = {}
+    for layer in spec.layers:
+        kinds[layer.kind] = kinds.get(layer.kind, 0) + 1
+    if spec.mtp_layers:
+        kinds["mtp"] = spec.mtp_layers
+    notes = list(mem.notes) + _notes(spec, checkpoint, nodes)
+    return Plan(
+        model=spec.name, hardware=hw.name, quant=fmt.name, kv_dtype=kv_dtype, nodes=nodes, tp=tp,
+        total_params=spec.total_params, active_params=spec.active_params, layer_kinds=kinds,
+        weights_gib=mem.weights_gib, weights_total_gib=mem.weights_total_gib, published_checkpoint_sizes=spec.published_sizes,
+        weights_format_source=fmt.source, engine_version=f"{plan_engine().title} {plan_engine().planned_version(engine_version)}",
+        weights_source=f"safetensors headers ({checkpoint.files} files, {checkpoint.source})" if checkpoint else "formula",
+        weights_formula_total_gib=weight_bytes(spec, fmt) / GIB, family=spec.family, checkpoint_params=checkpoint.params if checkpoint else None,
+        weights_by_part_gib={k: v / GIB for k, v in sorted(checkpoint.by_part.items())} if checkpoint else {},
+        kv_bytes_per_token=mem.kv_bytes_per_token, state_bytes_per_seq=mem.state_bytes_per_seq, usable_gib=mem.usable_gib,
+        overhead_gib=mem.overhead_gib, kv_budget_gib=mem.budget_gib, kv_capacity_tokens=mem.kv_capacity_tokens,
+        max_model_len=mem.max_model_len, gpu_memory_utilization=mem.gpu_memory_utilization, max_concurrency=mem.max_concurrency, longest_context=mem.longest_context,
+        decode_tok_s_ceiling=single, ceilings=rows, prefill_tok_s_ceiling=PREFILL_TOKENS / pf.time_s, speculative=speculative,
+        kv_layout=mem.layout, runtime=mem.runtime, fits=mem.fits, notes=notes,
+    )  # fmt: skip
+
+
+def _ceilings(spec: ModelSpec, fmt: QuantFormat, hw: Hardware, conc: list[int], kv_dtype_bytes: float, tp: int, draft_tokens: int, acceptance: float,
+              drafter: Drafter | None) -> tuple[list[CeilingRow], float, object, dict | None]:  # fmt: skip
+    """The plan's speed ceilings: decode at each batch of ``conc`` (short context), one stream's,
+    prefill's, and with speculative decoding one stream's with its drafter (None without)."""
     rows = []
     for b in conc:
         per, agg, step = decode_ceiling(
@@ -145,12 +172,12 @@ def make_plan(
         if drafter is not None:
             speculative |= {"drafter": drafter.method, "drafter_weights_gib": drafter.weight_bytes / GIB / tp,
                             "drafter_attention_layers": len(drafter.layers), "drafter_kv_bytes_per_token": drafter.kv_bytes_per_token}  # fmt: skip
-    kinds: dict[str, int] = {}
-    for layer in spec.layers:
-        kinds[layer.kind] = kinds.get(layer.kind, 0) + 1
-    if spec.mtp_layers:
-        kinds["mtp"] = spec.mtp_layers
-    notes = list(mem.notes)
+    return rows, single, pf, speculative
+
+
+def _notes(spec: ModelSpec, checkpoint: CheckpointWeights | None, nodes: int) -> list[str]:
+    """What the plan assumed that the user should know: a model read as a generic decoder, TP over nodes."""
+    notes = []
     if spec.assumptions:
         check = (f"; the checkpoint's headers hold {checkpoint.params / 1e9:,.2f} B elements against {spec.total_params / 1e9:,.2f} B counted "
                  "(packed 4-bit tensors count as stored), and the weights are the headers'") if checkpoint else \
@@ -158,17 +185,4 @@ def make_plan(
         notes.append(f"{spec.model_type or 'this model_type'} is not a family servelab knows: read as a generic decoder ({'; '.join(spec.assumptions)}){check}")
     if nodes > 1:
         notes.append("tensor parallel over nodes: interconnect time is not modelled, so the ceilings are optimistic")
-    return Plan(
-        model=spec.name, hardware=hw.name, quant=fmt.name, kv_dtype=kv_dtype, nodes=nodes, tp=tp,
-        total_params=spec.total_params, active_params=spec.active_params, layer_kinds=kinds,
-        weights_gib=mem.weights_gib, weights_total_gib=mem.weights_total_gib, published_checkpoint_sizes=spec.published_sizes,
-        weights_format_source=fmt.source, engine_version=f"{plan_engine().title} {plan_engine().planned_version(engine_version)}",
-        weights_source=f"safetensors headers ({checkpoint.files} files, {checkpoint.source})" if checkpoint else "formula",
-        weights_formula_total_gib=weight_bytes(spec, fmt) / GIB, family=spec.family, checkpoint_params=checkpoint.params if checkpoint else None,
-        weights_by_part_gib={k: v / GIB for k, v in sorted(checkpoint.by_part.items())} if checkpoint else {},
-        kv_bytes_per_token=mem.kv_bytes_per_token, state_bytes_per_seq=mem.state_bytes_per_seq, usable_gib=mem.usable_gib,
-        overhead_gib=mem.overhead_gib, kv_budget_gib=mem.budget_gib, kv_capacity_tokens=mem.kv_capacity_tokens,
-        max_model_len=mem.max_model_len, gpu_memory_utilization=mem.gpu_memory_utilization, max_concurrency=mem.max_concurrency, longest_context=mem.longest_context,
-        decode_tok_s_ceiling=single, ceilings=rows, prefill_tok_s_ceiling=PREFILL_TOKENS / pf.time_s, speculative=speculative,
-        kv_layout=mem.layout, runtime=mem.runtime, fits=mem.fits, notes=notes,
-    )  # fmt: skip
+    return notes

@@ -78,101 +78,115 @@ def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Fin
     out: list[Finding] = []
     cold = run.load.prefix_cache == "cold" and not run.load.reuse_expected  # sessions and shared trace blocks reuse on purpose
     for lv in run.levels:
-        c, s = lv.concurrency, lv.server
-        at = f"{lv.rate_rps:g} req/s" if lv.rate_rps else f"c={c}"  # how a message names the level
-        if run.load.trace is not None:
-            out.extend(_replay(run.load.trace, lv))
-        if lv.sessions is not None and (early := {k: n for k, n in lv.sessions.ended.items() if k in ("context_limit", "failed")}):
-            out.append(Finding(kind="sessions_ended_early", severity="warning" if "failed" in early else "info",
-                               message=f"{at}: of {lv.sessions.started} sessions, "
-                                       + ", ".join(f"{n} ended {'at the context limit (the next turn would not fit max_model_len; nothing was sent)' if k == 'context_limit' else 'on a failed turn'}" for k, n in early.items()),
-                               evidence={"concurrency": c, "ended": lv.sessions.ended}))  # fmt: skip
-        if lv.jit_kernels:
-            out.append(Finding(kind="jit_compile", severity="warning",
-                               message=f"{at}: the server compiled {', '.join(lv.jit_kernels)} while this level ran (its log's JIT warning): the compile "
-                                       "stalled the window, so this level is not a measurement; run it again (the kernel is cached now) or warm that batch shape first",
-                               evidence={"concurrency": c, "kernels": lv.jit_kernels}))  # fmt: skip
-        if lv.failed_requests:
-            out.append(Finding(kind="failed_requests", severity="error",
-                               message=f"{at}: {lv.failed_requests} of {lv.ok + lv.failed_requests + lv.incomplete} measured requests failed ({', '.join(f'{k} ×{n}' for k, n in lv.error_kinds.items())})",
-                               evidence={"concurrency": c, "error_kinds": lv.error_kinds}))  # fmt: skip
-        if lv.incomplete:
-            out.append(Finding(kind="incomplete_requests", severity="info",
-                               message=f"{at}: {lv.incomplete} requests were still in flight at the end ({lv.window_s and round(lv.window_s, 2)} s window): counted as incomplete, their tokens in the window count toward throughput",
-                               evidence={"concurrency": c, "incomplete": lv.incomplete}))  # fmt: skip
-        if run.load.duration_s and lv.window_s and lv.e2e_ms.p50 and lv.window_s < SHORT_WINDOW * lv.e2e_ms.p50 / 1e3:
-            e2e_s = lv.e2e_ms.p50 / 1e3
-            out.append(Finding(kind="short_window", severity="warning",
-                               message=f"{at}: the {lv.window_s:.0f} s window is {lv.window_s / e2e_s:.1f} × a request's duration (E2E p50 {e2e_s:.1f} s): its latencies "
-                                       f"are those of the {lv.ok} requests that finished, the ones sent early, and its throughput is not yet a steady state; "
-                                       f"measure at least {SHORT_WINDOW:.0f} × ({SHORT_WINDOW * e2e_s:.0f} s) with --duration, or use --requests",
-                               evidence={"concurrency": c, "window_s": lv.window_s, "e2e_p50_s": e2e_s, "ok": lv.ok}))  # fmt: skip
-        if lv.short_outputs:
-            out.append(Finding(kind="short_outputs", severity="warning",
-                               message=f"{at}: {lv.short_outputs} of {lv.ok} successful requests returned fewer tokens than max_tokens although ignore_eos was set: the server did not honour it, so outputs were shorter than asked (throughput and TPOT cover what came)",
-                               evidence={"concurrency": c, "short_outputs": lv.short_outputs, "ok": lv.ok, "max_tokens": run.load.output_tokens}))  # fmt: skip
-        if lv.stream_anomalies:
-            out.append(_anomalies(c, lv))
-        if cold and (s is None or s.prefix_cache_hit_rate is None) and lv.prompt_tokens \
-                and lv.client_cached_prompt_tokens / lv.prompt_tokens > PREFIX_HIT_TOLERANCE:  # fmt: skip
-            share = lv.client_cached_prompt_tokens / lv.prompt_tokens
-            out.append(Finding(kind="prefix_cache_contamination", severity="warning",
-                               message=f"{at}: the server's usage says {share:.1%} of prompt tokens came from its prefix cache in a cold run (no /metrics to confirm): TTFT and throughput are inflated",
-                               evidence={"concurrency": c, "cached_prompt_tokens": lv.client_cached_prompt_tokens, "prompt_tokens": lv.prompt_tokens, "source": "usage"}))  # fmt: skip
-        if lv.waves and lv.waves.synchronized:
-            out.append(_waves(lv.concurrency, lv.waves, run.load.closed_loop))
-        if lv.client_cpu is not None and lv.client_cpu >= CLIENT_BUSY:
-            out.append(Finding(kind="unstable_measurement", severity="warning",
-                               message=f"{at}: servelab's own process was busy {lv.client_cpu:.0%} of the measured phase: chunks waited for its event loop, so "
-                                       "TTFT and ITL include client delay; spread the streams over processes (--client-procs, --ray) or lower the load",
-                               evidence={"concurrency": c, "client_cpu": lv.client_cpu, "threshold": CLIENT_BUSY}))  # fmt: skip
-        if (pct := lv.pct_of_ceiling) is not None and pct > 100 and run.ceiling is not None:
-            ce = run.ceiling
-            out.append(Finding(kind="ceiling_exceeded", severity="warning",
-                               message=f"{at}: decode ran at {pct:.0f}% of the ceiling ({lv.decode_tok_s.p50:,.1f} of {lv.decode_ceiling_tok_s:,.1f} tok/s per stream): "
-                                       f"a ceiling is exceeded only when one of its assumptions did not hold — weights in {ce.quant}, {ce.hardware}'s datasheet "
-                                       f"bandwidth, {ce.context_tokens:,} tokens of context, one token per step (no speculative decoding), and for a MoE model "
-                                       "every expert equally likely (a skewed router, or random dummy weights, touches fewer experts per step and reads less)",
-                               evidence={"concurrency": c, "pct_of_ceiling": pct, "decode_tok_s_p50": lv.decode_tok_s.p50,
-                                         "ceiling_tok_s": lv.decode_ceiling_tok_s, **ce.model_dump()}))  # fmt: skip
-        if (g := lv.gpu) and g.max_sm_clock_mhz and g.power_limit_w and g.mean_sm_clock_mhz < CLOCK_CAPPED * g.max_sm_clock_mhz \
-                and g.peak_power_w >= POWER_AT_LIMIT * g.power_limit_w:  # fmt: skip
-            share = g.mean_sm_clock_mhz / g.max_sm_clock_mhz
-            out.append(Finding(kind="power_capped", severity="info",
-                               message=f"{at}: the GPU ran at {share:.0%} of its maximum SM clock ({g.mean_sm_clock_mhz:,.0f} of {g.max_sm_clock_mhz:,.0f} MHz) "
-                                       f"with power up to {g.peak_power_w:,.0f} of its {g.power_limit_w:,.0f} W limit: power-capped, so its compute-bound steps "
-                                       f"(prefill) took up to {1 / share:.2f} × as long as at full clock, and levels below the cap were not slowed so",
-                               evidence={"concurrency": c, "mean_sm_clock_mhz": g.mean_sm_clock_mhz, "max_sm_clock_mhz": g.max_sm_clock_mhz,
-                                         "peak_power_w": g.peak_power_w, "power_limit_w": g.power_limit_w}))  # fmt: skip
-        if s is None:
-            continue
-        if cold and (s.prefix_cache_hit_rate or 0) > PREFIX_HIT_TOLERANCE:
-            out.append(Finding(kind="prefix_cache_contamination", severity="warning",
-                               message=f"{at}: {s.prefix_cache_hit_rate:.1%} of prompt tokens came from the prefix cache in a cold run: TTFT and throughput are inflated",
-                               evidence={"concurrency": c, "prefix_cache_hit_rate": s.prefix_cache_hit_rate, "cached_prompt_tokens": s.cached_prompt_tokens}))  # fmt: skip
-        if (s.peak_waiting or 0) > 0 or (s.queue_time_mean_ms or 0) > 0.1 * (lv.ttft_ms.mean or float("inf")):
-            cause, why = _queue_cause(run, lv)
-            out.append(Finding(kind="server_queueing", severity="warning",
-                               message=f"{at}: requests waited in the server's queue (peak {s.peak_waiting or 0:.0f} waiting, {s.peak_running or 0:.0f} running"
-                                       + (f", mean queue time {s.queue_time_mean_ms:.0f} ms of {lv.ttft_ms.mean:.0f} ms TTFT" if s.queue_time_mean_ms else "")
-                                       + f"), so TTFT includes queueing; the cause: {why}",
-                               evidence={"concurrency": c, "cause": cause, "peak_waiting": s.peak_waiting, "peak_running": s.peak_running,
-                                         "queue_time_mean_ms": s.queue_time_mean_ms, "ttft_mean_ms": lv.ttft_ms.mean}))  # fmt: skip
-        if s.preemptions:
-            out.append(Finding(kind="preemptions", severity="warning",
-                               message=f"{at}: the server preempted {s.preemptions:.0f} requests (KV cache full): their work was recomputed",
-                               evidence={"concurrency": c, "preemptions": s.preemptions, "peak_kv_usage": s.peak_kv_usage}))  # fmt: skip
-        client_out = lv.phase_output_tokens if not lv.incomplete else None
-        if s.generation_tokens is not None and client_out is not None and s.generation_tokens != client_out:
-            out.append(Finding(kind="token_count_mismatch", severity="warning",
-                               message=f"{at}: the server generated {s.generation_tokens:.0f} tokens, the client counted {client_out}",
-                               evidence={"concurrency": c, "server_generation_tokens": s.generation_tokens, "client_output_tokens": client_out}))  # fmt: skip
-        if s.prompt_tokens is not None and not lv.incomplete and s.prompt_tokens != lv.phase_prompt_tokens:
-            out.append(Finding(kind="prompt_count_mismatch", severity="warning",
-                               message=f"{at}: the server processed {s.prompt_tokens:.0f} prompt tokens, the client sent {lv.phase_prompt_tokens}",
-                               evidence={"concurrency": c, "server_prompt_tokens": s.prompt_tokens, "client_prompt_tokens": lv.phase_prompt_tokens}))  # fmt: skip
+        at = f"{lv.rate_rps:g} req/s" if lv.rate_rps else f"c={lv.concurrency}"  # how a message names the level
+        out += _level_findings(run, lv, at, cold)
+        if lv.server is not None:
+            out += _server_findings(run, lv, at, cold)
     out += _acceptance_trend(run) + _padding(run, capture_sizes) + _graphless_prompts(run, capture_sizes) + _prompt_truncation(run) \
         + _unstable_repeats(run) + _untuned_moe(run) + _graph_memory(run)  # fmt: skip
+    return out
+
+
+def _level_findings(run: RunResult, lv: LevelSummary, at: str, cold: bool) -> list[Finding]:
+    """A level's findings from its records, its client and its GPU (the level named ``at``)."""
+    out: list[Finding] = []
+    c, s = lv.concurrency, lv.server
+    if run.load.trace is not None:
+        out.extend(_replay(run.load.trace, lv))
+    if lv.sessions is not None and (early := {k: n for k, n in lv.sessions.ended.items() if k in ("context_limit", "failed")}):
+        out.append(Finding(kind="sessions_ended_early", severity="warning" if "failed" in early else "info",
+                           message=f"{at}: of {lv.sessions.started} sessions, "
+                                   + ", ".join(f"{n} ended {'at the context limit (the next turn would not fit max_model_len; nothing was sent)' if k == 'context_limit' else 'on a failed turn'}" for k, n in early.items()),
+                           evidence={"concurrency": c, "ended": lv.sessions.ended}))  # fmt: skip
+    if lv.jit_kernels:
+        out.append(Finding(kind="jit_compile", severity="warning",
+                           message=f"{at}: the server compiled {', '.join(lv.jit_kernels)} while this level ran (its log's JIT warning): the compile "
+                                   "stalled the window, so this level is not a measurement; run it again (the kernel is cached now) or warm that batch shape first",
+                           evidence={"concurrency": c, "kernels": lv.jit_kernels}))  # fmt: skip
+    if lv.failed_requests:
+        out.append(Finding(kind="failed_requests", severity="error",
+                           message=f"{at}: {lv.failed_requests} of {lv.ok + lv.failed_requests + lv.incomplete} measured requests failed ({', '.join(f'{k} ×{n}' for k, n in lv.error_kinds.items())})",
+                           evidence={"concurrency": c, "error_kinds": lv.error_kinds}))  # fmt: skip
+    if lv.incomplete:
+        out.append(Finding(kind="incomplete_requests", severity="info",
+                           message=f"{at}: {lv.incomplete} requests were still in flight at the end ({lv.window_s and round(lv.window_s, 2)} s window): counted as incomplete, their tokens in the window count toward throughput",
+                           evidence={"concurrency": c, "incomplete": lv.incomplete}))  # fmt: skip
+    if run.load.duration_s and lv.window_s and lv.e2e_ms.p50 and lv.window_s < SHORT_WINDOW * lv.e2e_ms.p50 / 1e3:
+        e2e_s = lv.e2e_ms.p50 / 1e3
+        out.append(Finding(kind="short_window", severity="warning",
+                           message=f"{at}: the {lv.window_s:.0f} s window is {lv.window_s / e2e_s:.1f} × a request's duration (E2E p50 {e2e_s:.1f} s): its latencies "
+                                   f"are those of the {lv.ok} requests that finished, the ones sent early, and its throughput is not yet a steady state; "
+                                   f"measure at least {SHORT_WINDOW:.0f} × ({SHORT_WINDOW * e2e_s:.0f} s) with --duration, or use --requests",
+                           evidence={"concurrency": c, "window_s": lv.window_s, "e2e_p50_s": e2e_s, "ok": lv.ok}))  # fmt: skip
+    if lv.short_outputs:
+        out.append(Finding(kind="short_outputs", severity="warning",
+                           message=f"{at}: {lv.short_outputs} of {lv.ok} successful requests returned fewer tokens than max_tokens although ignore_eos was set: the server did not honour it, so outputs were shorter than asked (throughput and TPOT cover what came)",
+                           evidence={"concurrency": c, "short_outputs": lv.short_outputs, "ok": lv.ok, "max_tokens": run.load.output_tokens}))  # fmt: skip
+    if lv.stream_anomalies:
+        out.append(_anomalies(c, lv))
+    if cold and (s is None or s.prefix_cache_hit_rate is None) and lv.prompt_tokens \
+            and lv.client_cached_prompt_tokens / lv.prompt_tokens > PREFIX_HIT_TOLERANCE:  # fmt: skip
+        share = lv.client_cached_prompt_tokens / lv.prompt_tokens
+        out.append(Finding(kind="prefix_cache_contamination", severity="warning",
+                           message=f"{at}: the server's usage says {share:.1%} of prompt tokens came from its prefix cache in a cold run (no /metrics to confirm): TTFT and throughput are inflated",
+                           evidence={"concurrency": c, "cached_prompt_tokens": lv.client_cached_prompt_tokens, "prompt_tokens": lv.prompt_tokens, "source": "usage"}))  # fmt: skip
+    if lv.waves and lv.waves.synchronized:
+        out.append(_waves(lv.concurrency, lv.waves, run.load.closed_loop))
+    if lv.client_cpu is not None and lv.client_cpu >= CLIENT_BUSY:
+        out.append(Finding(kind="unstable_measurement", severity="warning",
+                           message=f"{at}: servelab's own process was busy {lv.client_cpu:.0%} of the measured phase: chunks waited for its event loop, so "
+                                   "TTFT and ITL include client delay; spread the streams over processes (--client-procs, --ray) or lower the load",
+                           evidence={"concurrency": c, "client_cpu": lv.client_cpu, "threshold": CLIENT_BUSY}))  # fmt: skip
+    if (pct := lv.pct_of_ceiling) is not None and pct > 100 and run.ceiling is not None:
+        ce = run.ceiling
+        out.append(Finding(kind="ceiling_exceeded", severity="warning",
+                           message=f"{at}: decode ran at {pct:.0f}% of the ceiling ({lv.decode_tok_s.p50:,.1f} of {lv.decode_ceiling_tok_s:,.1f} tok/s per stream): "
+                                   f"a ceiling is exceeded only when one of its assumptions did not hold — weights in {ce.quant}, {ce.hardware}'s datasheet "
+                                   f"bandwidth, {ce.context_tokens:,} tokens of context, one token per step (no speculative decoding), and for a MoE model "
+                                   "every expert equally likely (a skewed router, or random dummy weights, touches fewer experts per step and reads less)",
+                           evidence={"concurrency": c, "pct_of_ceiling": pct, "decode_tok_s_p50": lv.decode_tok_s.p50,
+                                     "ceiling_tok_s": lv.decode_ceiling_tok_s, **ce.model_dump()}))  # fmt: skip
+    if (g := lv.gpu) and g.max_sm_clock_mhz and g.power_limit_w and g.mean_sm_clock_mhz < CLOCK_CAPPED * g.max_sm_clock_mhz \
+            and g.peak_power_w >= POWER_AT_LIMIT * g.power_limit_w:  # fmt: skip
+        share = g.mean_sm_clock_mhz / g.max_sm_clock_mhz
+        out.append(Finding(kind="power_capped", severity="info",
+                           message=f"{at}: the GPU ran at {share:.0%} of its maximum SM clock ({g.mean_sm_clock_mhz:,.0f} of {g.max_sm_clock_mhz:,.0f} MHz) "
+                                   f"with power up to {g.peak_power_w:,.0f} of its {g.power_limit_w:,.0f} W limit: power-capped, so its compute-bound steps "
+                                   f"(prefill) took up to {1 / share:.2f} × as long as at full clock, and levels below the cap were not slowed so",
+                           evidence={"concurrency": c, "mean_sm_clock_mhz": g.mean_sm_clock_mhz, "max_sm_clock_mhz": g.max_sm_clock_mhz,
+                                     "peak_power_w": g.peak_power_w, "power_limit_w": g.power_limit_w}))  # fmt: skip
+    return out
+
+
+def _server_findings(run: RunResult, lv: LevelSummary, at: str, cold: bool) -> list[Finding]:
+    """A level's findings from the server's counters (``lv.server``, the level named ``at``)."""
+    out: list[Finding] = []
+    c, s = lv.concurrency, lv.server
+    if cold and (s.prefix_cache_hit_rate or 0) > PREFIX_HIT_TOLERANCE:
+        out.append(Finding(kind="prefix_cache_contamination", severity="warning",
+                           message=f"{at}: {s.prefix_cache_hit_rate:.1%} of prompt tokens came from the prefix cache in a cold run: TTFT and throughput are inflated",
+                           evidence={"concurrency": c, "prefix_cache_hit_rate": s.prefix_cache_hit_rate, "cached_prompt_tokens": s.cached_prompt_tokens}))  # fmt: skip
+    if (s.peak_waiting or 0) > 0 or (s.queue_time_mean_ms or 0) > 0.1 * (lv.ttft_ms.mean or float("inf")):
+        cause, why = _queue_cause(run, lv)
+        out.append(Finding(kind="server_queueing", severity="warning",
+                           message=f"{at}: requests waited in the server's queue (peak {s.peak_waiting or 0:.0f} waiting, {s.peak_running or 0:.0f} running"
+                                   + (f", mean queue time {s.queue_time_mean_ms:.0f} ms of {lv.ttft_ms.mean:.0f} ms TTFT" if s.queue_time_mean_ms else "")
+                                   + f"), so TTFT includes queueing; the cause: {why}",
+                           evidence={"concurrency": c, "cause": cause, "peak_waiting": s.peak_waiting, "peak_running": s.peak_running,
+                                     "queue_time_mean_ms": s.queue_time_mean_ms, "ttft_mean_ms": lv.ttft_ms.mean}))  # fmt: skip
+    if s.preemptions:
+        out.append(Finding(kind="preemptions", severity="warning",
+                           message=f"{at}: the server preempted {s.preemptions:.0f} requests (KV cache full): their work was recomputed",
+                           evidence={"concurrency": c, "preemptions": s.preemptions, "peak_kv_usage": s.peak_kv_usage}))  # fmt: skip
+    client_out = lv.phase_output_tokens if not lv.incomplete else None
+    if s.generation_tokens is not None and client_out is not None and s.generation_tokens != client_out:
+        out.append(Finding(kind="token_count_mismatch", severity="warning",
+                           message=f"{at}: the server generated {s.generation_tokens:.0f} tokens, the client counted {client_out}",
+                           evidence={"concurrency": c, "server_generation_tokens": s.generation_tokens, "client_output_tokens": client_out}))  # fmt: skip
+    if s.prompt_tokens is not None and not lv.incomplete and s.prompt_tokens != lv.phase_prompt_tokens:
+        out.append(Finding(kind="prompt_count_mismatch", severity="warning",
+                           message=f"{at}: the server processed {s.prompt_tokens:.0f} prompt tokens, the client sent {lv.phase_prompt_tokens}",
+                           evidence={"concurrency": c, "server_prompt_tokens": s.prompt_tokens, "client_prompt_tokens": lv.phase_prompt_tokens}))  # fmt: skip
     return out
 
 
