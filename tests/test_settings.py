@@ -18,7 +18,7 @@ from servelab.recipes import Recipe
 from servelab.settings import Load, Target, cli_facts
 from test_fault_suite import bench, fault_server
 
-SEARCHED = {"concurrency", "workers", "rates", "sessions", "repeats", "time_scale"}  # capacity searches these
+SEARCHED = {"concurrency", "workers", "rates", "sessions", "repeats", "time_scale", "closed_loop"}  # capacity searches these
 # The load and target settings each command must offer, by field name.
 EXPECTED: dict[str, tuple[set[str], set[str]]] = {
     "bench": (set(Load.model_fields), set(Target.model_fields)),
@@ -31,13 +31,21 @@ EXPECTED: dict[str, tuple[set[str], set[str]]] = {
 OWN = {
     ("capacity", "--sessions"): "a switch: search the number of sessions instead of streams",
     ("capacity", "--repeats"): "extra measurements of the boundary, not of every level",
+    ("capacity", "--closed-loop"): "the other side of its --open-loop switch: search streams, not rates",
     ("grid", "--concurrency"): "a grid dimension, default 1 as llama-benchy",
 }
 
 
 def _options(name: str) -> dict:
+    """A command's options by each of their flags (``--x`` and ``--no-x`` of a switch alike)."""
     command = typer.main.get_command(app).commands[name]
-    return {p.opts[0]: p for p in command.params if p.param_type_name == "option"}
+    return {flag: p for p in command.params if p.param_type_name == "option" for flag in (*p.opts, *p.secondary_opts)}
+
+
+def test_no_command_has_a_flag_twice():
+    for name, command in typer.main.get_command(app).commands.items():
+        flags = [flag for p in command.params if p.param_type_name == "option" for flag in (*p.opts, *p.secondary_opts)]
+        assert len(flags) == len(set(flags)), f"{name}: {sorted(f for f in flags if flags.count(f) > 1)}"
 
 
 def _flag(model: type, field: str) -> str:
@@ -63,6 +71,7 @@ def test_a_settings_flag_means_the_setting_in_every_command():
         for flag, opt in _options(name).items():
             if flag not in flags or (name, flag) in OWN:
                 continue
+            assert opt.opts[0] == flag, f"{name} {flag} is the other side of {opt.opts[0]}, not the setting"
             model, field = flags[flag]
             seen += 1
             assert (opt.default, opt.help) == (_cli_default(model, field), cli_facts(model, field)["help"]), f"{name} {flag} is declared again"
@@ -103,3 +112,29 @@ def test_a_run_stores_the_load_it_was_given(tmp_path):
     assert res.exit_code == 0, res.output
     stored = json.loads((tmp_path / "run" / "run.json").read_text())["settings"]
     assert Load.model_validate(stored) == Load(concurrency=[2], requests=4, warmup=0, input_tokens=64, output_tokens=8, seed=7, output_spread=0.25)
+
+
+def test_bench_on_the_embedded_server_keeps_its_first_look():
+    """4 requests a level unless asked otherwise, and one warm-up whatever the count or duration (as before the load model)."""
+    from servelab.run.measure import bench_options
+
+    assert (bench_options(Load(), embedded=True, first_look=True).requests, bench_options(Load(), embedded=True, first_look=True).warmup) == (4, 1)
+    for given in (Load(requests=20), Load(duration_s="30s")):
+        assert bench_options(given, embedded=True, first_look=True).warmup == 1
+    assert bench_options(Load(), embedded=True).requests is None and bench_options(Load(), embedded=False, first_look=True).warmup is None
+
+
+def test_a_rate_with_a_multi_turn_mix_is_refused():
+    from servelab.run.measure import bench_options
+
+    with pytest.raises(ServelabError, match="--rate"):
+        bench_options(Load(rates="1", mix="agentic"), embedded=False)
+
+
+def test_token_id_prompts_reused_past_their_pool_are_each_new():
+    from servelab.run.levels import fresh
+    from servelab.values.prompt import Prompt
+
+    prompt = Prompt("x", 5, (1, 2, 3, 4, 5))
+    seen = {fresh(prompt, "t", i, 10).ids for i in range(10, 50, 10)}  # rounds 1-4 of a 10-prompt pool
+    assert len(seen) == 4 and prompt.ids not in seen and all(len(ids) == 5 for ids in seen)

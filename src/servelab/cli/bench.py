@@ -41,7 +41,8 @@ def bench(
         options = bench_options(load, embedded=target.url is None, first_look=True)  # every file read before a server starts
         with ExitStack() as stack, event_loop_runner() as runner:
             served = serve(stack, target, run_dir, console.status)
-            run, run_dir = measured(runner, served, target, options, served.run_dir, load.api_key_env)
+            run_dir = served.run_dir  # the embedded server's decides it: Ctrl-C names it
+            run, run_dir = measured(runner, served, target, options, run_dir, load.api_key_env)
     except KeyboardInterrupt:
         fail(f"interrupted; the partial run is in {run_dir}" if run_dir and (run_dir / "run.json").exists() else "interrupted", 130)
     _print_run(run, options.ceiling)

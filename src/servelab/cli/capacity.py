@@ -19,7 +19,8 @@ from servelab.run.measure import bench_options, serve
 from servelab.settings import Load, Target
 
 
-CAPACITY_LOAD = tuple(n for n in LOAD_ALL if n not in ("concurrency", "workers", "rates", "sessions", "repeats", "time_scale"))  # the searched dimensions
+SEARCHED = ("concurrency", "workers", "rates", "sessions", "repeats", "time_scale", "closed_loop")  # capacity's own: the dimension searched, how
+CAPACITY_LOAD = tuple(n for n in LOAD_ALL if n not in SEARCHED)
 
 
 @bind(load=(Load, CAPACITY_LOAD), target=(Target, TARGET_ALL))
@@ -47,7 +48,8 @@ def capacity_cmd(
         served = serve(stack, target, base, console.status)
         # predict models single requests in a closed loop: no start for sessions, a rate or a trace
         guess, point = predicted_start(target, load) if target.hardware and kind == "streams" else (None, None)
-        prober = Prober(base, load, kind, served.embedded, lambda options, out: measured(runner, served, target, options, out, load.api_key_env)[0],
+        probed = target.model_copy(update={"hardware": None})  # --hardware feeds the prediction; the probes need no roofline
+        prober = Prober(base, load, kind, served.embedded, lambda options, out: measured(runner, served, probed, options, out, load.api_key_env)[0],
                         lambda line: console.print(line, markup=False))  # fmt: skip
         found = search(prober, closed_loop=kind in ("streams", "sessions"), start=start or guess or 1.0, repeats=repeats)
     remember(base)

@@ -1,5 +1,5 @@
-"""What every ``servelab`` command shares: the consoles, the one-line error exit, option parsers,
-signals, the event loop, run directories and the runs database.
+"""What every ``servelab`` command shares: the consoles, the one-line error exit, signals, the
+event loop, run directories, the runs database, and a measurement under a progress bar.
 
 Exit codes: 0 success; 1 the run finished but requests failed or the run is partial; 2 bad input
 or an unusable server (one clear line, no traceback); 130 interrupted with Ctrl-C.
@@ -268,8 +268,8 @@ class ProgressHooks:
 
 
 def warn(message: str) -> None:
-    """A warning line on stderr (what leaves a figure out without being an error)."""
-    err_console.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
+    """A warning line on stderr, in yellow (what leaves a figure out without being an error)."""
+    err_console.print(f"[yellow]{escape(message)}[/]", soft_wrap=True)
 
 
 def measured(runner: asyncio.Runner, served: Served, target: Target, options: BenchOptions, run_dir: Path | None, api_key_env: str) -> tuple[RunResult, Path]:

@@ -258,7 +258,6 @@ class StreamClient:
     ) -> None:
         self.endpoint = endpoint
         self.origin = origin
-        self.api = api
         self.format = apis.get(api)
         self.url = endpoint.api_base + self.format.path
         self.tokenizer = tokenizer

@@ -82,7 +82,7 @@ class Bench:
     def _load_spec(self) -> LoadSpec:
         o = self.opts
         return LoadSpec(
-            concurrency=[] if o.rates else o.concurrency,
+            concurrency=[] if o.rates or o.trace else o.concurrency,  # an open loop or a trace has no closed-loop levels
             rates=o.rates,
             closed_loop=o.closed_loop,
             burstiness=o.burstiness,

@@ -202,12 +202,14 @@ class Prober:
         if (earlier := self._earlier(name)) is not None:
             return earlier
         options = bench_options(probe_load(self.load, self.kind, value), self.embedded)
-        run = self.measure(options, self.base / name)
+        out = self.base / name
+        run = self.measure(options, out)
         if run.levels and run.levels[0].jit_kernels:  # a kernel compiled inside the window: not a measurement, once more
             self.say(f"probe {name}: the server compiled {', '.join(run.levels[0].jit_kernels)} during it; measuring it again")
-            run = self.measure(options, self.base / f"{name}-again")
+            out = self.base / f"{name}-again"
+            run = self.measure(options, out)
         if not run.levels or run.levels[0].slo is None:
-            raise ServelabError(f"probe {name} measured nothing ({run.partial_reason or run.status}); see {self.base / name}")
+            raise ServelabError(f"probe {name} measured nothing ({run.partial_reason or run.status}); see {out}")
         result = run.levels[0].slo  # each level is checked against the load's objectives as it ends
         self.say(f"probe {name}: {'pass' if result.passed else 'miss'}" + (f", goodput {result.goodput_rps:.2f} req/s" if result.goodput_rps else ""))
         return result

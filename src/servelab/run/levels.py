@@ -43,8 +43,8 @@ def fresh(prompt: Prompt, tag: str, i: int, pool: int) -> Prompt:
     """Request ``i`` of a duration run that outlived its pool of ``pool`` prompts: a fresh nonce keeps
     every prompt unique (its token count may then differ by a token or two, which the prompt check
     reports); a token-id prompt is rotated instead, its length exact and its first block new."""
-    if prompt.ids is not None:
-        k = i // pool % len(prompt.ids) or 1
+    if prompt.ids is not None and len(prompt.ids) > 1:
+        k = 1 + (i // pool - 1) % (len(prompt.ids) - 1)  # round r ≥ 1 of the pool: a rotation no other round has (up to len − 1 rounds)
         return Prompt(prompt.text, prompt.tokens, prompt.ids[k:] + prompt.ids[:k])
     return Prompt(prompt.text.replace(f"[{tag}-", f"[{tag}-r{i}-", 1), prompt.tokens)
 
@@ -131,12 +131,11 @@ class Levels:
                 await self.builders[shape.lang].prepare()
         return builder
 
-    def start(self, run_dir: Path, run: RunResult, next_index: int) -> RunWriter:
+    def start(self, run_dir: Path, run: RunResult, next_index: int) -> None:
         """Write ``run`` to ``run_dir`` from now on (records appended, ``run.json`` saved after each
         level), numbering records from ``next_index`` (a resumed run goes on from its last one)."""
         self.writer = RunWriter(run_dir, run)
         self._index = next_index
-        return self.writer
 
     async def share_prefix(self, tokenizer: Tokenizer) -> None:
         """``--prefix-cache shared-prefix``: the text every prompt starts with, built with plain counts

@@ -2,11 +2,11 @@
 its run returned in memory (and written to its run directory as it goes: ``run.json``, records).
 
 ``bench``, ``suite``, ``grid``, ``sweep`` and ``capacity``'s probes all measure through here; the CLI
-only parses, calls and renders. Order: the target is served (:func:`serve`: a URL as given, or the
-embedded server started for the caller's ``ExitStack``), the load is resolved against it
-(:func:`bench_options`: files read, defaults filled, levels repeated), then :func:`measure`
-discovers the server, puts the roofline beside it (:func:`ceiling`) and runs the levels
-(:class:`servelab.run.bench.Bench`).
+only parses, calls and renders. Order: the load is resolved before any server starts
+(:func:`bench_options`: files read, defaults filled, levels repeated), the target is served
+(:func:`serve`: a URL as given, or the embedded server started for the caller's ``ExitStack``), then
+:func:`measure` discovers the server, puts the roofline beside it (:func:`ceiling`) and runs the
+levels (:class:`servelab.run.bench.Bench`).
 """
 
 from __future__ import annotations
@@ -115,8 +115,9 @@ def bench_options(load: Load, embedded: bool, *, first_look: bool = False, recip
     traffic = load.traffic
     load = load.for_target(embedded)
     requests, warmup = load.requests, load.warmup
-    if first_look and embedded and requests is None and load.duration_s is None and traffic != "trace":
-        requests, warmup = 4, 1 if warmup is None else warmup
+    if first_look and embedded:  # bench's first look on the embedded server: 4 requests a level, one warm-up
+        requests = 4 if requests is None and load.duration_s is None and traffic != "trace" else requests
+        warmup = 1 if warmup is None else warmup
     mix_weights, workloads = resolve_mix(load.mix, load.workloads_file)
     trace = load_trace(load.trace, load.trace_format, time_scale=load.time_scale, skip_bad=load.skip_bad, first=requests) if traffic == "trace" else None
     return BenchOptions(

@@ -1,8 +1,9 @@
 """What a run asks of its levels: the load (:class:`BenchOptions`), the roofline it compares
 against (:class:`Ceiling`) and the progress callbacks it reports to (:class:`BenchHooks`).
 
-``servelab.run.bench`` (a run) and ``servelab.run.levels`` (its levels) both use them; the CLI fills them
-from its options (same names and units).
+``servelab.run.bench`` (a run) and ``servelab.run.levels`` (its levels) both use them;
+``servelab.run.measure.bench_options`` resolves a :class:`servelab.settings.Load` into them (same
+names and units). A request that cannot fit the server's context is refused here (:func:`check_fits`).
 """
 
 from __future__ import annotations
@@ -98,13 +99,15 @@ class BenchOptions:
     def __post_init__(self) -> None:
         """Refuse sessions on an API that takes one prompt (completions: a conversation is chat
         messages), wherever the load came from: ``--sessions``, or a multi-turn workload in ``--mix``
-        or the suite.
+        or the suite; and a multi-turn workload in an open loop (``--rate``).
 
         Raises:
             ServelabError: naming the options and the fix.
         """
         if not apis.get(self.api).conversations and self.session_mode:
             raise ServelabError("--sessions and multi-turn workloads (agentic) resend a conversation of chat messages: use --endpoint chat or responses")
+        if self.rates and self.session_mode:
+            raise ServelabError("--rate sends single requests at a rate, and a multi-turn workload (agentic) in --mix plays sessions: drop --rate, or the multi-turn workload")
 
     @property
     def session_mode(self) -> bool:
