@@ -4,6 +4,7 @@ fake continuous-batching server whose capacity for a TPOT SLO is known (tests/ba
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -144,3 +145,15 @@ def test_a_probe_during_which_the_server_compiled_a_kernel_is_measured_again(tmp
     assert json.loads((again[0] / "run.json").read_text())["levels"][0]["jit_kernels"] == []
     doc = json.loads(res.output[res.output.index("{\n"):])
     assert 40 * 0.85 <= doc["max_concurrency"] <= 40 * 1.15
+
+
+def test_capacity_json_is_the_only_thing_on_stdout(tmp_path):
+    """--json: the probes' lines, the progress bars and the database note go to stderr, so `| jq` reads stdout whole."""
+    env = {**os.environ, "SERVELAB_DB": str(tmp_path / "runs.db")}
+    with batch_server(0.002, 0.001) as url:
+        out = subprocess.run([sys.executable, "-m", "servelab", "capacity", "--url", url, "--slo", "tpot_p99=42ms", "--input-tokens", "64",
+                              "--output-tokens", "8", "--requests", "16", "--repeats", "0", "--start", "16", "--output", str(tmp_path / "cap"), "--json"],
+                             capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["max_concurrency"] and doc["probes"] and "probe 01-c16" in out.stderr

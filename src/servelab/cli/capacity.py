@@ -13,7 +13,7 @@ from rich.table import Table
 
 from servelab.run.capacity import Capacity, Prober, dimension, predicted_start, probe_load, search
 from servelab.cli.bind import LOAD_ALL, TARGET_ALL, bind
-from servelab.cli.common import console, event_loop_runner, measured, output_dir, remember, sigterm_as_sigint
+from servelab.cli.common import console, err_console, event_loop_runner, measured, output_dir, remember, sigterm_as_sigint
 from servelab.errors import ServelabError
 from servelab.run.measure import bench_options, serve
 from servelab.settings import Load, Target
@@ -44,15 +44,16 @@ def capacity_cmd(
     bench_options(probe_load(load, kind, 1.0), embedded)  # every file read (a trace's bad lines refused) before a server starts
     load = load.for_target(embedded)
     base = output_dir(output, "capacity")
+    shown = err_console if json_out else console  # with --json, stdout holds the JSON alone
     with ExitStack() as stack, event_loop_runner() as runner:
-        served = serve(stack, target, base, console.status)
+        served = serve(stack, target, base, shown.status)
         # predict models single requests in a closed loop: no start for sessions, a rate or a trace
         guess, point = predicted_start(target, load) if target.hardware and kind == "streams" else (None, None)
         probed = target.model_copy(update={"hardware": None})  # --hardware feeds the prediction; the probes need no roofline
-        prober = Prober(base, load, kind, served.embedded, lambda options, out: measured(runner, served, probed, options, out, load.api_key_env)[0],
-                        lambda line: console.print(line, markup=False))  # fmt: skip
+        prober = Prober(base, load, kind, served.embedded, lambda options, out: measured(runner, served, probed, options, out, load.api_key_env, shown)[0],
+                        lambda line: shown.print(line, markup=False))  # fmt: skip
         found = search(prober, closed_loop=kind in ("streams", "sessions"), start=start or guess or 1.0, repeats=repeats)
-    remember(base)
+    remember(base, shown)
     unit = {"trace": "× trace speed", "sessions": "sessions", "rate": "req/s", "streams": "streams"}[kind]
     if json_out:
         key = {"trace": "max_time_scale", "sessions": "max_sessions", "rate": "max_rate", "streams": "max_concurrency"}[kind]

@@ -207,15 +207,16 @@ def event_loop_runner() -> asyncio.Runner:
         return asyncio.Runner()
 
 
-def remember(path: Path) -> None:
-    """Store the runs under ``path`` in the runs database. A failure is only a warning: the run
-    directory on disk is the source of truth, and ``servelab import`` can add it later."""
+def remember(path: Path, display: Console | None = None) -> None:
+    """Store the runs under ``path`` in the runs database, saying so on ``display`` (default the
+    console; stderr for a command printing JSON). A failure is only a warning: the run directory on
+    disk is the source of truth, and ``servelab import`` can add it later."""
     if not any(path.rglob("run.json")):
         return  # nothing measured (every variant failed to start, every cell failed)
     try:
         runs = read_results(path)
         Store(database_url()).add(runs)
-        console.print(f"[dim]{len(runs)} run(s) stored in the runs database (servelab runs, servelab ui)[/]", highlight=False)
+        (display or console).print(f"[dim]{len(runs)} run(s) stored in the runs database (servelab runs, servelab ui)[/]", highlight=False)
     except ServelabError as exc:
         err_console.print(f"[yellow]not stored in the runs database:[/] {escape(str(exc))}", soft_wrap=True)
 
@@ -272,9 +273,11 @@ def warn(message: str) -> None:
     err_console.print(f"[yellow]{escape(message)}[/]", soft_wrap=True)
 
 
-def measured(runner: asyncio.Runner, served: Served, target: Target, options: BenchOptions, run_dir: Path | None, api_key_env: str) -> tuple[RunResult, Path]:
-    """``servelab.run.measure.measure`` under a progress bar (on ``console``): the run and its directory."""
+def measured(runner: asyncio.Runner, served: Served, target: Target, options: BenchOptions, run_dir: Path | None, api_key_env: str,
+             display: Console | None = None) -> tuple[RunResult, Path]:  # fmt: skip
+    """``servelab.run.measure.measure`` under a progress bar on ``display`` (default the console;
+    stderr for a command printing JSON): the run and its directory."""
     with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True,
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=display or console, transient=True,
     ) as progress:  # fmt: skip
         return runner.run(measure(served, target, options, run_dir, ProgressHooks(progress), warn, api_key_env))
