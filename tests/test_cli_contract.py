@@ -151,6 +151,11 @@ CASES = [
     ("export --output " + str(READONLY / "x.csv"), "--output"),
     ("report {W}/run --output " + str(READONLY / "r.html"), "--output"),
     ("report no-such-run-id", "no-such-run-id"),
+    ("report {W}/run -o {W}/run/run.json", "run.json"),  # an output never replaces a run's document (issue 51)
+    ("report {W}/run -o {W}/run/records.jsonl", "records.jsonl"),
+    ("export --output {W}/run/run.json", "run.json"),
+    ("report {W}/run -o /dev/full", "not a regular file"),  # nor a device (os.replace would put a file in its place)
+    ("predict --model qwen3-8b --plot /dev/null", "not a regular file"),
     ("ui --port 0", "--port"),
     ("ui --host 999.1.1.1", "--host 999.1.1.1"),
     ("bootlog {W}/missing.log", "missing.log"),
@@ -242,3 +247,14 @@ def test_the_leaderboard_takes_any_concurrency_text(tmp_path):
     client = TestClient(make_app(Store(f"sqlite:///{tmp_path / 'runs.db'}")))
     for value in ("²", "1" * 5000, "-1", "x"):
         assert client.get("/", params={"concurrency": value}).status_code == 200, value
+
+
+def test_an_output_never_replaces_a_database(work, tmp_path):
+    """report -o onto an SQLite database (the runs database, or any): refused in one line, the file byte for byte as it was."""
+    db = tmp_path / "runs.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.execute("create table t (x)")
+    before = db.read_bytes()
+    res = CliRunner().invoke(app, ["report", str(work / "run"), "-o", str(db)])
+    assert res.exit_code == 2 and "the runs database" in res.output and "Traceback" not in res.output
+    assert db.read_bytes() == before

@@ -13,6 +13,7 @@ import errno
 import functools
 import os
 import signal
+import stat
 import sys
 import threading
 from collections.abc import Callable
@@ -137,18 +138,51 @@ def read_text(path: Path, option: str) -> str:
         raise ServelabError(f"{option} {path}: cannot read it ({exc.strerror or exc})") from None
 
 
-def write_file(path: Path, text: str, option: str) -> None:
-    """Write ``text`` to ``path`` atomically (a temporary file beside it, then ``os.replace``), so a
-    failure never leaves a half-written file; secrets masked (``servelab.guards.redaction.scrub``).
+DOCUMENTS = ("run.json", "records.jsonl", "sweep.json", "variant.json")  # servelab's own documents: never the target of an output
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of an SQLite database (sqlite.org/fileformat.html, 1.3)
+
+
+def _refuse_target(path: Path, option: str) -> None:
+    """Refuse an output path that is not a place for a new file: a directory, a device, FIFO or
+    socket (os.replace would put a regular file in its place), or one of servelab's own documents
+    (a run's run.json or records, a sweep's, the runs database), which an output must never replace.
 
     Raises:
-        ServelabError: no file name, a directory, or cannot write there, naming ``option`` and the path.
+        ServelabError: naming ``option``, the path and what it is.
     """
     if not path.name or path.is_dir():
         raise ServelabError(f"{option} {str(path)!r}: give a file name")
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # nothing there yet (or nothing readable: the write says so)
+    if not stat.S_ISREG(mode):
+        raise ServelabError(f"{option} {path}: not a regular file (a device, FIFO or socket); give a file path")
+    with contextlib.suppress(OSError), path.open("rb") as f:
+        database = f.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    if path.name in DOCUMENTS or database:
+        what = "the runs database" if database else f"servelab's {path.name}"
+        raise ServelabError(f"{option} {path}: holds {what}, which an output never replaces; give another file")
+
+
+def write_file(path: Path, data: str | bytes, option: str) -> None:
+    """The one writer of every output a command writes where the user says (``--output``,
+    ``--markdown``, ``--plot``, ``--out``): atomically (a temporary file beside it, then
+    ``os.replace``), so a failure never leaves a half-written file; text with secrets masked
+    (``servelab.guards.redaction.scrub``); never over a directory, a device or one of servelab's own
+    documents (:func:`_refuse_target`).
+
+    Raises:
+        ServelabError: no file name, a path that is no place for the output, or cannot write there,
+            naming ``option`` and the path.
+    """
+    _refuse_target(path, option)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        tmp.write_text(scrub(text), encoding="utf-8")
+        if isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(scrub(data), encoding="utf-8")
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):

@@ -133,7 +133,7 @@ def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, rou
         curves = [(_label(v), [(p.concurrency, p.aggregate_tok_s, 1 / p.tpot_s) for p in pts]) for v, _, pts in results]
         runs = [(str(r), [(lv.concurrency, lv.output_throughput_tok_s, lv.decode_tok_s.p50) for lv in _run(r).levels
                           if lv.rate_rps is None and lv.ok and lv.decode_tok_s.p50]) for r in overlay]  # fmt: skip
-        plot.write_bytes(plots.prediction(curves, runs))
+        write_file(plot, plots.prediction(curves, runs), "--plot")
     if json_out:
         print(json.dumps({"model": spec.name, "hardware": hw.name, "closed_loop": closed_loop, "calibration": cal.model_dump(), "assumptions": _assumptions(routing),
                           "variants": [{"settings": v, "limits": asdict(lim), "points": [asdict(p) for p in pts]} for v, lim, pts in results],
