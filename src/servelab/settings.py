@@ -25,13 +25,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PositiveFloat,
-    field_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, field_validator
 
 from servelab.guards import jsonfile
 from servelab.errors import ServelabError

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -123,12 +124,12 @@ def sweep(
             return
         _print_lint(recipe, variants, fixed, None)
         out = output_dir(output, "sweep", f"sweep-{recipe.name}")
-        bench_options(recipe.bench, embedded=False)  # every file the load names read before a server starts
+        resolved = bench_options(recipe.bench, embedded=False)  # once, every file the load names read before a server starts
 
         with event_loop_runner() as runner:
 
             def bench_variant(server: RecipeServer, vdir: Path) -> RunResult:
-                options = bench_options(recipe.bench, embedded=False, recipe=server.info())
+                options = replace(resolved, recipe=server.info())  # a copy each: a measurement sets its ceiling and server log
                 target = Target(url=server.url, hardware=recipe.hardware, quant=quant_of(recipe, server.resolved.argv))  # "% of ceiling" where the recipe names its hardware
                 run, _ = measured(runner, Served(server.url, server, vdir), target, options, vdir, recipe.bench.api_key_env)
                 console.print(bench_table(run))

@@ -32,12 +32,7 @@ from servelab.store.results import RecipeInfo, RunResult, default_run_dir
 from servelab.settings import Load, Target
 from servelab.workloads.datasets import load_dataset
 from servelab.workloads.sessions import parse_think_time
-from servelab.workloads.suites import (
-    Workload,
-    load_workloads,
-    read_workload_file,
-    with_builtins,
-)
+from servelab.workloads.suites import Workload, load_workloads, read_workload_file, with_builtins
 from servelab.workloads.traces import load_trace
 
 DEFAULT_TURNS = 4  # --sessions without --turns

@@ -128,7 +128,7 @@ class PromptBuilder:
                 text = head + (await self.tokenizer.decode(window)).strip() + suffix
                 count = await self.count(text)
                 if count == tokens:
-                    return await self.prompt(text) if self.ids else Prompt(text, count)
+                    return Prompt(text, count, tuple(await self.tokenizer.encode(text)) if self.ids else None)
                 tried.add(length)
                 length += tokens - count
                 while length in tried:  # oscillating around a seam: step by one token instead
