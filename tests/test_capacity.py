@@ -133,7 +133,7 @@ def test_a_probe_during_which_the_server_compiled_a_kernel_is_measured_again(tmp
     monkeypatch.setenv("SERVELAB_DB", str(tmp_path / "runs.db"))
     log = tmp_path / "server.log"
     log.write_text("")
-    args = ["capacity", "--slo", "tpot_p99=42ms", "--input-tokens", "64", "--output-tokens", "16", "--requests", "32", "--repeats", "0",
+    args = ["capacity", "--slo", "tpot_p99=42ms", "--input-tokens", "64", "--output-tokens", "16", "--requests", "64", "--repeats", "0",
             "--server-log", str(log), "--output", str(tmp_path / "cap"), "--json"]  # fmt: skip
     with batch_server(0.002, 0.001, "--log", str(log), "--jit-request", "20") as url:
         res = CliRunner().invoke(app, [*args, "--url", url])

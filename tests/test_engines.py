@@ -39,6 +39,7 @@ class Toy(Engine):
     rules = [Rule(re.compile(r"cache holds (\d+) tokens"), set_fact("kv_cache_tokens", lambda m: int(m.group(1))), "toy 1.0")]
     ready = re.compile(r"toy is ready")
     ready_path = "/toy/health"
+    launchers = (("toy-serve",),)
     default_port = 7777
     flags = Flags(max_num_seqs="--lanes", tp=("--shards",))
     max_num_seqs_floor = 2

@@ -72,10 +72,10 @@ def test_import_llama_benchy_markdown_output():
 
 
 def test_llama_benchy_csv_round_trip(tmp_path):
-    from servelab.store.grid import read_llama_benchy, write_llama_benchy_csv
+    from servelab.store.grid import llama_benchy_csv, read_llama_benchy
 
     rows = read_llama_benchy(FIX)
-    write_llama_benchy_csv(rows, "gemma", tmp_path / "lb.csv")
+    (tmp_path / "lb.csv").write_text(llama_benchy_csv(rows, "gemma"), encoding="utf-8")
     header = (tmp_path / "lb.csv").read_text().splitlines()[0]
     real = (FIX.parent.parent / "imports" / "llama-benchy-0.4.0-gemma-270m.csv").read_text().splitlines()[0]
     assert header == real  # the columns llama-benchy 0.4.0's --format csv writes

@@ -209,7 +209,7 @@ class Load(BaseModel):
 
         Raises:
             ServelabError: --requests with --duration, --turns without --sessions, sessions with a
-                trace, sessions or a trace with --rate or --dataset, or a trace with --duration
+                trace, sessions or a trace with --rate or --dataset, or a trace with --duration or --repeats
                 (sessions on the completions API: ``BenchOptions`` refuses them).
         """
         if self.requests is not None and self.duration_s is not None:
@@ -223,6 +223,8 @@ class Load(BaseModel):
             raise ServelabError(f"--{kind} sets the load itself: drop --rate and --dataset")
         if kind == "trace" and self.duration_s:
             raise ServelabError("--trace replays the whole trace at its own times: drop --duration (--requests N keeps its first N requests)")
+        if kind == "trace" and self.repeats > 1:
+            raise ServelabError("--trace replays the trace once: drop --repeats (run the command again to repeat it)")
         return kind
 
     def for_target(self, embedded: bool) -> Load:

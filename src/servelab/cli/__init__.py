@@ -11,6 +11,7 @@ Layer: cli. May import: report, run, rules, launch, recipes, settings, load, wor
 from __future__ import annotations
 
 import math
+import os
 import sys
 from typing import Any
 
@@ -21,6 +22,7 @@ from typer.core import TyperGroup
 from servelab import __version__
 from servelab.cli import bench, capacity, grid, plan, predict, recipes, results, server
 from servelab.cli.common import console, err_console, one_line_errors
+from servelab.guards.redaction import remember_environment
 
 
 MAX_INT = 10_000_000  # no integer option means more (tokens, requests, runs); one with its own max keeps it
@@ -56,6 +58,7 @@ class OneLineUsageErrors(TyperGroup):
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         _bounded_numbers(self)
+        remember_environment(os.environ)  # HF_TOKEN's value is masked wherever a server or a log echoes it
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         try:

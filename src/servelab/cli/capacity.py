@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated
@@ -17,6 +16,7 @@ from servelab.cli.common import console, err_console, event_loop_runner, measure
 from servelab.errors import ServelabError
 from servelab.run.measure import bench_options, serve
 from servelab.settings import Load, Target
+from servelab.guards import jsonfile
 
 
 SEARCHED = ("concurrency", "workers", "rates", "sessions", "repeats", "time_scale", "closed_loop")  # capacity's own: the dimension searched, how
@@ -31,6 +31,7 @@ def capacity_cmd(
     sessions: Annotated[bool, typer.Option("--sessions", help="Search the number of multi-turn sessions kept open (bench --sessions) instead of streams.")] = False,
     start: Annotated[float | None, typer.Option(min=0.001, help="The first load probed (default servelab predict's estimate with --hardware, else 1).")] = None,
     repeats: Annotated[int, typer.Option(min=0, max=10, help="Extra measurements of the boundary, for its spread.")] = 2,
+    max_load: Annotated[float | None, typer.Option(min=0.001, help="The largest load probed (streams, sessions, req/s or × trace speed). Streams also stop at --requests and at the server's max_num_seqs and KV capacity when its boot log gives them; without any of these, 4,096 streams or sessions, 10,000 req/s, × 1,000.")] = None,
     output: Annotated[Path | None, typer.Option(help="Directory of the probes, one run each; rerun with the same one to resume.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON: max_concurrency or max_rate, probes, slo, predicted.")] = False,
 ) -> None:
@@ -51,19 +52,20 @@ def capacity_cmd(
         guess, point = predicted_start(target, load) if target.hardware and kind == "streams" else (None, None)
         probed = target.model_copy(update={"hardware": None})  # --hardware feeds the prediction; the probes need no roofline
         prober = Prober(base, load, kind, served.embedded, lambda options, out: measured(runner, served, probed, options, out, load.api_key_env, shown)[0],
-                        lambda line: shown.print(line, markup=False))  # fmt: skip
-        found = search(prober, closed_loop=kind in ("streams", "sessions"), start=start or guess or 1.0, repeats=repeats)
+                        lambda line: shown.print(line, markup=False), max_load)  # fmt: skip
+        found = search(prober, closed_loop=kind in ("streams", "sessions"), start=start or guess or 1.0, repeats=repeats, maximum=prober.bound)
     remember(base, shown)
     unit = {"trace": "× trace speed", "sessions": "sessions", "rate": "req/s", "streams": "streams"}[kind]
     if json_out:
         key = {"trace": "max_time_scale", "sessions": "max_sessions", "rate": "max_rate", "streams": "max_concurrency"}[kind]
-        print(json.dumps({key: found.capacity, "converged": found.converged, "bracket": found.bracket, "spread_goodput_rps": found.spread,
+        print(jsonfile.dumps({key: found.capacity, "converged": found.converged, "bracket": found.bracket, "spread_goodput_rps": found.spread,
+                          "capped": found.capped, "capped_by": prober.bound_reason() if found.capped else None,
                           "boundary_passes": found.boundary_passes,
                           "slo": {o.key: o.target_ms for o in load.slo}, "predicted": guess, "bottleneck": point.bottleneck if point else None,
                           "probes": [p.model_dump() for p in found.probes]}, indent=1))  # fmt: skip
         return
     console.print(_table(found, load.slo, unit))
-    console.print(_answer(found, guess, point.bottleneck if point else None, unit), soft_wrap=True)
+    console.print(_answer(found, guess, point.bottleneck if point else None, unit, prober.bound_reason()), soft_wrap=True)
 
 
 def _table(found: Capacity, objectives: list, unit: str) -> Table:
@@ -79,12 +81,14 @@ def _table(found: Capacity, objectives: list, unit: str) -> Table:
     return t
 
 
-def _answer(found: Capacity, guess: int | None, bottleneck: str | None, unit: str) -> str:
+def _answer(found: Capacity, guess: int | None, bottleneck: str | None, unit: str, bound: str) -> str:
     what = unit.removesuffix("s") if found.capacity == 1 and unit in ("streams", "sessions") else unit
     if found.capacity is None:
         return f"[red]no load meets the SLOs[/]: even {found.bracket[1]:g} {what} missed"
     lo, hi = found.bracket
-    text = f"capacity: [bold]{found.capacity:g} {what}[/] (the smallest miss: {hi:g})" if hi is not None else f"capacity: at least {found.capacity:g} {what} (no probe missed)"
+    text = (f"capacity: [bold]{found.capacity:g} {what}[/] (the smallest miss: {hi:g})" if hi is not None
+            else f"capacity: at least {found.capacity:g} {what} (no probe missed; the search stops at {escape(bound)})" if found.capped
+            else f"capacity: at least {found.capacity:g} {what} (no probe missed)")  # fmt: skip
     if found.spread:
         passed, measured = found.boundary_passes
         text += f"; goodput at the boundary {found.spread[0]:.2f}–{found.spread[1]:.2f} req/s over {measured} measurements"

@@ -13,7 +13,7 @@ from servelab.run.options import DoesNotFit
 from servelab.cli.bind import TARGET_ALL, bind
 from servelab.cli.common import console, err_console, event_loop_runner, fail, measured, output_dir, remember, sigterm_as_sigint, write_file
 from servelab.errors import ServelabError
-from servelab.store.grid import CellStats, cell_stats, cells, read_llama_benchy, write_csv, write_llama_benchy_csv
+from servelab.store.grid import CellStats, cell_stats, cells, grid_csv, llama_benchy_csv, read_llama_benchy
 from servelab.run.measure import bench_options, serve
 from servelab.report.table import grid_table
 from servelab.store.results import load_run
@@ -87,16 +87,16 @@ def _show_imported(path: Path, output: Path | None) -> None:
     console.print(grid_table(imported))
     if output is not None:
         output.mkdir(parents=True, exist_ok=True)
-        write_csv(imported, output / "grid.csv")
+        write_file(output / "grid.csv", grid_csv(imported), "--output")
 
 
 def _report(base: Path, rows: list[CellStats], too_long: list[str], cells_asked: int) -> None:
     """The grid's tables (grid.csv, llama-benchy.csv, the console) and its exit: 1 when cells the
     context cannot hold were left out, or cells or requests failed that a rerun may yet measure."""
     rows.sort(key=lambda s: (s.cell.pp, s.cell.tg, s.cell.depth, s.cell.concurrency))
-    write_csv(rows, base / "grid.csv")
+    write_file(base / "grid.csv", grid_csv(rows), "--output")
     served = next((load_run(base / s.cell.name)[0].endpoint.model for s in rows), "model")
-    write_llama_benchy_csv(rows, served, base / "llama-benchy.csv")
+    write_file(base / "llama-benchy.csv", llama_benchy_csv(rows, served), "--output")
     console.print(grid_table(rows))
     console.print(f"cells saved in {base}; tables in {base / 'grid.csv'} and, in llama-benchy's columns, {base / 'llama-benchy.csv'}")
     remember(base)

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
-from servelab.cli.common import console, one_line_errors, read_text
+from servelab.cli.common import console, err_console, one_line_errors, read_text
 from servelab.settings import parse_int_list
 from servelab.engines import plan_engine
 from servelab.engines.cudagraph import padding, recommend
 from servelab.errors import ServelabError
 from servelab.metrics.bootlog import parse_bootlog
+from servelab.plan import hub
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.drafter import parse_drafter
 from servelab.plan.from_log import compare, implied_memory_gib, log_inputs, pick_hardware
@@ -24,6 +25,7 @@ from servelab.plan.planner import make_plan
 from servelab.plan.quant import kv_dtype_bytes
 from servelab.plan.tensors import checkpoint_weights
 from servelab.report.plan_table import from_log_table, padding_table, plan_table
+from servelab.guards import jsonfile
 
 DEFAULT_HARDWARE = "h100-sxm"
 plan_app = typer.Typer(help="Memory fit, KV capacity, concurrency and speed ceilings before launching a server.")
@@ -70,7 +72,8 @@ def plan(
         prefix_caching = prefix_caching or logged.prefix_caching
     if model is None:
         raise ServelabError("--model is required: a catalog name such as qwen3-8b, a config.json, or a Hub id such as Qwen/Qwen3-8B" + (" (the log names none)" if facts else ""))
-    spec, kv_dtype = load_model(model, revision), kv_dtype or "auto"
+    with err_console.status(f"reading {escape(model)} (from the Hugging Face Hub if it is not cached: at most {hub.DEADLINE_S:.0f} s)…"):
+        spec, kv_dtype = load_model(model, revision), kv_dtype or "auto"
     drafter = parse_drafter(speculative, spec, kv_dtype_bytes(kv_dtype), draft_tokens) if speculative else None
     fmt = weight_format(quant, spec, checkpoint_config)
     weights = _weights(spec, quant, checkpoint_config)
@@ -107,7 +110,7 @@ def _show(result, checks: list | None, from_log: Path | None, json_out: bool) ->
         doc = result.model_dump(mode="json")
         if checks is not None:
             doc["from_log"] = [{**c.model_dump(), "error_pct": c.error_pct} for c in checks]
-        print(json.dumps(doc, indent=2))
+        print(jsonfile.dumps(doc, indent=2))
         return
     console.print(plan_table(result))
     if checks is not None:

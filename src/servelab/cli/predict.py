@@ -4,23 +4,22 @@ RUN...``: the model's efficiencies fitted on your own runs."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
 import yaml
-from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.cli.common import DbOpt, console, read_text, store_at, write_file
+from servelab.cli.common import DbOpt, console, err_console, store_at, write_file
 from servelab.settings import parse_float_list, parse_int_list
 from servelab.engines import plan_engine
 from servelab.engines.cudagraph import prompt_step_graph
 from servelab.errors import ServelabError
 from servelab.rules.explain import explain, repeatability
+from servelab.plan import hub
 from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, calibration
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.drafter import parse_drafter
@@ -32,7 +31,8 @@ from servelab.plan.predict import NO_GRAPH, Point
 from servelab.plan.rate import RatePoint
 from servelab.report import plots
 from servelab.report.explain_table import explain_table, repeat_table
-from servelab.store.results import RunResult
+from servelab.store.results import RunResult, read_document
+from servelab.guards import jsonfile
 
 ASSUMPTIONS = ("no prefix-cache hits, acceptance not falling with the batch, the drafter's time per step of the calibration, "
                "TP all-reduce at the profile's estimated latency (not measured), vLLM's asynchronous scheduling, "
@@ -98,7 +98,8 @@ def predict_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")] = False,
 ) -> None:
     """Predicted per-stream and aggregate tok/s, TTFT, TPOT and E2E at each concurrency, with the bottleneck."""
-    spec = load_model(model, revision)
+    with err_console.status(f"reading {escape(model)} (from the Hugging Face Hub if it is not cached: at most {hub.DEADLINE_S:.0f} s)…"):
+        spec = load_model(model, revision)
     hw = load_hardware(hardware)
     levels = parse_int_list(concurrency, "--concurrency")
     rates = parse_float_list(rate, "--rate") if rate else None
@@ -135,7 +136,7 @@ def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, rou
                           if lv.rate_rps is None and lv.ok and lv.decode_tok_s.p50]) for r in overlay]  # fmt: skip
         write_file(plot, plots.prediction(curves, runs), "--plot")
     if json_out:
-        print(json.dumps({"model": spec.name, "hardware": hw.name, "closed_loop": closed_loop, "calibration": cal.model_dump(), "assumptions": _assumptions(routing),
+        print(jsonfile.dumps({"model": spec.name, "hardware": hw.name, "closed_loop": closed_loop, "calibration": cal.model_dump(), "assumptions": _assumptions(routing),
                           "variants": [{"settings": v, "limits": asdict(lim), "points": [asdict(p) for p in pts]} for v, lim, pts in results],
                           "not_fitting": [{"settings": v, "why": why} for v, why in unfit]}, indent=2, default=str))  # fmt: skip
         return
@@ -219,10 +220,10 @@ def _run(run_dir: Path) -> RunResult:
     Raises:
         ServelabError: unreadable, or not a servelab run.
     """
-    try:
-        return RunResult.model_validate_json(read_text(run_dir / "run.json" if run_dir.is_dir() else run_dir, "RUN"))
-    except ValidationError as exc:
-        raise ServelabError(f"{run_dir} is not a servelab run ({exc.errors()[0]['msg']}); give a run directory or its run.json") from None
+    path = run_dir / "run.json" if run_dir.is_dir() else run_dir
+    if not path.is_file():
+        raise ServelabError(f"RUN {run_dir}: no such run; give a run directory or its run.json")
+    return read_document(RunResult, path)
 
 
 def _setup(run: RunResult, where: str, model: str | None, quant: str | None, hardware: str | None) -> tuple:

@@ -11,13 +11,13 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from servelab.cli.common import console, event_loop_runner, fail, measured, output_dir, remember, serve_until_ctrl_c, sigterm_as_sigint, write_file
+from servelab.cli.common import console, event_loop_runner, fail, measured, output_dir, remember, serve_until_ctrl_c, sigterm_as_sigint, warn, write_file
 from servelab.errors import ServelabError
 from servelab.launch.server import RecipeServer
 from servelab.rules.lint import lint as lint_recipe
 from servelab.rules.lint import quant_of
 from servelab.run.measure import Served, bench_options
-from servelab.recipes import Recipe, expand, load_recipe, parse_assignments, variant_label, with_hosts
+from servelab.recipes import Recipe, expand, load_recipe, parse_assignments, redact, variant_label, with_hosts
 from servelab.report.ledger import DEFAULT_METRICS, METRICS, build, collect, default_baseline, ledger_markdown, ledger_table, load_differences
 from servelab.report.table import bench_table
 from servelab.store.results import RunResult
@@ -28,11 +28,18 @@ RecipeArg = Annotated[Path, typer.Argument(help="Recipe YAML (servelab's format,
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="NAME=VALUE: a placeholder value, or an engine flag to add (max_num_seqs=64 → --max-num-seqs 64). Repeatable.")]
 VaryOpt = Annotated[list[str] | None, typer.Option("--vary", help="NAME=V1,V2,…: one variant per value; several --vary give every combination.")]
 HostsOpt = Annotated[str | None, typer.Option("--hosts", help="Cluster hosts over ssh, head first: spark-1,spark-2 (replaces the recipe's cluster.hosts).")]
+TrustOpt = Annotated[bool, typer.Option("--trust-recipe", help="Let the recipe put values where servelab's allowlist does not (inside a longer argument, into a program other than a known server, into any environment variable): only for a recipe you wrote. Each command prints what it let through.")]
 
 
-def _recipe(path: Path, hosts: str | None) -> Recipe:
-    recipe = load_recipe(path)
+def _recipe(path: Path, hosts: str | None, trusted: bool) -> Recipe:
+    recipe = load_recipe(path, trusted)
     return with_hosts(recipe, hosts) if hosts else recipe
+
+
+def _show_trusted(recipe: Recipe) -> None:
+    """Say what ``--trust-recipe`` let through (after the variants are resolved)."""
+    for note in recipe.trust_notes:
+        warn(f"--trust-recipe: {note}")
 
 
 def _fixed(items: list[str] | None) -> dict[str, str]:
@@ -56,11 +63,13 @@ def lint(
     set_: SetOpt = None,
     hosts: HostsOpt = None,
     hardware: Annotated[str | None, typer.Option(help="Hardware profile or YAML (default the recipe's hardware): enables the memory checks.")] = None,
+    trust_recipe: TrustOpt = False,
 ) -> None:
     """Check a recipe against known pitfalls (each with its reason); exit 1 when there are warnings."""
-    recipe = _recipe(recipe_file, hosts)
+    recipe = _recipe(recipe_file, hosts, trust_recipe)
     fixed = _fixed(set_)
     count = _print_lint(recipe, expand(recipe, parse_assignments(vary or [], "--vary"), fixed), fixed, hardware)
+    _show_trusted(recipe)
     if count:
         fail(f"{count} finding(s) in {recipe_file}", 1)
     console.print(f"{recipe_file}: no known pitfalls found")
@@ -70,7 +79,7 @@ def _print_commands(server: RecipeServer) -> None:
     v = server.resolved
     console.print(f"[bold]{escape(v.label)}[/]: ready when GET {escape(v.ready_url)} answers 200 (timeout {v.ready_timeout_s:.0f} s)", highlight=False)
     for argv in server.commands():
-        console.print("  " + shlex.join(argv), soft_wrap=True, highlight=False, markup=False)
+        console.print("  " + shlex.join(redact(argv)), soft_wrap=True, highlight=False, markup=False)
 
 
 def launch(
@@ -79,13 +88,15 @@ def launch(
     hosts: HostsOpt = None,
     log_dir: Annotated[Path | None, typer.Option(help="Where the server logs go (default a temporary folder).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the exact commands and exit.")] = False,
+    trust_recipe: TrustOpt = False,
 ) -> None:
     """Start the server a recipe describes, wait until it is ready, and keep it up until Ctrl-C."""
     sigterm_as_sigint()
     try:
-        recipe = _recipe(recipe_file, hosts)
+        recipe = _recipe(recipe_file, hosts, trust_recipe)
         fixed = _fixed(set_)
         server = RecipeServer(recipe, recipe.resolve(fixed, variant_label(fixed)), log_dir or Path(tempfile.mkdtemp(prefix="servelab-")))
+        _show_trusted(recipe)
         if dry_run:
             _print_commands(server)
             return
@@ -110,19 +121,22 @@ def sweep(
     hosts: HostsOpt = None,
     output: Annotated[Path | None, typer.Option(help="Sweep directory (default servelab-runs/<time>-sweep-<recipe>); rerun with the same one to resume.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print each variant's exact commands and exit.")] = False,
+    trust_recipe: TrustOpt = False,
 ) -> None:
     """For each variant: launch the recipe's server, run its bench plan, stop; then print the Δ% ledger."""
     sigterm_as_sigint()
     out = output
     try:
-        recipe = _recipe(recipe_file, hosts)
+        recipe = _recipe(recipe_file, hosts, trust_recipe)
         fixed = _fixed(set_)
         variants = expand(recipe, parse_assignments(vary or [], "--vary"), fixed)
         if dry_run:
             for v in variants:
                 _print_commands(RecipeServer(recipe, recipe.resolve(v, variant_label(v, fixed)), Path(".")))
+            _show_trusted(recipe)
             return
         _print_lint(recipe, variants, fixed, None)
+        _show_trusted(recipe)
         out = output_dir(output, "sweep", f"sweep-{recipe.name}")
         resolved = bench_options(recipe.bench, embedded=False)  # once, every file the load names read before a server starts
 

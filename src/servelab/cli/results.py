@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import socket
 from pathlib import Path
 from typing import Annotated
@@ -19,6 +18,7 @@ from servelab.report.html import compare_page, run_page
 from servelab.report.table import bench_table
 from servelab.store.database import METRICS as STORE_METRICS
 from servelab.guards.untrusted import for_csv
+from servelab.guards import jsonfile
 
 
 def import_(
@@ -87,7 +87,7 @@ def export(
     rows = [{**{k: getattr(r, k) for k in keys}, "level": lv.label, "concurrency": lv.concurrency, "rate_rps": lv.rate_rps, "ok": lv.ok,
              "failed": lv.failed, **{m: getattr(lv, m) for m in STORE_METRICS}} for r in found for lv in r.levels]  # fmt: skip
     if output.suffix.lower() == ".json":
-        text = json.dumps(rows, indent=1)
+        text = jsonfile.dumps(rows, indent=1)
     else:
         buffer = io.StringIO(newline="")
         writer = csv.DictWriter(buffer, fieldnames=[*keys, "level", "concurrency", "rate_rps", "ok", "failed", *STORE_METRICS])

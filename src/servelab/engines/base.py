@@ -139,6 +139,9 @@ class Engine:
     # recipes and launch
     largest_capture_flag: ClassVar[str | None] = None  # the server flag that sets its largest CUDA-graph capture size (capture_sizes' largest)
     larger_graphs: ClassVar[str | None] = None  # what raising it did to steps that carry prompts, measured (predict's hint, finding prompt_steps_without_graphs)
+    # the argument lists that start this engine's server (the program's base name first, "python" for
+    # any python3.X): a recipe's placeholders may fill whole arguments of these only (servelab.recipes.trust)
+    launchers: ClassVar[tuple[tuple[str, ...], ...]] = ()
     ready_path: ClassVar[str] = "/v1/models"  # polled until it answers 200
     ready_timeout_s: ClassVar[float] = 600.0
     default_port: ClassVar[int] = 8000  # the port it listens on when the command does not say

@@ -8,11 +8,14 @@ and the steps every engine shares (speculative-decoding counters, gauge peaks) a
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from pydantic import BaseModel, Field
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
+MAX_FIGURE = 1e15  # no counter of one phase, gauge or mean in ms comes near it (10^15 tokens); 7e300 is a lie
+SHARES = {"prefix_cache_hit_rate", "acceptance_rate", "peak_kv_usage"}  # fractions 0–1
 
 
 def total(samples: Samples, *names: str, **labels: str) -> float | None:
@@ -54,6 +57,21 @@ class ServerStats(BaseModel):
     peak_running: float | None = None
     peak_waiting: float | None = None
     peak_kv_usage: float | None = Field(None, description="Peak KV-cache usage, fraction 0–1.")
+    rejected: dict[str, str] = Field(default_factory=dict, description="Figures the server's /metrics gave impossible values for "
+                                     "(not finite, negative, above 1e15, a share above 100 %): left out (None), with the value seen.")
+
+    def reject_impossible(self) -> None:
+        """Leave out (set to None, note in ``rejected``) every figure no server can mean: not finite,
+        negative (a counter that went back: a restart), above :data:`MAX_FIGURE`, or a share
+        (:data:`SHARES`) above 1. A server's numbers are reported, never believed."""
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if name == "per_position_acceptance" and value is not None:
+                if any(not 0 <= v <= 1 for v in value):  # NaN fails both comparisons
+                    self.rejected[name], self.per_position_acceptance = str(value)[:200], None
+            elif isinstance(value, int | float) and not isinstance(value, bool) and not (0 <= value <= (1 + 1e-9 if name in SHARES else MAX_FIGURE)):
+                self.rejected[name] = repr(value)
+                setattr(self, name, None)
 
 
 class Scrapes:
@@ -80,6 +98,8 @@ class Scrapes:
     def peak(self, names: tuple[str, ...]) -> float | None:
         """Largest value of a gauge over every scrape (first present name), None if never present."""
         values = [v for s in self.all if (v := total(s, *names)) is not None]
+        if any(v != v for v in values):  # a NaN sample: max() would keep or drop it by its place; NaN, for reject_impossible
+            return math.nan
         return max(values) if values else None
 
     def by_label(self, name: str, label: str, when: str = "after") -> dict[str, float]:

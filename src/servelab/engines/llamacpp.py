@@ -120,6 +120,7 @@ class LlamaCpp(Engine):
     rules = RULES
     ready = READY
     strip_prefix = staticmethod(strip_prefix)
+    launchers = (("llama-server",), ("servelab-llama-server",))  # llama.cpp tools/server; the embedded xllamacpp launcher
     ready_path = "/health"  # 503 "Loading model", then 200 (server-facts.md, llama.cpp endpoints)
     ready_timeout_s = 300.0
     default_port = 8080

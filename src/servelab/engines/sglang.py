@@ -98,6 +98,7 @@ class SGLang(Engine):
     rules = RULES
     ready = READY
     strip_prefix = staticmethod(strip_prefix)
+    launchers = (("python", "-m", "sglang.launch_server"),)  # SGLang docs, "Server arguments"
     ready_path = "/health"  # 503 until its warm-up request has run (server-facts.md, SGLang endpoints)
     ready_timeout_s = 900.0
     default_port = 30000

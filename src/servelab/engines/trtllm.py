@@ -15,6 +15,7 @@ class TrtLlm(Engine):
 
     name = "trtllm"
     title = "TensorRT-LLM"
+    launchers = (("trtllm-serve",),)  # TensorRT-LLM docs, "trtllm-serve"
     ready_path = "/health"
     ready_timeout_s = 1800.0
     default_port = 8000

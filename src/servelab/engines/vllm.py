@@ -136,6 +136,7 @@ class VLLM(Engine):
     notable = NOTABLE
     strip_prefix = staticmethod(strip_prefix)
     # /health is refused until the engine is built (server-facts.md §2.2); weights, torch.compile and graphs take 5-15 min on big models: 900 s
+    launchers = (("vllm", "serve"), ("python", "-m", "vllm.entrypoints.openai.api_server"))  # vLLM docs, "OpenAI-compatible server"
     ready_path = "/health"
     ready_timeout_s = 900.0
     default_port = 8000

@@ -2,7 +2,8 @@
 
 A secret is known by value once servelab reads it (the API key from ``--api-key-env``, the values
 of a recipe's ``pass_env`` variables): :func:`remember`. :func:`scrub` replaces every known value,
-and text shaped like a credential whatever its source (``Bearer …``, ``Basic …``, OpenAI-style ``sk-…`` keys,
+and text shaped like a credential whatever its source (``Bearer …``, ``Basic …``, a credential
+header's value (``Authorization: Token …``, ``x-api-key: …``, ``Cookie: …``), OpenAI-style ``sk-…`` keys,
 Hugging Face ``hf_…`` tokens, a URL's password and its secret query values, ``key=value`` and
 ``'key': 'value'`` pairs whose key names a secret), with ``***``.
 
@@ -19,6 +20,7 @@ line it prints passes :func:`scrub` (``servelab.cli.common``).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel
@@ -38,7 +40,11 @@ SHAPES = re.compile(
     r"|\bhf_[A-Za-z0-9]{8,}"  # Hugging Face tokens
 )
 KEY_VALUE = re.compile(rf"(?i)((?<![\w-])(?:--)?(?:{_TEXT_NAMES})['\"]?\s*[=:]\s*['\"]?)([^\s&\"'<>,;]+)")  # in free text the unambiguous names only ("token: 212" is a log's prose): API_KEY=…, --hf-token=…, 'api_key': '…'
+HEADER = re.compile(  # an HTTP credential header as a log prints it: "Authorization: Token abc", "x-api-key: abc", "Cookie: s=abc"
+    r"(?i)((?<![\w-])(?:proxy-)?(?:authorization|x-api-key|api-key|x-auth-token|cookie|set-cookie)['\"]?\s*[:=]\s*['\"]?"
+    r"(?:(?:bearer|basic|token|digest|apikey|key)\s+)?)([^\s\"'<>,;]+)")
 URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s\"'<>`]+")
+SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "credentials")  # words of an environment variable's or flag's name
 _known: set[str] = set()
 
 
@@ -46,6 +52,20 @@ def remember(value: str | None) -> None:
     """Treat ``value`` as a secret from now on (ignored when empty or shorter than ``MIN_SECRET_LEN``)."""
     if value and len(value) >= MIN_SECRET_LEN:
         _known.add(value)
+
+
+def secret_name(name: str) -> bool:
+    """True for names like ``--api-key``, ``--hf-token``, ``HF_TOKEN``, ``OPENAI_API_KEY`` (a word of
+    the name, split at ``-`` and ``_``, is in :data:`SECRET_WORDS`: ``--max-num-batched-tokens`` is not)."""
+    return any(w in SECRET_WORDS for w in re.split(r"[-_]+", name.lower()))
+
+
+def remember_environment(environ: Mapping[str, str]) -> None:
+    """Treat the values of ``environ``'s secret-named variables (:func:`secret_name`: ``HF_TOKEN``,
+    ``OPENAI_API_KEY`` …) as secrets: masked wherever they turn up, whoever echoes them."""
+    for name, value in environ.items():
+        if secret_name(name):
+            remember(value)
 
 
 def mask_url(url: str) -> str:
@@ -74,7 +94,8 @@ def mask_url(url: str) -> str:
 def scrub(text: str) -> str:
     """``text`` with every URL masked (:func:`mask_url`), every credential-shaped part and every
     known secret value replaced by ``***``."""
-    text = KEY_VALUE.sub(r"\1" + MASK, SHAPES.sub(MASK, URL.sub(lambda m: mask_url(m.group(0)), text)))
+    text = URL.sub(lambda m: mask_url(m.group(0)), text)
+    text = KEY_VALUE.sub(r"\1" + MASK, HEADER.sub(r"\1" + MASK, SHAPES.sub(MASK, text)))
     for value in sorted(_known, key=len, reverse=True):
         text = text.replace(value, MASK)
     return text

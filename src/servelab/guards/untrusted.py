@@ -1,5 +1,6 @@
 """Text from outside (model ids, versions, server errors, imported files, boot-log lines, names read
-from files) made safe for each place it goes: one function per sink.
+from files) made safe for each place it goes: one function per sink. What is kept of it (a
+record's error, a boot log's warnings) passes :func:`outside` when it is read.
 
 - terminal: :func:`plain` (C0 and C1 control characters, DEL and bidirectional overrides removed:
   no escape sequence retitles or clears a terminal) with secrets masked; the CLI's consoles apply it
@@ -32,6 +33,14 @@ def plain(text: str) -> str:
 def for_terminal(text: str) -> str:
     """``text`` for a terminal: :func:`plain`, secrets masked (``servelab.guards.redaction.scrub``)."""
     return scrub(plain(text))
+
+
+def outside(text: str, limit: int) -> str:
+    """Text read from outside (a server's error body, a boot-log line, a header, a model name) as
+    servelab keeps it: :func:`for_terminal` (control characters removed, secrets masked by shape and
+    by the environment's secret names) and at most ``limit`` characters (``…`` marks a cut)."""
+    text = for_terminal(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def for_csv(value: object) -> object:

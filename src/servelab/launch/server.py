@@ -27,8 +27,8 @@ from servelab import engines
 from servelab.errors import ServelabError
 from servelab.launch import cluster, docker
 from servelab.server.process import POLL_S, Proc, wait_ready
-from servelab.recipes import Recipe, Resolved, is_secret, redact
-from servelab.guards.redaction import remember
+from servelab.recipes import Recipe, Resolved, redact
+from servelab.guards.redaction import MASK, remember, secret_name
 from servelab.store.results import RecipeInfo
 
 PROBE_TIMEOUT_S = 20.0  # one `ray.nodes()` call; a probe stuck while the head comes up is retried
@@ -171,7 +171,7 @@ class RecipeServer:
         r, v = self.recipe, self.resolved
         return RecipeInfo(
             name=r.name, engine=r.engine, path=str(r._path) if r._path else None, sha256=r.sha256(), variant=v.label,
-            values={k: "***" if is_secret(k) else x for k, x in v.values.items()}, command=redact(v.argv), image=v.image, hosts=r.cluster.hosts if r.cluster else [],
+            values={k: MASK if secret_name(k) else x for k, x in v.values.items()}, command=redact(v.argv), image=v.image, hosts=r.cluster.hosts if r.cluster else [],
         )  # fmt: skip
 
     def __enter__(self) -> RecipeServer:

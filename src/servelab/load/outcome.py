@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from servelab.values.records import RequestRecord
-from servelab.guards.redaction import scrub
+from servelab.guards.untrusted import outside
 from servelab.server.tokenizer import Tokenizer
 
 ERROR_TEXT_LIMIT = 500
@@ -29,7 +29,12 @@ def disbelieve_usage(record: RequestRecord, texts: Texts) -> None:
     counted from what was received. Not believed: more tokens than ``max_tokens``; fewer than the
     token chunks received (each carries at least one); more than ``TEXT_TOKENS_PER_BYTE`` per
     UTF-8 byte of the text received plus ``TEXT_TOKEN_MARGIN`` (a token decodes to at least one
-    byte but for special tokens: an inflated count, docs/failure-semantics.md)."""
+    byte but for special tokens: an inflated count, docs/failure-semantics.md). Cached prompt tokens
+    above the prompt tokens (a hit rate above 100 %) are not believed either."""
+    prompt = record.prompt_tokens if record.prompt_tokens is not None else record.expected_prompt_tokens
+    if record.cached_prompt_tokens is not None and prompt is not None and record.cached_prompt_tokens > prompt:
+        record.anomalies.append("cached_above_prompt")
+        record.cached_prompt_tokens = None
     n = record.output_tokens
     if n is None or record.output_tokens_source != "usage":
         return
@@ -73,7 +78,7 @@ def mark_incomplete(record: RequestRecord, end: float) -> None:
 
 
 def fail(record: RequestRecord, kind: str, message: str) -> None:
-    """Mark ``record`` failed with ``kind`` and ``message`` (secrets scrubbed, shortened)."""
+    """Mark ``record`` failed with ``kind`` and ``message`` (``servelab.guards.untrusted.outside``: secrets masked, control characters removed, shortened)."""
     record.status = "failed"
     record.error_kind = kind
-    record.error = scrub(message)[:ERROR_TEXT_LIMIT]
+    record.error = outside(message, ERROR_TEXT_LIMIT)

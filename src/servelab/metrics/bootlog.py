@@ -20,9 +20,11 @@ import re
 
 from servelab.engines import all_engines
 from servelab.engines.bootfacts import BootFacts
-from servelab.guards.redaction import mask_keys, scrub
+from servelab.guards.redaction import mask_keys
+from servelab.guards.untrusted import outside
 
 KEEP_UNRECOGNISED = 200
+KEPT_LINE = 2_000  # characters kept of a warning or an unrecognised line (servelab.guards.untrusted.outside)
 MAX_LINE = 16_384  # characters read of one log line (vLLM's longest, its config dump, is ~6,000)
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -90,5 +92,5 @@ def parse_bootlog(text: str) -> BootFacts:
     if hints:
         facts.engine = max(hints, key=hints.get)
     facts.non_default_args = mask_keys(facts.non_default_args)  # api_key, hf_token … (servelab.guards.redaction)
-    facts.warnings, facts.unrecognised = [scrub(w) for w in facts.warnings], [scrub(u) for u in facts.unrecognised]
+    facts.warnings, facts.unrecognised = [outside(w, KEPT_LINE) for w in facts.warnings], [outside(u, KEPT_LINE) for u in facts.unrecognised]
     return facts

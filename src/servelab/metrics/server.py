@@ -58,7 +58,9 @@ def _spec_decode(s: Scrapes, prefix: str, stats: ServerStats) -> None:
 def compute(engine: str | Engine, before: Samples, after: Samples, during: list[Samples]) -> ServerStats:
     """Deltas between two scrapes and peaks over all of them, for one engine (by name or object).
 
-    An engine without known metrics (``gauges`` None) gives only the scrape count.
+    An engine without known metrics (``gauges`` None) gives only the scrape count. Impossible values
+    (NaN, ±Inf, negative deltas, above 1e15, shares above 100 %) are left out and listed in
+    ``rejected`` (``ServerStats.reject_impossible``).
     """
     engine = engines.get(engine) if isinstance(engine, str) else engine
     s = Scrapes(before, after, during)
@@ -71,6 +73,7 @@ def compute(engine: str | Engine, before: Samples, after: Samples, during: list[
     stats.peak_running = s.peak(engine.gauges.running)
     stats.peak_waiting = s.peak(engine.gauges.waiting)
     stats.peak_kv_usage = s.peak(engine.gauges.kv_usage)
+    stats.reject_impossible()
     return stats
 
 

@@ -86,8 +86,9 @@ class SloResult(BaseModel):
 
     @property
     def passed(self) -> bool:
-        """Every objective's percentile within its target."""
-        return all(c.passed for c in self.checks)
+        """Every objective's percentile within its target, over at least one request that met them
+        all: a level in which no request completed (or none met them) never passes."""
+        return self.good_requests > 0 and all(c.passed for c in self.checks)
 
 
 def _values(metric: Metric, q: float) -> Callable[[RequestRecord], float | None]:
@@ -107,7 +108,7 @@ def evaluate(objectives: Sequence[Objective], records: Sequence[RequestRecord], 
     def meets(r: RequestRecord) -> bool:
         for o in objectives:
             value = _values(o.metric, o.percentile)(r)
-            if value is not None and value > o.target_ms:
+            if (value is None and o.metric == "ttft") or (value is not None and value > o.target_ms):  # no first token: no TTFT met
                 return False
         return True
 

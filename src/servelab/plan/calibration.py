@@ -50,7 +50,7 @@ class Calibration(BaseModel):
 
 def calibrations() -> dict[str, Calibration]:
     """The shipped calibrations (``servelab/data/calibration.yaml``) by name."""
-    data = yaml.safe_load(files("servelab.data").joinpath("calibration.yaml").read_text())
+    data = yaml.safe_load(files("servelab.data").joinpath("calibration.yaml").read_text(encoding="utf-8"))
     return {name: Calibration(name=name, **value) for name, value in data.items()}
 
 

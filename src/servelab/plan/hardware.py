@@ -20,7 +20,7 @@ from servelab.guards.yamlfile import read_yaml
 
 
 def _bundled() -> dict[str, dict]:
-    return yaml.safe_load(files("servelab.data").joinpath("hardware.yaml").read_text())
+    return yaml.safe_load(files("servelab.data").joinpath("hardware.yaml").read_text(encoding="utf-8"))
 
 
 def profiles() -> dict[str, Hardware]:

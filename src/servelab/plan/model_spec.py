@@ -19,20 +19,18 @@ from __future__ import annotations
 
 import difflib
 import json
-import socket
-from urllib.parse import urlsplit
 from importlib.resources import files
 from pathlib import Path
 
 import huggingface_hub
-from huggingface_hub.utils import logging as hub_logging
 from huggingface_hub.utils import validate_repo_id
 from huggingface_hub import constants as hub_constants
 from huggingface_hub import errors as hub_errors
-from pydantic import BaseModel, Field, NonNegativeInt, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError
 
 from servelab.guards import jsonfile
 from servelab.errors import ServelabError, first_problem
+from servelab.plan import hub
 from servelab.plan.families import parse_config, text_config
 from servelab.values.specs import ModelSpec
 
@@ -42,8 +40,10 @@ HUB_FILES = ("config.json", "hf_quant_config.json")  # what servelab takes from 
 class CoreConfig(BaseModel):
     """The fields every supported config.json has, checked before a user's file is parsed, within
     physical bounds (the largest published models are 10–100× below each: a config with
-    ``num_hidden_layers: 1e30`` is refused, not planned for ever)."""
+    ``num_hidden_layers: 1e30`` is refused, not planned for ever). Strict: an integer is an integer,
+    not ``true`` (which lax validation would read as 1 layer) nor ``"32"``."""
 
+    model_config = ConfigDict(strict=True)
     hidden_size: PositiveInt = Field(le=1_000_000)
     num_hidden_layers: PositiveInt = Field(le=100_000)
     vocab_size: PositiveInt = Field(le=100_000_000)
@@ -67,7 +67,7 @@ def _catalog_key(key: str, names: dict[str, Path]) -> str | None:
     if key in names:
         return key
     for name, path in names.items():
-        meta = json.loads(path.read_text()).get("_servelab", {})
+        meta = json.loads(path.read_text(encoding="utf-8")).get("_servelab", {})
         if key in {i.lower().rsplit("/", 1)[-1] for i in [meta.get("id", ""), *meta.get("same_config", [])]}:
             return name
     return None
@@ -90,7 +90,7 @@ def load_model(ref: str, revision: str | None = None, *, online: bool = True) ->
     names = catalog()
     key = ref.lower().rsplit("/", 1)[-1]
     if (name := _catalog_key(key, names)) is not None and revision is None:
-        return parse_config(json.loads(names[name].read_text()), name=name)
+        return parse_config(json.loads(names[name].read_text(encoding="utf-8")), name=name)
     if _is_hub_id(ref):
         spec = _read(hub_config(ref, revision, online=online), ref, name=ref)
         spec.hub_id, spec.revision = ref, revision
@@ -110,55 +110,39 @@ def _is_hub_id(ref: str) -> bool:
 
 def hub_config(repo_id: str, revision: str | None = None, *, online: bool = True) -> Path:
     """The local path of a Hub repository's ``config.json``: the cached copy, else (``online``)
-    downloaded, with ``hf_quant_config.json`` when the repository has one, into the Hugging Face cache.
+    downloaded, with ``hf_quant_config.json`` when the repository has one, into the Hugging Face
+    cache; within the bounds of ``servelab.plan.hub`` (no call offline, a deadline, the cache's own files only).
 
     Raises:
-        ServelabError: offline and not cached, not found, gated, or the Hub unreachable: one line
-            naming the id and the fixes.
+        ServelabError: offline and not cached, not found, gated, the Hub unreachable or too slow,
+            or a damaged cache entry: one line naming the id and the fixes.
     """
-    cached = huggingface_hub.try_to_load_from_cache(repo_id, "config.json", revision=revision)
-    if isinstance(cached, str):
-        return Path(cached)
-    where = repo_id + (f"@{revision}" if revision else "")
+    where = f"--model {repo_id}" + (f"@{revision}" if revision else "")
+    if (found := hub.cached(repo_id, "config.json", revision, where)) is not None:
+        return found
     fixes = f"download it once where the Hub is reachable (hf download {repo_id} config.json) or give --model the path of its config.json"
     if not online:
-        raise ServelabError(f"--model {where}: not in the Hugging Face cache; {fixes}")
-    if not hub_constants.HF_HUB_OFFLINE and not hub_reachable():
-        raise ServelabError(f"--model {where}: not in the Hugging Face cache and the Hub ({urlsplit(hub_constants.ENDPOINT).hostname}) could not be reached; {fixes}")
+        raise ServelabError(f"{where}: not in the Hugging Face cache; {fixes}")
     try:
-        path = Path(huggingface_hub.hf_hub_download(repo_id, "config.json", revision=revision))
+        path = Path(hub.call(where, huggingface_hub.hf_hub_download, repo_id, "config.json", revision=revision))
     except (hub_errors.OfflineModeIsEnabled, hub_errors.LocalEntryNotFoundError):  # before EntryNotFoundError, its base
-        why = "HF_HUB_OFFLINE is set" if hub_constants.HF_HUB_OFFLINE else "the Hub could not be reached"
-        raise ServelabError(f"--model {where}: not in the Hugging Face cache and {why}; {fixes}") from None
+        why = "HF_HUB_OFFLINE is set" if hub_constants.HF_HUB_OFFLINE else f"the Hub ({hub.host()}) could not be reached"
+        raise ServelabError(f"{where}: not in the Hugging Face cache and {why}; {fixes}") from None
     except hub_errors.GatedRepoError:
-        raise ServelabError(f"--model {where}: a gated repository; accept its terms on the Hub and log in (hf auth login or HF_TOKEN), or {fixes.split(' or ', 1)[1]}") from None
+        raise ServelabError(f"{where}: a gated repository; accept its terms on the Hub and log in (hf auth login or HF_TOKEN), or {fixes.split(' or ', 1)[1]}") from None
     except hub_errors.RepositoryNotFoundError:
-        raise ServelabError(f"--model {where}: no such repository on the Hub (or it is private: log in with hf auth login or HF_TOKEN)") from None
+        raise ServelabError(f"{where}: no such repository on the Hub (or it is private: log in with hf auth login or HF_TOKEN)") from None
     except hub_errors.RevisionNotFoundError:
-        raise ServelabError(f"--model {where}: no such revision; give a branch, tag or commit of {repo_id}") from None
+        raise ServelabError(f"{where}: no such revision; give a branch, tag or commit of {repo_id}") from None
     except hub_errors.EntryNotFoundError:
-        raise ServelabError(f"--model {where}: the repository has no config.json; give --model the path of one") from None
-    except (hub_errors.HfHubHTTPError, OSError) as exc:
-        raise ServelabError(f"--model {where}: not in the Hugging Face cache and the Hub did not answer ({type(exc).__name__}); {fixes}") from None
+        raise ServelabError(f"{where}: the repository has no config.json; give --model the path of one") from None
+    except hub_errors.HfHubHTTPError as exc:
+        raise ServelabError(f"{where}: not in the Hugging Face cache and the Hub did not answer ({type(exc).__name__}); {fixes}") from None
     try:
-        huggingface_hub.hf_hub_download(repo_id, "hf_quant_config.json", revision=revision)
-    except (hub_errors.HfHubHTTPError, hub_errors.LocalEntryNotFoundError, OSError):
+        hub.call(where, huggingface_hub.hf_hub_download, repo_id, "hf_quant_config.json", revision=revision)
+    except (hub_errors.HfHubHTTPError, hub_errors.EntryNotFoundError, ServelabError):
         pass  # most checkpoints have none
     return path
-
-
-def hub_reachable() -> bool:
-    """Whether the Hub can be asked: HF_HUB_OFFLINE is not set and its host name resolves. Without
-    a network ``huggingface_hub`` retries for ~25 s before it fails; a name that does not resolve
-    fails at once. Quiets its retry warnings (the caller says the outcome in one line)."""
-    hub_logging.set_verbosity_error()
-    if hub_constants.HF_HUB_OFFLINE:
-        return False
-    try:
-        socket.getaddrinfo(urlsplit(hub_constants.ENDPOINT).hostname or "", None)
-    except OSError:
-        return False
-    return True
 
 
 def _read(path: Path, ref: str, name: str) -> ModelSpec:

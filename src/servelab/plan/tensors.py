@@ -13,20 +13,25 @@ speculative decoding uses them (``mtp``), so :attr:`CheckpointWeights.loaded_byt
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import huggingface_hub
-from huggingface_hub.utils import SafetensorsRepoMetadata
+from huggingface_hub.utils import SafetensorsRepoMetadata, TensorInfo
 from huggingface_hub import errors as hub_errors
 
 from servelab.errors import ServelabError
 from servelab.guards.jsonfile import loads
-from servelab.plan.model_spec import hub_reachable
+from servelab.plan import hub
 from servelab.values.specs import ModelSpec
 
 MAX_INDEX_BYTES = 10**15  # 1 PB: a safetensors index claiming more is not a checkpoint
+DTYPE_BITS = {  # safetensors' dtypes and their sizes (safetensors src/tensor.rs, Dtype::bitsize)
+    "BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
+    "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "C64": 64, "F64": 64, "I64": 64, "U64": 64,
+}  # fmt: skip
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 _PARTS = (  # first match wins; names as Hugging Face checkpoints spell them
     ("vision", re.compile(r"vision|visual|vit\.|image|multi_modal_projector|mm_projector|audio|patch_embed")),
@@ -74,17 +79,48 @@ class CheckpointWeights:
         return self.total_bytes - self.by_part.get("mtp", 0)
 
 
+def tensor_bytes(name: str, info: TensorInfo, where: str) -> int:
+    """The bytes of one tensor as its header gives them (``data_offsets`` end − begin), checked
+    against its dtype and shape: a known dtype (:data:`DTYPE_BITS`), non-negative dimensions, an
+    ordered byte range of exactly ``⌈elements × bits ÷ 8⌉`` bytes.
+
+    Raises:
+        ServelabError: a header no safetensors writer produces (negative offsets or dimensions, a
+            range that does not hold the shape, an unknown dtype), naming the file and the tensor.
+    """
+    bits = DTYPE_BITS.get(info.dtype)
+    shape, offsets = info.shape, info.data_offsets
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in [*shape, *offsets])
+    problem = (f"unknown dtype {str(info.dtype)[:20]!r}" if bits is None
+               else "a dimension or offset is not an integer" if not ints or len(offsets) != 2
+               else f"a negative dimension in {shape}" if any(d < 0 for d in shape)
+               else f"byte range {list(offsets)} is not ordered" if not 0 <= offsets[0] <= offsets[1]
+               else None)  # fmt: skip
+    if problem is None and offsets[1] - offsets[0] != -(-math.prod(shape) * bits // 8):
+        problem = f"byte range {list(offsets)} does not hold {shape} of {info.dtype}"
+    if problem:
+        raise ServelabError(f"{where}: tensor {name[:80]!r}: {problem}; the checkpoint's safetensors header is damaged")
+    return offsets[1] - offsets[0]
+
+
 def from_metadata(meta: SafetensorsRepoMetadata, source: str, num_layers: int) -> CheckpointWeights:
-    """Sum a ``SafetensorsRepoMetadata`` by dtype and part (module docstring)."""
+    """Sum a ``SafetensorsRepoMetadata`` by dtype and part (module docstring), each tensor checked
+    (:func:`tensor_bytes`).
+
+    Raises:
+        ServelabError: a damaged header, or a total that is not a checkpoint's (≥ ``MAX_INDEX_BYTES``).
+    """
     out = CheckpointWeights(total_bytes=0, params=0, files=len(meta.files_metadata), source=source)
-    for file in meta.files_metadata.values():
+    for filename, file in meta.files_metadata.items():
         for name, info in file.tensors.items():
-            size = info.data_offsets[1] - info.data_offsets[0]
+            size = tensor_bytes(name, info, f"{source} {filename}")
             out.total_bytes += size
             out.params += info.parameter_count
             out.by_dtype[info.dtype] = out.by_dtype.get(info.dtype, 0) + size
             kind = part(name, num_layers)
             out.by_part[kind] = out.by_part.get(kind, 0) + size
+    if out.total_bytes >= MAX_INDEX_BYTES:
+        raise ServelabError(f"{source}: its safetensors headers add up to {out.total_bytes:.3g} bytes, not a checkpoint's (< {MAX_INDEX_BYTES:.0e})")
     return out
 
 
@@ -128,7 +164,9 @@ def checkpoint_weights(spec: ModelSpec, *, online: bool = True, folder: Path | N
     huggingface_hub parses it.
 
     Raises:
-        ServelabError: a local index that is not JSON, or whose total size is not a checkpoint's (:func:`from_index`).
+        ServelabError: a local index that is not JSON, or whose total size is not a checkpoint's
+            (:func:`from_index`); a damaged header (:func:`tensor_bytes`); the Hub too slow or
+            its answer unreadable (``servelab.plan.hub``).
     """
     layers = len(spec.layers)
     folder = folder or (Path(spec.config_path).parent if spec.config_path else None)
@@ -139,13 +177,15 @@ def checkpoint_weights(spec: ModelSpec, *, online: bool = True, folder: Path | N
                 return local
         except (hub_errors.NotASafetensorsRepoError, hub_errors.SafetensorsParsingError, OSError):
             pass
+        except (RecursionError, ValueError, KeyError, TypeError) as exc:  # a header huggingface_hub cannot parse (nested 100,000 deep …)
+            raise ServelabError(f"{folder}: a safetensors header could not be read ({type(exc).__name__}); the checkpoint is damaged") from None
         if index is not None:
             return index  # config.json and the index, shards not downloaded
-    if spec.hub_id and online and hub_reachable():
+    if spec.hub_id and online and hub.reachable():
         try:
-            meta = huggingface_hub.get_safetensors_metadata(spec.hub_id, revision=spec.revision)
+            meta = hub.call(f"--model {spec.hub_id}", huggingface_hub.get_safetensors_metadata, spec.hub_id, revision=spec.revision)
         except (hub_errors.HfHubHTTPError, hub_errors.NotASafetensorsRepoError, hub_errors.SafetensorsParsingError,
-                hub_errors.LocalEntryNotFoundError, OSError):  # fmt: skip
+                hub_errors.EntryNotFoundError, hub_errors.OfflineModeIsEnabled):  # fmt: skip
             return None
         return _weights(meta, f"hub:{spec.hub_id}", layers)
     return None

@@ -2,7 +2,7 @@
 
 - ``format``: the YAML format, its validation and file loading (``load_recipe``), and a variant
   resolved: placeholders filled in and the engine's flags added (``Recipe.resolve``);
-- ``interpreters``: where a value would run as code (a shell's script argument);
+- ``trust``: the allowlist of where a placeholder's value may go (whole arguments of a known server);
 - ``spark_vllm_docker``: the community's DGX Spark format, converted on load;
 - ``variants``: ``--set`` / ``--vary`` assignments, combinations, labels, directories;
 - ``flags``: adding flags to an argument list, and redacting secrets (reading them: ``servelab.values.argv``).
@@ -12,11 +12,11 @@ What a flag means for an engine, and which flags it needs, is the engine's (``se
 Layer: recipes. May import: settings, load, workloads, plan, store, metrics, server, engines, values, guards, errors (docs/architecture.md).
 """
 
-from servelab.recipes.flags import is_secret, redact
+from servelab.recipes.flags import redact
 from servelab.recipes.format import Container, Recipe, Resolved, load_recipe, with_hosts
 from servelab.recipes.variants import expand, parse_assignments, variant_dir, variant_label
 
 __all__ = [
-    "Container", "Recipe", "Resolved", "expand", "is_secret", "load_recipe", "parse_assignments",
+    "Container", "Recipe", "Resolved", "expand", "load_recipe", "parse_assignments",
     "redact", "variant_dir", "variant_label", "with_hosts",
 ]  # fmt: skip

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
+import shlex
+
 
 from servelab.errors import ServelabError
-from servelab.guards.redaction import scrub
-
-SECRET_WORDS = ("key", "token", "secret", "password")
+from servelab.guards.redaction import scrub, secret_name
 
 
 def parse_port(value: str) -> int:
@@ -26,26 +25,36 @@ def flag_args(name: str, value: str) -> list[str]:
     return [flag, value]
 
 
-def is_secret(name: str) -> bool:
-    """True for names like ``--api-key``, ``--hf-token``, ``HF_TOKEN`` (word match: ``--max-num-batched-tokens`` is not)."""
-    return any(w in SECRET_WORDS for w in re.split(r"[-_]+", name.lower()))
+def _words(arg: str) -> list[str] | None:
+    """``arg`` split as a shell would (``shlex``) when it holds several words, else None."""
+    if not any(c.isspace() for c in arg):
+        return None
+    try:
+        words = shlex.split(arg)
+    except ValueError:
+        return None
+    return words if len(words) > 1 else None
 
 
 def redact(argv: list[str]) -> list[str]:
     """``argv`` with the values of secret-looking flags and variables (``--api-key X``,
     ``--hf-token=X``, ``HF_TOKEN=X``) replaced by ``***``, and every known secret value or
     credential-shaped text (``Bearer …``, ``sk-…``: ``servelab.guards.redaction.scrub``) masked; for
-    anything stored or printed."""
+    anything stored or printed. An argument holding a command line of its own (ssh's remote
+    command, ``env K=V …``) is redacted word by word."""
     out: list[str] = []
     hide = False
     for a in argv:
         name, eq, _ = a.partition("=")
-        if hide:
+        inner = _words(a)
+        if inner is not None and not hide:  # a command line in one argument (ssh's remote command): its own words redacted
+            out.append(shlex.join(redact(inner)))
+        elif hide:
             out.append("***")
             hide = False
-        elif is_secret(name) and eq:
+        elif secret_name(name) and eq:
             out.append(name + "=***")
         else:
-            hide = a.startswith("-") and is_secret(name)
+            hide = a.startswith("-") and secret_name(name)
             out.append(scrub(a))
     return out

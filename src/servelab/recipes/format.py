@@ -33,8 +33,8 @@ from servelab import engines
 from servelab.errors import ServelabError
 from servelab.server.process import free_port
 from servelab.recipes.flags import flag_args, parse_port
-from servelab.recipes.interpreters import script_indices
 from servelab.recipes.spark_vllm_docker import from_spark_vllm_docker
+from servelab.recipes.trust import CHECKED, FLAG_VALUE, WHOLE, names, template_problem, values_problem
 from servelab.settings import Load
 from servelab.guards.yamlfile import Lines, line_of, read_yaml_lines
 
@@ -152,6 +152,8 @@ class Recipe(BaseModel):
     _path: Path | None = PrivateAttr(None)
     _lines: Lines = PrivateAttr(default_factory=dict)
     _notes: list[str] = PrivateAttr(default_factory=list)
+    _trusted: bool = PrivateAttr(False)
+    _trust_notes: list[str] = PrivateAttr(default_factory=list)
 
     @field_validator("command", mode="before")
     @classmethod
@@ -172,6 +174,22 @@ class Recipe(BaseModel):
     def notes(self) -> list[str]:
         """What the import of a foreign format left out (e.g. spark-vllm-docker mods)."""
         return self._notes
+
+    @property
+    def trust_notes(self) -> list[str]:
+        """What ``--trust-recipe`` let through that the allowlist refuses (``servelab.recipes.trust``), one line each, for the CLI to show."""
+        return self._trust_notes
+
+    def distrust(self, problem: str) -> None:
+        """Refuse ``problem`` (outside the allowlist) unless the recipe is trusted; then note it once.
+
+        Raises:
+            ServelabError: ``problem``, naming the recipe, when it is not trusted.
+        """
+        if not self._trusted:
+            raise ServelabError(problem)
+        if problem not in self._trust_notes:
+            self._trust_notes.append(problem)
 
     @property
     def source(self) -> str:
@@ -213,8 +231,9 @@ class Recipe(BaseModel):
             label: the variant's name, for messages and run directories.
 
         Raises:
-            ServelabError: a placeholder has no value (naming the file, line and fix), or a
-                value is malformed.
+            ServelabError: a placeholder has no value (naming the file, line and fix), a value is
+                malformed, or values would go outside the allowlist (``servelab.recipes.trust``)
+                and the recipe is not trusted.
         """
         engine = engines.get(self.engine)
         values = dict(values or {})
@@ -245,12 +264,20 @@ class Recipe(BaseModel):
             return "".join(out)
 
         argv = [fill(arg, "command", i) for i, arg in enumerate(self.command)]
+        placed = [merged[m.group(1)] for arg in self.command if (m := WHOLE.fullmatch(arg)) and m.group(1) not in CHECKED]
+        inside = [merged[n] for arg in self.command if not WHOLE.fullmatch(arg) and not FLAG_VALUE.fullmatch(arg) for n in names(arg) - CHECKED]
+        reached = any(names(arg) - CHECKED for arg in self.command)
         env = {k: fill(v, "env", k) for k, v in self.env.items()}
         image = fill(self.container.image, "container", "image") if self.container else None
         ready_url = fill(self.ready.url, "ready", "url") if self.ready.url else None
         for name, value in values.items():
             if name not in used and name not in ("port", "tensor_parallel", "model"):
-                argv += flag_args(name, value)
+                added = flag_args(name, value)
+                argv += added
+                placed += added[1:]
+                reached = reached or bool(added)
+        if problem := values_problem(argv, reached, placed, inside, image, engine.launchers):
+            self.distrust(f"{self.source}: {problem}")
         tp = merged["tensor_parallel"]
         if not tp.isdecimal() or int(tp) < 1:
             raise ServelabError(f"tensor_parallel {tp!r} is not a positive integer")
@@ -290,12 +317,16 @@ def _describe(error: dict) -> tuple[tuple, str]:
     return loc, f"{dotted}: {msg} (got {error.get('input')!r})" if error["type"] != "value_error" else f"{dotted}: {msg}"
 
 
-def parse_recipe(data: Any, lines: Lines, path: Path | None) -> Recipe:
+def parse_recipe(data: Any, lines: Lines, path: Path | None, trusted: bool = False) -> Recipe:
     """Validate a parsed recipe document (servelab format, or spark-vllm-docker v1 converted).
+
+    ``trusted`` (``--trust-recipe``) lets placeholders go outside the allowlist
+    (``servelab.recipes.trust``); what it let through is in ``Recipe.trust_notes``.
 
     Raises:
         ServelabError: one line naming the file, line and field (unknown field, missing field,
-            wrong type, a placeholder that is not a plain name, unbalanced braces).
+            wrong type, a placeholder that is not a plain name, unbalanced braces, a placeholder
+            outside the allowlist unless ``trusted``).
     """
     where = str(path) if path else "recipe"
     if not isinstance(data, dict):
@@ -310,7 +341,7 @@ def parse_recipe(data: Any, lines: Lines, path: Path | None) -> Recipe:
         line = line_of(lines, loc)
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise ServelabError(f"{where}{f', line {line}' if line else ''}: {phrase}{more}") from None
-    recipe._path, recipe._lines, recipe._notes = path, lines, notes
+    recipe._path, recipe._lines, recipe._notes, recipe._trusted = path, lines, notes, trusted
     _check_engine(recipe)
     _check_templates(recipe)
     for i, values in enumerate(recipe.variants):
@@ -322,7 +353,7 @@ def parse_recipe(data: Any, lines: Lines, path: Path | None) -> Recipe:
 
 def _check_templates(recipe: Recipe) -> None:
     """Every ``{placeholder}`` is a plain name, braces are balanced (``{{``/``}}`` for literal ones),
-    and no placeholder is inside a shell script (``sh -c "… {v} …"``), where a value would run as shell code."""
+    and each is where the allowlist lets a value go (``servelab.recipes.trust``)."""
     for loc, text in recipe.templates():
         try:
             fields = list(string.Formatter().parse(text))
@@ -331,12 +362,9 @@ def _check_templates(recipe: Recipe) -> None:
         for _, name, spec, conv in fields:
             if name is not None and (not NAME_RE.fullmatch(name) or spec or conv):
                 raise ServelabError(f"{recipe.where(*loc)}: {{{name}}} is not a placeholder name; write {{{{ and }}}} for literal braces (JSON)")
-    for script in script_indices(recipe.command):
-        if any(name for _, name, _, _ in string.Formatter().parse(recipe.command[script]) if name):
-            raise ServelabError(
-                f"{recipe.where('command', script)}: a placeholder inside a shell script (sh -c) or interpreter code (python -c, perl -e …) "
-                f"would run its value as code; pass it as a positional parameter instead: [sh, -c, 'exec server --x \"$1\"', sh, '{{x}}']"
-            )
+    if problem := template_problem(recipe.command, recipe.env, engines.get(recipe.engine).launchers):
+        loc, phrase = problem
+        recipe.distrust(f"{recipe.where(*loc)}: {phrase}")
 
 
 def _check_engine(recipe: Recipe) -> None:
@@ -368,12 +396,12 @@ def with_hosts(recipe: Recipe, hosts: str) -> Recipe:
     return recipe
 
 
-def load_recipe(path: Path) -> Recipe:
+def load_recipe(path: Path, trusted: bool = False) -> Recipe:
     """Read and validate a recipe file. A placeholder without a default is not an error here:
     ``--set``, ``--vary`` or a variant may give it; :meth:`Recipe.resolve` names any left unfilled.
 
     Raises:
-        ServelabError: unreadable or invalid file (see :func:`parse_recipe`).
+        ServelabError: unreadable or invalid file (see :func:`parse_recipe`; ``trusted`` as there).
     """
     data, lines = read_yaml_lines(path, "recipe")
-    return parse_recipe(data, lines, path)
+    return parse_recipe(data, lines, path, trusted)

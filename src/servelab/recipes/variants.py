@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from servelab.errors import ServelabError
 from servelab.recipes.format import NAME_RE, Recipe
+from servelab.guards.redaction import MASK, secret_name
 from servelab.guards.untrusted import for_filename
 
 
@@ -37,9 +38,10 @@ def expand(recipe: Recipe, vary: dict[str, list[str]], fixed: dict[str, str]) ->
 
 
 def variant_label(values: Mapping[str, str], fixed: Mapping[str, str] | None = None) -> str:
-    """A variant's name: its own values as ``a=1,b=2`` (``--set`` values left out), or "default"."""
+    """A variant's name: its own values as ``a=1,b=2`` (``--set`` values left out; a secret-named
+    one's value as ``***``, ``servelab.guards.redaction.secret_name``), or "default"."""
     own = {k: v for k, v in values.items() if k not in (fixed or {})}
-    return ",".join(f"{k}={v}" for k, v in own.items()) or "default"
+    return ",".join(f"{k}={MASK if secret_name(k) else v}" for k, v in own.items()) or "default"
 
 
 def variant_dir(label: str) -> str:

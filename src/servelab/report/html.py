@@ -22,6 +22,7 @@ from servelab.report.ledger import DEFAULT_METRICS, METRICS, Entry, build, cell_
 from servelab.store.results import load_run
 from servelab.store.database import Level, Run
 from servelab.guards.untrusted import plain
+from servelab.errors import ServelabError
 
 ENV = Environment(loader=PackageLoader("servelab", "report/templates"), autoescape=select_autoescape(default=True),
                   finalize=lambda v: plain(v) if isinstance(v, str) else v)  # escaped, and no control characters (servelab.guards.untrusted)
@@ -58,7 +59,7 @@ def records_of(run: Run) -> list[RequestRecord]:
         return []
     try:
         return load_run(Path(run.origin))[1]
-    except (OSError, ValueError):
+    except (OSError, ValueError, ServelabError):
         return []
 
 

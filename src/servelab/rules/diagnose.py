@@ -31,6 +31,7 @@ ANOMALY_TEXT = {
     "usage_above_max_tokens": "reported more completion tokens than max_tokens",
     "usage_below_chunks": "reported fewer completion tokens than token chunks received",
     "usage_above_text": "reported more completion tokens than the text received can hold",
+    "cached_above_prompt": "reported more cached prompt tokens than prompt tokens (not believed)",
 }
 
 
@@ -178,6 +179,11 @@ def _server_findings(run: RunResult, lv: LevelSummary, at: str, cold: bool) -> l
         out.append(Finding(kind="preemptions", severity="warning",
                            message=f"{at}: the server preempted {s.preemptions:.0f} requests (KV cache full): their work was recomputed",
                            evidence={"concurrency": c, "preemptions": s.preemptions, "peak_kv_usage": s.peak_kv_usage}))  # fmt: skip
+    if s.rejected:
+        out.append(Finding(kind="server_metrics_rejected", severity="warning",
+                           message=f"{at}: the server's /metrics gave impossible values, left out: "
+                                   + ", ".join(f"{k} = {v}" for k, v in s.rejected.items()),
+                           evidence={"concurrency": c, "rejected": s.rejected}))  # fmt: skip
     client_out = lv.phase_output_tokens if not lv.incomplete else None
     if s.generation_tokens is not None and client_out is not None and s.generation_tokens != client_out:
         out.append(Finding(kind="token_count_mismatch", severity="warning",
@@ -330,7 +336,7 @@ def _padding(run: RunResult, capture_sizes: list[int] | None) -> list[Finding]:
     assumed = capture_sizes is None
     sizes = capture_sizes or defaults
     out = []
-    for row in padding(sizes, [lv.concurrency for lv in run.levels]):
+    for row in padding(sizes, [lv.concurrency for lv in run.levels if lv.concurrency >= 1]):  # a rate or a trace's level has no fixed batch
         if row.waste > 0:
             out.append(Finding(kind="cudagraph_padding", severity="info",
                                message=f"c={row.concurrency}: decode batches of {row.tokens} are padded to the CUDA graph of {row.graph_size} ({row.waste:.0%} wasted)"

@@ -37,6 +37,7 @@ Dimension = Literal["streams", "sessions", "rate", "trace"]  # what a probe's lo
 GROWTH = 4.0
 PRECISION = 1.1  # the bracket is within 10 %
 MAX_PROBES = 24  # a search that has not converged by then stops and says so
+DEFAULT_MAX: dict[str, float] = {"streams": 4096, "sessions": 4096, "rate": 10_000.0, "trace": 1_000.0}  # without --max-load or the server's limits
 
 
 class Probe(BaseModel):
@@ -57,6 +58,7 @@ class Capacity(BaseModel):
     probes: list[Probe]
     converged: bool
     bracket: tuple[float | None, float | None] = Field(description="(largest passing, smallest missing) load probed.")
+    capped: float | None = Field(None, description="The bound the search stopped at with every probe passing (Prober.bound): the capacity is at least it.")
 
     @property
     def boundary_passes(self) -> tuple[int, int]:
@@ -95,7 +97,7 @@ def predicted(point_at: Callable[[int], Point], objectives: list[Objective], mos
 
 
 def search(probe: Callable[[float], SloResult], *, closed_loop: bool = True, start: float = 1.0, repeats: int = 2,
-           minimum: float | None = None) -> Capacity:  # fmt: skip
+           minimum: float | None = None, maximum: Callable[[], float] = lambda: math.inf) -> Capacity:  # fmt: skip
     """Find the capacity with ``probe(load) -> SloResult`` (module docstring).
 
     Args:
@@ -103,6 +105,9 @@ def search(probe: Callable[[float], SloResult], *, closed_loop: bool = True, sta
         start: the first load (``servelab predict``'s estimate, or 1).
         repeats: extra measurements of the boundary.
         minimum: the smallest load worth probing (closed loop: 1 stream; open loop: start ÷ 4⁴).
+        maximum: the largest load worth probing, asked before each probe (it may fall as the
+            probes learn the server's limits: :class:`Prober` ``bound``). A pass there ends the
+            growth: the capacity is then "at least" it (``Capacity.capped``).
     """
     floor = minimum if minimum is not None else (1.0 if closed_loop else start / GROWTH**4)
     probes: list[Probe] = []
@@ -119,11 +124,11 @@ def search(probe: Callable[[float], SloResult], *, closed_loop: bool = True, sta
 
     lo: float | None = None  # largest passing load
     hi: float | None = None  # smallest missing load
-    load, passed = measure(max(start, floor))
+    load, passed = measure(max(min(start, maximum()), floor))
     if passed:
         lo = load
-        while hi is None and len(probes) < MAX_PROBES:  # grow until a probe misses
-            load, passed = measure(load * GROWTH)
+        while hi is None and len(probes) < MAX_PROBES and load < maximum():  # grow until a probe misses or the bound
+            load, passed = measure(min(load * GROWTH, maximum()))
             lo, hi = (load, hi) if passed else (lo, load)
     else:
         hi = load
@@ -143,7 +148,8 @@ def search(probe: Callable[[float], SloResult], *, closed_loop: bool = True, sta
     if lo is not None:
         for _ in range(repeats):
             measure(lo, repeat=True)
-    return Capacity(closed_loop=closed_loop, capacity=lo, probes=probes, converged=converged, bracket=(lo, hi))
+    capped = maximum() if hi is None and lo is not None and lo >= maximum() else None
+    return Capacity(closed_loop=closed_loop, capacity=lo, probes=probes, converged=converged, bracket=(lo, hi), capped=capped)
 
 
 def dimension(load: Load, *, open_loop: bool, sessions: bool) -> Dimension:
@@ -183,9 +189,34 @@ class Prober:
     """
 
     def __init__(self, base: Path, load: Load, kind: Dimension, embedded: bool, measure: Callable[[BenchOptions, Path], RunResult],
-                 say: Callable[[str], None]) -> None:  # fmt: skip
+                 say: Callable[[str], None], maximum: float | None = None) -> None:  # fmt: skip
         self.base, self.load, self.kind, self.embedded, self.measure, self.say = base, load, kind, embedded, measure, say
         self.done = 0
+        self.bounds: dict[str, float] = {"--max-load": maximum} if maximum else {}
+        if kind in ("streams", "sessions") and load.requests:
+            self.bounds["--requests (a stream needs a request)"] = float(load.requests)
+
+    def bound(self) -> float:
+        """The largest load worth probing: the bound given (else :data:`DEFAULT_MAX`), ``--requests``
+        for streams, and what the probes' boot logs said of the server (:meth:`learn`)."""
+        return min(self.bounds.values(), default=DEFAULT_MAX[self.kind])
+
+    def bound_reason(self) -> str:
+        """What sets :meth:`bound`."""
+        return min(self.bounds, key=self.bounds.__getitem__) if self.bounds else "servelab's default (--max-load)"
+
+    def learn(self, run: RunResult) -> None:
+        """Lower the bound of streams and sessions to the server's own limits, where a probe's boot
+        log gives them: its max_num_seqs (llama.cpp: slots), and the requests its KV cache holds at
+        the load's prompt and output tokens (tokens ÷ (input + output))."""
+        boot = run.boot
+        if boot is None or self.kind not in ("streams", "sessions"):
+            return
+        if seqs := (boot.max_num_seqs or boot.slots):
+            self.bounds["the server's max_num_seqs"] = float(seqs)
+        per_request = (self.load.input_tokens or 0) + (self.load.output_tokens or 0)
+        if boot.kv_cache_tokens and per_request and self.kind == "streams":
+            self.bounds["the requests its KV cache holds"] = float(max(1, boot.kv_cache_tokens // per_request))
 
     def _earlier(self, name: str) -> SloResult | None:
         for done_dir in (self.base / f"{name}-again", self.base / name):  # a probe measured again (a JIT compile in the first) counts by its second
@@ -210,6 +241,7 @@ class Prober:
             run = self.measure(options, out)
         if not run.levels or run.levels[0].slo is None:
             raise ServelabError(f"probe {name} measured nothing ({run.partial_reason or run.status}); see {out}")
+        self.learn(run)
         result = run.levels[0].slo  # each level is checked against the load's objectives as it ends
         self.say(f"probe {name}: {'pass' if result.passed else 'miss'}" + (f", goodput {result.goodput_rps:.2f} req/s" if result.goodput_rps else ""))
         return result

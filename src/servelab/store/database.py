@@ -12,18 +12,21 @@ The run directories on disk stay the source of truth: a row keeps the whole run 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 from importlib.resources import files
 from pathlib import Path
 
 import platformdirs
+from filelock import FileLock, Timeout
 from alembic import command
 from alembic.config import Config
 from alembic.util.exc import CommandError
 from pydantic import ValidationError
 from sqlalchemy import Float, ForeignKey, Integer, String, Text, create_engine, select
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, selectinload, validates
 
 from servelab.errors import ServelabError
@@ -31,6 +34,7 @@ from servelab.guards.redaction import mask_url, scrub
 from servelab.store.results import RunResult
 
 DB_ENV = "SERVELAB_DB"
+MIGRATION_WAIT_S = 60  # another process creating or migrating the same database
 # Per-level figures kept in the database (docs/metrics.md defines each; *_mean for tools that report means only).
 METRICS = ["output_tok_s", "request_rps", "ttft_ms_p50", "ttft_ms_p99", "ttft_ms_mean", "tpot_ms_p50", "tpot_ms_p99", "tpot_ms_mean",
            "itl_ms_p50", "itl_ms_p99", "e2e_ms_p50", "e2e_ms_p99", "e2e_ms_mean", "decode_tok_s_p50", "decode_tok_s_mean",
@@ -72,6 +76,21 @@ class Level(Base):
     goodput_tok_s: Mapped[float | None] = mapped_column(Float)
     slo_attainment: Mapped[float | None] = mapped_column(Float)
     run: Mapped[Run] = relationship(back_populates="levels")
+
+    @validates("concurrency", "rate_rps", "ok", "failed", *METRICS)
+    def _a_figure(self, key: str, value: float | None) -> float | None:
+        """Every number stored is a figure: finite, ≥ 0, not a boolean, a share ≤ 1 (an imported
+        file's NaN, Infinity, negative or ``true`` is refused, never listed).
+
+        Raises:
+            ServelabError: naming the level and the field.
+        """
+        bad = isinstance(value, bool) or not isinstance(value, int | float | None)
+        if not bad and value is not None:
+            bad = not (0 <= value <= (1 if key == "slo_attainment" else 1e18))  # NaN fails both comparisons
+        if bad:
+            raise ServelabError(f"level {str(getattr(self, 'label', '?'))[:40]!r}: {key} = {value!r} is not a figure (a finite number ≥ 0{', ≤ 1' if key == 'slo_attainment' else ''})")
+        return value
 
 
 class Run(Base):
@@ -165,9 +184,11 @@ class Store:
             self.engine = create_engine(url)
             cfg = Config()
             cfg.set_main_option("script_location", str(files("servelab") / "migrations"))
-            with self.engine.begin() as conn:
+            with FileLock(_lock_path(url), timeout=MIGRATION_WAIT_S), self.engine.begin() as conn:  # one creation or migration at a time
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, "head")
+        except Timeout:
+            raise ServelabError(f"--db {mask_url(url)}: another servelab has been creating or migrating it for {MIGRATION_WAIT_S} s; try again") from None
         except (ArgumentError, NoSuchModuleError, ModuleNotFoundError) as exc:
             raise ServelabError(f"--db {mask_url(url)}: not a usable database URL ({exc})") from None
         except CommandError as exc:  # a revision this servelab does not know: written by a newer one
@@ -188,6 +209,14 @@ class Store:
         Raises:
             ServelabError: the database refused the write (read-only, full); nothing is stored.
         """
+        try:
+            return self._store(runs, last=False)
+        except IntegrityError:  # another process stored the same run between our read and our write: replace it now
+            return self._store(runs, last=True)
+
+    def _store(self, runs: list[Run], last: bool) -> list[bool]:
+        """One transaction of :meth:`add`; an ``IntegrityError`` (a run stored meanwhile) is raised
+        as it is unless ``last``."""
         new = []
         try:
             with Session(self.engine, expire_on_commit=False) as session, session.begin():
@@ -198,6 +227,10 @@ class Store:
                         session.delete(old)
                         session.flush()
                     session.add(run)
+        except IntegrityError as exc:
+            if not last:
+                raise
+            raise self._error("cannot store runs in it", exc) from None
         except DBAPIError as exc:  # read-only file, full disk, lost connection
             raise self._error("cannot store runs in it", exc) from None
         return new
@@ -211,7 +244,7 @@ class Store:
                 query = query.where(getattr(Run, name).icontains(value, autoescape=True))
         try:
             with Session(self.engine) as session:
-                return list(session.scalars(query))
+                return _sound(list(session.scalars(query)))
         except DBAPIError as exc:
             raise self._error("cannot read it", exc) from None
 
@@ -231,4 +264,31 @@ class Store:
             raise ServelabError(f"no run {run_id!r} in {mask_url(self.url)}; `servelab runs` lists them")
         if len(found) > 1:
             raise ServelabError(f"run id {run_id!r} is ambiguous; give more of it (`servelab runs` lists them)")
-        return found[0]
+        return _sound(found)[0]
+
+
+def _sound(runs: list[Run]) -> list[Run]:
+    """``runs`` as read, each level's figures checked (a database edited by hand or damaged: a text
+    where a number belongs).
+
+    Raises:
+        ServelabError: naming the run, the field and how to repair it.
+    """
+    for run in runs:
+        for lv in run.levels:
+            for key in ("concurrency", "ok", "failed", "rate_rps", *METRICS):
+                value = getattr(lv, key)
+                if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf):
+                    raise ServelabError(f"run {run.id} in the database is damaged (levels.{key} holds {str(value)[:40]!r}); "
+                                        f"import {run.origin} again, or delete the database file")  # fmt: skip
+    return runs
+
+
+def _lock_path(url: str) -> str:
+    """The lock file that serialises creating and migrating the database at ``url``: beside an
+    SQLite file, else in servelab's data folder (one per URL)."""
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        return url.removeprefix("sqlite:///") + ".lock"
+    folder = Path(platformdirs.user_data_dir("servelab"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder / f"migrate-{hashlib.sha256(url.encode()).hexdigest()[:16]}.lock")

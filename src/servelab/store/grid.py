@@ -21,6 +21,7 @@ that fails is recorded (``error.txt``) while the grid goes on.
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import random
 import re
@@ -28,7 +29,6 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab.errors import writing
 from servelab.metrics.request import decode_span
 from servelab.values.records import RequestRecord
 from servelab.guards.untrusted import for_csv
@@ -131,9 +131,10 @@ CSV_COLUMNS = ("pp", "tg", "depth", "concurrency", "requests", "failed", "prefil
                "pp_total", "pp_total_std", "tg_req_mean", "tg_req_std", "tg_total", "tg_total_std", "ttft_ms_mean")  # fmt: skip
 
 
-def write_csv(rows: list[CellStats], path: Path) -> None:
-    """The grid as CSV, one line per cell (columns ``CSV_COLUMNS``, speeds in tok/s)."""
-    with writing(path), open(path, "w", newline="", encoding="utf-8") as f:
+def grid_csv(rows: list[CellStats]) -> str:
+    """The grid as CSV text, one line per cell (columns ``CSV_COLUMNS``, speeds in tok/s), for the
+    CLI's one output writer."""
+    with io.StringIO(newline="") as f:
         w = csv.writer(f)
         w.writerow(CSV_COLUMNS)
         for s in rows:
@@ -141,6 +142,7 @@ def write_csv(rows: list[CellStats], path: Path) -> None:
             w.writerow([c.pp, c.tg, c.depth, c.concurrency, s.requests, s.failed, round(s.prefill_tokens, 1)]
                        + ["" if v is None else round(v, 3) for v in (s.pp_req_mean, s.pp_req_std, s.pp_total, s.pp_total_std,
                                                                       s.tg_req_mean, s.tg_req_std, s.tg_total, s.tg_total_std, s.ttft_ms_mean)])  # fmt: skip
+        return f.getvalue()
 
 
 # llama-benchy's result columns (its 0.4 table: model, test, t/s (total), t/s (req), peak t/s,
@@ -157,10 +159,10 @@ def _num(value: float | None) -> str:
     return "" if value is None else repr(value)
 
 
-def write_llama_benchy_csv(rows: list[CellStats], model: str, path: Path) -> None:
-    """The grid as llama-benchy's ``--format csv``: a pp row and a tg row per cell (no peak figures:
-    servelab has none; TTFT goes in ttfr, est_ppt and e2e_ttft alike)."""
-    with writing(path), open(path, "w", newline="", encoding="utf-8") as f:
+def llama_benchy_csv(rows: list[CellStats], model: str) -> str:
+    """The grid as llama-benchy's ``--format csv`` text: a pp row and a tg row per cell (no peak
+    figures: servelab has none; TTFT goes in ttfr, est_ppt and e2e_ttft alike)."""
+    with io.StringIO(newline="") as f:
         w = csv.writer(f)
         w.writerow(LLAMA_BENCHY_COLUMNS)
         for s in rows:
@@ -171,6 +173,7 @@ def write_llama_benchy_csv(rows: list[CellStats], model: str, path: Path) -> Non
                         _num(s.pp_req_std), "", "", "", "", *ttft, *ttft, *ttft])  # fmt: skip
             w.writerow([for_csv(model), f"tg{c.tg}{depth} (c{c.concurrency})", _num(s.tg_total), _num(s.tg_total_std), _num(s.tg_req_mean),
                         _num(s.tg_req_std), *[""] * 10])  # fmt: skip
+        return f.getvalue()
 
 
 def _value(text: str) -> tuple[float | None, float | None]:

@@ -20,7 +20,6 @@ error naming the file and what is wrong.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from datetime import datetime, timezone
 from pathlib import Path
@@ -118,7 +117,7 @@ def from_vllm_bench(data: dict, path: Path, digest: str) -> Run:
         hardware="unknown", host=None, recipe=None, variant=data.get("label"),
         input_tokens=round(lengths[0] / completed) if isinstance(lengths[0], int) and completed else None,
         output_tokens=round(lengths[1] / completed) if isinstance(lengths[1], int) and completed else None,
-        prefix_cache=None, traffic=VLLM_BENCH_API.get(backend), document=json.dumps({k: v for k, v in data.items() if not isinstance(v, list)}), levels=[level],
+        prefix_cache=None, traffic=VLLM_BENCH_API.get(backend), document=jsonfile.dumps({k: v for k, v in data.items() if not isinstance(v, list)}), levels=[level],
     )  # fmt: skip
 
 
@@ -158,7 +157,7 @@ def from_llama_benchy_json(data: dict, path: Path, digest: str) -> Run:
         id=digest, source="llama-benchy", origin=str(path.resolve()), imported_at=_now(), started_at=started,
         status="complete", model=str(data.get("model") or "unknown"), engine="unknown", engine_version=None, hardware="unknown", host=None,
         recipe=None, variant=None, input_tokens=None, output_tokens=None, prefix_cache="warm" if data.get("prefix_caching_enabled") else None,
-        document=json.dumps(doc), levels=levels,
+        document=jsonfile.dumps(doc), levels=levels,
     )  # fmt: skip
 
 
@@ -183,11 +182,24 @@ def from_llama_benchy_table(path: Path, digest: str) -> Run:
     return Run(
         id=digest, source="llama-benchy", origin=str(path.resolve()), imported_at=_now(), started_at=None, status="complete", model=model,
         engine="unknown", engine_version=None, hardware="unknown", host=None, recipe=None, variant=None, input_tokens=None,
-        output_tokens=None, prefix_cache=None, document=json.dumps({"table": path.read_text(encoding="utf-8")}), levels=levels,
+        output_tokens=None, prefix_cache=None, document=jsonfile.dumps({"table": path.read_text(encoding="utf-8")}), levels=levels,
     )  # fmt: skip
 
 
 def read_results(path: Path) -> list[Run]:
+    """Every run in ``path`` (:func:`_read_results`), each figure checked (``Level``'s validator):
+    one line naming the file at fault.
+
+    Raises:
+        ServelabError: as :func:`_read_results`, or a figure that is not one (NaN, negative …).
+    """
+    try:
+        return _read_results(path)
+    except ServelabError as exc:
+        raise exc if str(exc).startswith(str(path)) else ServelabError(f"{path}: {exc}") from None
+
+
+def _read_results(path: Path) -> list[Run]:
     """Every run in ``path``: a run directory, a folder of them (any depth), or a result file of
     vllm bench serve (JSON) or llama-benchy (JSON, CSV, Markdown).
 

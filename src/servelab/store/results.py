@@ -37,6 +37,7 @@ from servelab.errors import ServelabError, writing
 from servelab.metrics.slo import Objective
 from servelab.metrics.summary import LevelSummary
 from servelab.values.records import RequestRecord
+from servelab.guards import jsonfile
 from servelab.guards.redaction import dump, scrub
 
 SCHEMA_VERSION = 1
@@ -350,10 +351,11 @@ def read_document(model: type[Doc], path: Path) -> Doc:
     """``path`` (a run.json, variant.json or sweep.json) parsed as ``model``.
 
     Raises:
-        ServelabError: unreadable, or not that kind of servelab document (naming the file).
+        ServelabError: unreadable, or not that kind of servelab document (naming the file), or
+            holding a number that is not finite (NaN, Infinity: servelab writes none).
     """
     try:
-        return model.model_validate_json(path.read_text(encoding="utf-8"))
+        return model.model_validate(jsonfile.loads(path.read_text(encoding="utf-8"), str(path), finite=True))
     except ValidationError as exc:
         raise ServelabError(f"{path}: not a servelab {path.name} document ({exc.errors()[0]['msg']})") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -366,9 +368,9 @@ def load_run(directory: Path) -> tuple[RunResult, list[RequestRecord]]:
     A truncated last line (the process died mid-write) is skipped.
 
     Raises:
-        FileNotFoundError: no ``run.json`` in ``directory``.
+        ServelabError: no readable ``run.json`` in ``directory`` (:func:`read_document`).
     """
-    run = RunResult.model_validate_json((directory / "run.json").read_text(encoding="utf-8"))
+    run = read_document(RunResult, directory / "run.json")
     return run, _read_records(directory / run.records_file)
 
 

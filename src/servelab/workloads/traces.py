@@ -20,12 +20,13 @@ arrives at 0 and divided by ``time_scale`` (2 replays twice as fast).
 from __future__ import annotations
 
 import csv
-import io
+import itertools
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TextIO
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
@@ -34,6 +35,7 @@ from servelab.errors import ServelabError, first_problem
 
 MOONCAKE_BLOCK_TOKENS = 512  # tokens per hash id (Mooncake trace README: "block size 512")
 MAX_TRACE_REQUESTS = 1_000_000
+MAX_LINE = 1 << 20  # characters of one trace line (a Mooncake line with thousands of hash ids is ~50 KB)
 MAX_TOKENS = 10_000_000
 MAX_REPLAY_S = 7 * 86_400  # a replay longer than a week is a wrong timestamp (epoch ms beside relative ones), not a benchmark
 TraceFormat = Literal["mooncake", "azure", "servelab"]
@@ -123,15 +125,28 @@ def _azure_time(text: str) -> float:
     return datetime.fromisoformat(head + (dot + frac[:6] if dot else "")).timestamp()
 
 
-def _rows(fmt: TraceFormat, text: str) -> list[tuple[int, object]]:
-    """(line number, the row as read) of a trace text: JSON values of non-blank lines, or CSV dicts."""
+def _lines(path: Path, handle: TextIO) -> Iterator[tuple[int, str]]:
+    """(line number, line) of an open trace, each read up to ``MAX_LINE`` characters: a file of one
+    endless line (``/dev/zero``) is refused after 1 MiB, never held whole."""
+    for n in itertools.count(1):
+        line = handle.readline(MAX_LINE + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE:
+            raise ServelabError(f"--trace {path} line {n}: longer than {MAX_LINE:,} characters; not a trace line")
+        yield n, line
+
+
+def _rows(fmt: TraceFormat, lines: Iterator[tuple[int, str]]) -> Iterator[tuple[int, object]]:
+    """(line number, the row as read) of a trace's lines: non-blank lines (JSON), or CSV dicts."""
     if fmt != "azure":
-        return [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-    reader = csv.DictReader(io.StringIO(text))
+        yield from ((n, line) for n, line in lines if line.strip())
+        return
+    reader = csv.DictReader(line for _, line in lines)
     missing = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} - set(reader.fieldnames or ())
     if missing:
         raise ServelabError(f"the Azure trace has no column {', '.join(sorted(missing))} (header: {', '.join(reader.fieldnames or ())!r:.120})")
-    return [(reader.line_num, row) for row in reader]
+    yield from ((reader.line_num, row) for row in reader)
 
 
 def _parse(fmt: TraceFormat, row: object, where: str) -> TraceRequest | None:
@@ -155,54 +170,82 @@ def _parse(fmt: TraceFormat, row: object, where: str) -> TraceRequest | None:
     return TraceRequest(at_s=max(r.queued, 0.0), input_tokens=tokens, output_tokens=r.max_tokens)
 
 
+def _read(path: Path, handle: TextIO, fmt: TraceFormat | None, skip_bad: bool, first: int | None) -> Trace:
+    """The requests of an open trace, read line by line and no further than its ``first`` requests.
+
+    Raises:
+        ServelabError: a malformed line unless ``skip_bad``, a line over ``MAX_LINE``, more than
+            ``MAX_TRACE_REQUESTS`` requests.
+    """
+    lines = _lines(path, handle)
+    head = next(lines, None)
+    fmt = fmt or guess_format(path, head[1] if head else "")
+    trace = Trace(path, fmt)
+    try:
+        rows = _rows(fmt, itertools.chain([head] if head else [], lines))
+        for n, row in rows:
+            if first is not None and len(trace.requests) >= first:
+                break
+            if len(trace.requests) >= MAX_TRACE_REQUESTS:
+                raise ServelabError(f"--trace {path}: more than {MAX_TRACE_REQUESTS:,} requests; keep its first ones (--requests N)")
+            if not _take(trace, fmt, row, f"--trace {path} line {n}", skip_bad):
+                trace.skipped_lines += 1
+    except ServelabError as exc:
+        raise ServelabError(str(exc) if str(exc).startswith("--trace") else f"--trace {path}: {exc}") from None
+    return trace
+
+
+def _take(trace: Trace, fmt: TraceFormat, row: object, where: str, skip_bad: bool) -> bool:
+    """Add the request of one row to ``trace`` (a row that is no request is passed over); False for
+    a bad row skipped (``skip_bad``).
+
+    Raises:
+        ServelabError: a bad row without ``skip_bad``, naming ``where`` and the field.
+    """
+    try:
+        request = _parse(fmt, row, where)
+    except ServelabError as exc:
+        problem = str(exc).removeprefix(where).lstrip(": ")
+    except ValidationError as exc:
+        problem = first_problem(exc, "the line")
+    except (ValueError, TypeError, KeyError) as exc:
+        problem = f"{type(exc).__name__}: {exc}"
+    else:
+        if request is not None:
+            trace.requests.append(request)
+        return True
+    if not skip_bad:
+        raise ServelabError(f"{where}: {problem} (a {trace.format} trace; pass --skip-bad to skip such lines)")
+    return False
+
+
 def load_trace(path: Path, fmt: TraceFormat | None = None, *, time_scale: float = 1.0, skip_bad: bool = False, first: int | None = None) -> Trace:
     """Read a trace file (module docstring) into requests ordered by arrival, the first at 0 s,
-    times divided by ``time_scale``; with ``first``, its first that many (``--requests N``).
+    times divided by ``time_scale``; with ``first``, its first that many in the file (``--requests N``:
+    reading stops there). The file is read line by line, each line at most ``MAX_LINE`` characters.
 
     Raises:
         ServelabError: an unreadable file, a malformed line (its number and what is wrong) unless
-            ``skip_bad``, more than ``MAX_TRACE_REQUESTS`` requests, no request at all, a
+            ``skip_bad``, a line longer than ``MAX_LINE``, more than ``MAX_TRACE_REQUESTS`` requests, no request at all, a
             ``time_scale`` that is not a positive finite number, or a replay of the requests kept
             longer than ``MAX_REPLAY_S``.
     """
     if not (math.isfinite(time_scale) and time_scale > 0):
         raise ServelabError(f"--time-scale {time_scale}: give a positive number (2 replays twice as fast)")
     try:
-        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's CSV may open with a byte-order mark
+        with path.open(encoding="utf-8-sig", newline="") as handle:  # a spreadsheet's CSV may open with a byte-order mark
+            trace = _read(path, handle, fmt, skip_bad, first)
     except OSError as exc:
         raise ServelabError(f"--trace {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise ServelabError(f"--trace {path}: not a text file (not UTF-8)") from None
-    fmt = fmt or guess_format(path, text.split("\n", 1)[0])
-    trace = Trace(path, fmt)
-    try:
-        rows = _rows(fmt, text)
-    except (ServelabError, csv.Error) as exc:
+    except csv.Error as exc:
         raise ServelabError(f"--trace {path}: {exc}") from None
-    for n, row in rows:
-        if len(trace.requests) >= MAX_TRACE_REQUESTS:
-            raise ServelabError(f"--trace {path}: more than {MAX_TRACE_REQUESTS:,} requests; cut the trace")
-        where = f"--trace {path} line {n}"
-        try:
-            request = _parse(fmt, row, where)
-        except ServelabError as exc:
-            problem = str(exc).removeprefix(where).lstrip(": ")
-        except ValidationError as exc:
-            problem = first_problem(exc, "the line")
-        except (ValueError, TypeError, KeyError) as exc:
-            problem = f"{type(exc).__name__}: {exc}"
-        else:
-            if request is not None:
-                trace.requests.append(request)
-            continue
-        if not skip_bad:
-            raise ServelabError(f"{where}: {problem} (a {fmt} trace; pass --skip-bad to skip such lines)")
-        trace.skipped_lines += 1
     if not trace.requests:
-        raise ServelabError(f"--trace {path}: no request in it (format {fmt}{f', {trace.skipped_lines} bad lines skipped' if trace.skipped_lines else ''})")
+        raise ServelabError(f"--trace {path}: no request in it (format {trace.format}{f', {trace.skipped_lines} bad lines skipped' if trace.skipped_lines else ''})")
     trace.requests.sort(key=lambda r: r.at_s)
     t0 = trace.requests[0].at_s
-    trace.requests = [r.model_copy(update={"at_s": (r.at_s - t0) / time_scale}) for r in trace.requests[:first]]
+    trace.requests = [r.model_copy(update={"at_s": (r.at_s - t0) / time_scale}) for r in trace.requests]
     if trace.duration_s > MAX_REPLAY_S:
         raise ServelabError(f"--trace {path}: its {len(trace.requests):,} requests span {trace.duration_s / 86_400:.3g} days at --time-scale "
                             f"{time_scale:g}, more than a week (a timestamp far from the others?); keep its first requests (--requests N) "
