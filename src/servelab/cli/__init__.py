@@ -59,6 +59,9 @@ class OneLineUsageErrors(TyperGroup):
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         _bounded_numbers(self)
         remember_environment(os.environ)  # HF_TOKEN's value is masked wherever a server or a log echoes it
+        for stream in (sys.stdout, sys.stderr):  # a terminal in LC_ALL=C or PYTHONIOENCODING=ascii: "?" for "·", not a UnicodeEncodeError
+            if hasattr(stream, "reconfigure"):
+                stream.reconfigure(errors="replace")
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         try:

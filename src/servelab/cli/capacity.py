@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.run.capacity import Capacity, Prober, dimension, predicted_start, probe_load, search
+from servelab.run.capacity import Capacity, Prober, dimension, predicted_start, probe_load, search, slowest_rate
 from servelab.cli.bind import LOAD_ALL, TARGET_ALL, bind
 from servelab.cli.common import console, err_console, event_loop_runner, measured, output_dir, remember, sigterm_as_sigint
 from servelab.errors import ServelabError
@@ -53,7 +53,8 @@ def capacity_cmd(
         probed = target.model_copy(update={"hardware": None})  # --hardware feeds the prediction; the probes need no roofline
         prober = Prober(base, load, kind, served.embedded, lambda options, out: measured(runner, served, probed, options, out, load.api_key_env, shown)[0],
                         lambda line: shown.print(line, markup=False), max_load)  # fmt: skip
-        found = search(prober, closed_loop=kind in ("streams", "sessions"), start=start or guess or 1.0, repeats=repeats, maximum=prober.bound)
+        found = search(prober, closed_loop=kind in ("streams", "sessions"), start=start or guess or 1.0, repeats=repeats,
+                       minimum=slowest_rate(load, kind), maximum=prober.bound)  # fmt: skip
     remember(base, shown)
     unit = {"trace": "× trace speed", "sessions": "sessions", "rate": "req/s", "streams": "streams"}[kind]
     if json_out:

@@ -14,7 +14,6 @@ import functools
 import os
 import signal
 import stat
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -122,20 +121,6 @@ def one_line_errors(command: Callable[..., None]) -> Callable[..., None]:
             fail(f"{where}{exc.strerror or exc}; check the path, its permissions and free space")
 
     return wrapped
-
-
-def read_text(path: Path, option: str) -> str:
-    """A text file's content (``-``: standard input); bytes that are not UTF-8 are replaced.
-
-    Raises:
-        ServelabError: it cannot be read, naming ``option`` and the path.
-    """
-    if str(path) == "-":
-        return sys.stdin.read()
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise ServelabError(f"{option} {path}: cannot read it ({exc.strerror or exc})") from None
 
 
 DOCUMENTS = ("run.json", "records.jsonl", "sweep.json", "variant.json")  # servelab's own documents: never the target of an output

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from servelab.cli.common import console, err_console, one_line_errors, read_text
+from servelab.cli.common import console, err_console, one_line_errors
 from servelab.settings import parse_int_list
 from servelab.engines import plan_engine
 from servelab.engines.cudagraph import padding, recommend
@@ -26,6 +26,7 @@ from servelab.plan.quant import kv_dtype_bytes
 from servelab.plan.tensors import checkpoint_weights
 from servelab.report.plan_table import from_log_table, padding_table, plan_table
 from servelab.guards import jsonfile
+from servelab.guards.files import head_text
 
 DEFAULT_HARDWARE = "h100-sxm"
 plan_app = typer.Typer(help="Memory fit, KV capacity, concurrency and speed ceilings before launching a server.")
@@ -123,7 +124,7 @@ def _read_log(path: Path) -> tuple:
     Raises:
         ServelabError: the log does not say what a plan needs, naming the file.
     """
-    facts = parse_bootlog(read_text(path, "--from-log"))
+    facts = parse_bootlog(head_text(path, "--from-log"))
     try:
         return facts, log_inputs(facts)
     except ServelabError as exc:

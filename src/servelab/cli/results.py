@@ -123,7 +123,9 @@ def ui(
     from servelab.report.ui import make_app
 
     try:
-        app_ = make_app(store_at(db))
+        store = store_at(db)
+        store.runs()  # a damaged database is one line now, not a page that fails later
+        app_ = make_app(store)
         with socket.create_server((host, port)):  # the address is usable (uvicorn binds it again at once)
             pass
     except OSError as exc:

@@ -9,12 +9,13 @@ from typing import Annotated
 import typer
 
 from servelab.cli.bind import EMBEDDED, bind
-from servelab.cli.common import console, fail, read_text, serve_until_ctrl_c, sigterm_as_sigint
+from servelab.cli.common import console, fail, serve_until_ctrl_c, sigterm_as_sigint
 from servelab.server.local import LocalServer
 from servelab.metrics.bootlog import parse_bootlog
 from servelab.guards.redaction import dump
 from servelab.report.bootlog_table import bootlog_table
 from servelab.settings import Target
+from servelab.guards.files import head_text
 
 
 @bind(target=(Target, EMBEDDED))
@@ -45,7 +46,7 @@ def bootlog(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """What a server decided while it booted: KV cache, concurrency, graphs, backends, timings, warnings."""
-    facts = parse_bootlog(read_text(Path(path), "bootlog"))
+    facts = parse_bootlog(head_text(Path(path), "bootlog"))
     if not facts.recognised_lines:
         fail(f"{path}: no line of a vLLM, SGLang or llama.cpp startup log in it ({facts.unrecognised_lines} lines read)")
     if json_out:

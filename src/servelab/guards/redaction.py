@@ -36,12 +36,21 @@ _TEXT_NAMES = "|".join(n.replace("_", "[_-]") for n in sorted(SECRET_NAMES, key=
 SHAPES = re.compile(
     r"(?i)(?<=\bbearer )[^\s\"'<>]+"  # Authorization: Bearer <token>
     r"|(?<=\bbasic )[A-Za-z0-9+/]{8,}={0,2}"  # Authorization: Basic <base64 user:password>
+    r"|(?<=\bbearer\t)[^\s\"'<>]+"  # … or a tab after it
     r"|\bsk-[A-Za-z0-9_\-]{8,}"  # OpenAI-style API keys
     r"|\bhf_[A-Za-z0-9]{8,}"  # Hugging Face tokens
+    r"|\bgh[pousr]_[A-Za-z0-9]{20,}"  # GitHub tokens
+    r"|\bAKIA[0-9A-Z]{16}\b"  # AWS access key ids
+    r"|\bAIza[0-9A-Za-z_\-]{16,}"  # Google API keys
+    r"|\bxox[abposr]-[A-Za-z0-9-]{10,}"  # Slack tokens
+    r"|eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)?"  # JSON web tokens (a base64url JSON header, dot-separated parts)
 )
-KEY_VALUE = re.compile(rf"(?i)((?<![\w-])(?:--)?(?:{_TEXT_NAMES})['\"]?\s*[=:]\s*['\"]?)([^\s&\"'<>,;]+)")  # in free text the unambiguous names only ("token: 212" is a log's prose): API_KEY=…, --hf-token=…, 'api_key': '…'
+AWS_SECRET = re.compile(  # 40 characters of base64 with upper and lower case and a digit (an AWS secret key; a hex hash has no upper case)
+    r"(?<![A-Za-z0-9/+])(?=[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=]))(?=[a-z0-9/+]*[A-Z])(?=[A-Z0-9/+]*[a-z])(?=[A-Za-z/+]*[0-9])[A-Za-z0-9/+]{40}")
+FREE_KEY_VALUE = re.compile(r"(?i)((?<![\w-])(?:token|key|secret|auth)=)(?=[^\s&\"'<>,;]*\d)([^\s&\"'<>,;]{8,})")  # token=… in free text: 8 characters or more, a digit among them
+KEY_VALUE = re.compile(rf"(?i)((?<![\w-])(?:--)?(?:{_TEXT_NAMES})['\"]?\s*[=:]\s*\[?['\"]?)([^\s&\"'<>,;\]]+)")  # in free text the unambiguous names only ("token: 212" is a log's prose): API_KEY=…, --hf-token=…, 'api_key': '…'
 HEADER = re.compile(  # an HTTP credential header as a log prints it: "Authorization: Token abc", "x-api-key: abc", "Cookie: s=abc"
-    r"(?i)((?<![\w-])(?:proxy-)?(?:authorization|x-api-key|api-key|x-auth-token|cookie|set-cookie)['\"]?\s*[:=]\s*['\"]?"
+    r"(?i)((?<![\w-])(?:proxy-)?(?:authorization|x-api-key|api-key|x-goog-api-key|x-auth-token|cookie|set-cookie)['\"]?\s*[:=]\s*['\"]?"
     r"(?:(?:bearer|basic|token|digest|apikey|key)\s+)?)([^\s\"'<>,;]+)")
 URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s\"'<>`]+")
 SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "credentials")  # words of an environment variable's or flag's name
@@ -96,6 +105,7 @@ def scrub(text: str) -> str:
     known secret value replaced by ``***``."""
     text = URL.sub(lambda m: mask_url(m.group(0)), text)
     text = KEY_VALUE.sub(r"\1" + MASK, HEADER.sub(r"\1" + MASK, SHAPES.sub(MASK, text)))
+    text = FREE_KEY_VALUE.sub(r"\1" + MASK, AWS_SECRET.sub(MASK, text))
     for value in sorted(_known, key=len, reverse=True):
         text = text.replace(value, MASK)
     return text

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from servelab.errors import ServelabError
+from servelab.guards.files import MAX_YAML, read_bytes
 
 MAX_DEPTH = 64  # nesting levels read (the composer recurses once per level)
 Lines = dict[tuple, int]  # key path (e.g. ("bench", "concurrency", 0)) → 1-based line in the file
@@ -35,7 +36,7 @@ def read_yaml_lines(path: Path, option: str) -> tuple[Any, Lines]:
         ServelabError: as :func:`read_yaml`.
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bytes(path, option, MAX_YAML).decode("utf-8")
         level = 0
         for event in yaml.parse(text, Loader=yaml.SafeLoader):  # the event parser is iterative: checks before the recursive composer
             if isinstance(event, yaml.AliasEvent):

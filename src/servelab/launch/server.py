@@ -27,7 +27,7 @@ from servelab import engines
 from servelab.errors import ServelabError
 from servelab.launch import cluster, docker
 from servelab.server.process import POLL_S, Proc, wait_ready
-from servelab.recipes import Recipe, Resolved, redact
+from servelab.recipes import Recipe, Resolved, redact, secret_values
 from servelab.guards.redaction import MASK, remember, secret_name
 from servelab.store.results import RecipeInfo
 
@@ -54,6 +54,8 @@ class RecipeServer:
         self.log_dir = log_dir
         for name in recipe.pass_env:  # their values may come back in logs and error bodies
             remember(os.environ.get(name))
+        for value in secret_values(resolved.argv, resolved.env):  # --api-key X, DB_PASSWORD=…: a server may print them
+            remember(value)
         slug = re.sub(r"[^a-z0-9]+", "-", recipe.name.lower()).strip("-")[:30] or "server"
         self.container_prefix = f"servelab-{slug}-{secrets.token_hex(3)}"
         self.cluster_procs, self.server_procs = self.plan()

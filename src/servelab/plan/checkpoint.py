@@ -34,6 +34,7 @@ from servelab.errors import ServelabError, first_problem
 from servelab.guards.jsonfile import loads
 from servelab.plan.quant import LINEAR_KINDS, QuantFormat, get_format
 from servelab.values.specs import ModelSpec
+from servelab.guards.files import read_bytes
 
 # one module per parameter kind, layer index {i}, in each family's Hugging Face naming
 _MODULES = {
@@ -67,10 +68,10 @@ def read_quant_config(config_path: Path) -> dict | None:
     Both files are read through ``servelab.guards.jsonfile`` (size and nesting bounded).
 
     Raises:
-        ServelabError: config.json or hf_quant_config.json is not valid JSON (or too large or deep).
-        OSError: config.json cannot be read.
+        ServelabError: config.json or hf_quant_config.json cannot be read, or is not valid JSON (or
+            too large or deep).
     """
-    cfg = loads(config_path.read_bytes(), str(config_path), "give the checkpoint's config.json")
+    cfg = loads(read_bytes(config_path, "--checkpoint-config"), str(config_path), "give the checkpoint's config.json")
     if not isinstance(cfg, dict):
         return None
     text_cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
@@ -79,7 +80,7 @@ def read_quant_config(config_path: Path) -> dict | None:
         return qc
     sidecar = config_path.parent / "hf_quant_config.json"
     if sidecar.is_file():
-        doc = loads(sidecar.read_bytes(), str(sidecar), "fix it or pass --quant")
+        doc = loads(read_bytes(sidecar, "--checkpoint-config"), str(sidecar), "fix it or pass --quant")
         quant = doc.get("quantization", doc) if isinstance(doc, dict) else None
         return {"quant_method": "modelopt", **quant} if isinstance(quant, dict) else None
     return None

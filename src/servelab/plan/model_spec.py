@@ -33,6 +33,7 @@ from servelab.errors import ServelabError, first_problem
 from servelab.plan import hub
 from servelab.plan.families import parse_config, text_config
 from servelab.values.specs import ModelSpec
+from servelab.guards.files import read_bytes
 
 HUB_FILES = ("config.json", "hf_quant_config.json")  # what servelab takes from a Hub repository (no weights)
 
@@ -147,7 +148,7 @@ def hub_config(repo_id: str, revision: str | None = None, *, online: bool = True
 
 def _read(path: Path, ref: str, name: str) -> ModelSpec:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bytes(path, "--model").decode("utf-8")
     except UnicodeDecodeError:
         raise ServelabError(f"--model {ref}: not a text file (not UTF-8); give a config.json") from None
     cfg = jsonfile.loads(text, f"--model {ref}")

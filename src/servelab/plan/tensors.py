@@ -26,6 +26,7 @@ from servelab.errors import ServelabError
 from servelab.guards.jsonfile import loads
 from servelab.plan import hub
 from servelab.values.specs import ModelSpec
+from servelab.guards.files import read_bytes
 
 MAX_INDEX_BYTES = 10**15  # 1 PB: a safetensors index claiming more is not a checkpoint
 DTYPE_BITS = {  # safetensors' dtypes and their sizes (safetensors src/tensor.rs, Dtype::bitsize)
@@ -135,10 +136,9 @@ def from_index(path: Path, spec: ModelSpec) -> CheckpointWeights | None:
         ServelabError: the index is not JSON (or too large or deep: ``servelab.guards.jsonfile``), or its
             total size is not a checkpoint's (0 < bytes < ``MAX_INDEX_BYTES``).
     """
-    try:
-        raw = path.read_bytes()
-    except OSError:
+    if not path.is_file():
         return None
+    raw = read_bytes(path, "safetensors index")
     doc = loads(raw, str(path), "give a checkpoint directory holding its model.safetensors.index.json")
     try:
         total = int(doc["metadata"]["total_size"])

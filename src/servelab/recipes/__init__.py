@@ -12,11 +12,11 @@ What a flag means for an engine, and which flags it needs, is the engine's (``se
 Layer: recipes. May import: settings, load, workloads, plan, store, metrics, server, engines, values, guards, errors (docs/architecture.md).
 """
 
-from servelab.recipes.flags import redact
+from servelab.recipes.flags import redact, secret_values
 from servelab.recipes.format import Container, Recipe, Resolved, load_recipe, with_hosts
 from servelab.recipes.variants import expand, parse_assignments, variant_dir, variant_label
 
 __all__ = [
-    "Container", "Recipe", "Resolved", "expand", "load_recipe", "parse_assignments",
+    "Container", "Recipe", "Resolved", "expand", "load_recipe", "parse_assignments", "secret_values",
     "redact", "variant_dir", "variant_label", "with_hosts",
 ]  # fmt: skip

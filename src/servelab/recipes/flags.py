@@ -36,6 +36,18 @@ def _words(arg: str) -> list[str] | None:
     return words if len(words) > 1 else None
 
 
+def secret_values(argv: list[str], env: dict[str, str]) -> list[str]:
+    """The values of ``argv``'s secret-looking flags (``--api-key X``, ``--hf-token=X``) and of
+    ``env``'s secret-named variables (``HF_TOKEN``, ``DB_PASSWORD``): what a server may echo back in
+    its log, for ``servelab.guards.redaction.remember``."""
+    out = [v for k, v in env.items() if secret_name(k)]
+    for i, a in enumerate(argv):
+        name, eq, value = a.partition("=")
+        if a.startswith("-") and secret_name(name):
+            out.append(value if eq else argv[i + 1] if i + 1 < len(argv) else "")
+    return [v for v in out if v]
+
+
 def redact(argv: list[str]) -> list[str]:
     """``argv`` with the values of secret-looking flags and variables (``--api-key X``,
     ``--hf-token=X``, ``HF_TOKEN=X``) replaced by ``***``, and every known secret value or

@@ -13,9 +13,9 @@ A value (``--set``, ``--vary``, a variant, a default) reaches a server's command
 
 A value for a name the command does not use becomes ``--name VALUE`` (``recipes.flags``): whole
 arguments too, of a known program only. ``{port}`` and ``{tensor_parallel}`` are integers, checked
-before anything runs: allowed anywhere. An environment variable may take a placeholder when its
-name is one the engines and their libraries read (:data:`ENV_PREFIXES`: ``LD_PRELOAD``,
-``PYTHONSTARTUP`` or ``BASH_ENV`` may not); the container image when the filled text is an image
+before anything runs: allowed anywhere. No environment variable takes a placeholder: too many load
+code (``LD_PRELOAD``, ``CUDA_INJECTION64_PATH``, ``NCCL_NET_PLUGIN``, ``RAY_RUNTIME_ENV_HOOK`` …) for
+a list of safe ones to hold. The container image takes one when the filled text is an image
 reference.
 
 Anything else (``env -S "sh -c '… {v}'"``, ``awk 'BEGIN{system("{v}")}'``, ``python -c``, a wrapper
@@ -32,8 +32,6 @@ import string
 from collections.abc import Mapping, Sequence
 
 CHECKED = frozenset({"port", "tensor_parallel"})  # integers, validated in Recipe.resolve before a command exists
-ENV_PREFIXES = ("VLLM_", "SGLANG_", "SGL_", "LLAMA_", "GGML_", "TRTLLM_", "TLLM_", "CUDA_", "NCCL_", "NVIDIA_", "HF_", "HUGGING_FACE_",
-                "TORCH_", "PYTORCH_", "TRITON_", "FLASHINFER_", "OMP_", "MKL_", "UCX_", "GLOO_", "RAY_", "TOKENIZERS_")  # fmt: skip
 FLAG_VALUE = re.compile(r"(--?[A-Za-z0-9][A-Za-z0-9_.-]*=)\{([A-Za-z_][A-Za-z0-9_]*)\}")  # --flag={name}
 WHOLE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 WORD = re.compile(r"[A-Za-z0-9._/:+-]+")  # a value inside a longer argument (a JSON number, a model name): no quote, comma, brace or space
@@ -80,9 +78,9 @@ def template_problem(command: Sequence[str], env: Mapping[str, str], launchers: 
         return ("command", free[0]), (f"placeholders fill arguments of a server servelab knows how to launch ({_shown(launchers)}), "
                                       f"not of {command[0]!r}; {TRUST}")
     for key, value in env.items():
-        if names(value) - CHECKED and not key.upper().startswith(ENV_PREFIXES):
-            return ("env", key), (f"a placeholder in {key}: servelab fills environment variables the engines read "
-                                  f"({', '.join(p + '*' for p in ENV_PREFIXES[:6])} …) only; {TRUST}")
+        if names(value) - CHECKED:
+            return ("env", key), (f"a placeholder in the environment variable {key}: a variable can load code into the server "
+                                  f"(CUDA_INJECTION64_PATH, NCCL_NET_PLUGIN, LD_PRELOAD …), so servelab fills none; {TRUST}")
     return None
 
 

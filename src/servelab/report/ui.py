@@ -36,14 +36,17 @@ def make_app(store: Store) -> FastAPI:
             raise HTTPException(400, f"sort must be one of {', '.join(sorted(sortable))}")
         order = order if order in ("asc", "desc") else ("desc" if sort in HIGHER_IS_BETTER else "asc")
         filters = {"model": model, "engine": engine, "hardware": hardware, "concurrency": concurrency}
-        runs = store.runs(model=model or None, engine=engine or None, hardware=hardware or None)
+        try:
+            runs, every = store.runs(model=model or None, engine=engine or None, hardware=hardware or None), store.runs()
+        except ServelabError as exc:  # a damaged database: its one line, not a stack trace
+            raise HTTPException(500, str(exc)) from None
         rows = leaderboard_rows(runs, int(concurrency) if concurrency.isdecimal() and len(concurrency) <= 9 else None, sort, order)  # "²" is a digit int() refuses
 
         def sort_url(key: str) -> str:
             flip = "asc" if (key == sort and order == "desc") else ("desc" if key == sort else ("desc" if key in HIGHER_IS_BETTER else "asc"))
             return "/?" + urlencode({**{k: v for k, v in filters.items() if v}, "sort": key, "order": flip})
 
-        return leaderboard_page(store.runs(), rows, filters, sort, order, sort_url)
+        return leaderboard_page(every, rows, filters, sort, order, sort_url)
 
     @app.get("/runs/{run_id}", response_class=HTMLResponse)
     def run(run_id: str) -> str:

@@ -38,6 +38,7 @@ from servelab.server.endpoint import Endpoint
 from servelab.server.tokenizer import LocalTokenizer, ServerTokenizer, Tokenizer
 from servelab.store.results import CeilingInfo, LoadSpec, PromptCheck, RunResult, levels_to_run, resume_run, run_lock
 from servelab.workloads.corpus import PromptBuilder
+from servelab.guards.files import head_text
 
 CALIBRATION_ATTEMPTS = 3  # tries of the calibration request before the server counts as unusable
 MODES: tuple[type[LoadMode], ...] = (TraceReplay, Sessions, OpenLoop, ClosedLoop)  # the first that applies sends the run's load
@@ -237,5 +238,5 @@ class Bench:
         """Read the server's startup log (when known) and diagnose the run with it."""
         log = self.opts.server_log
         if log is not None and log.is_file():
-            run.boot = parse_bootlog(log.read_text(encoding="utf-8", errors="replace"))
+            run.boot = parse_bootlog(head_text(log, "--server-log"))  # its first 64 MiB: a boot log is at the start
         run.findings = diagnose(run, run.boot.cudagraph_sizes if run.boot else None)

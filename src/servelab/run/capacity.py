@@ -37,6 +37,7 @@ Dimension = Literal["streams", "sessions", "rate", "trace"]  # what a probe's lo
 GROWTH = 4.0
 PRECISION = 1.1  # the bracket is within 10 %
 MAX_PROBES = 24  # a search that has not converged by then stops and says so
+MAX_PROBE_S = 600.0  # the longest a rate probe's requests may take to arrive (slowest_rate)
 DEFAULT_MAX: dict[str, float] = {"streams": 4096, "sessions": 4096, "rate": 10_000.0, "trace": 1_000.0}  # without --max-load or the server's limits
 
 
@@ -104,12 +105,15 @@ def search(probe: Callable[[float], SloResult], *, closed_loop: bool = True, sta
         probe: measures one level at ``load`` (an int number of streams in closed loop).
         start: the first load (``servelab predict``'s estimate, or 1).
         repeats: extra measurements of the boundary.
-        minimum: the smallest load worth probing (closed loop: 1 stream; open loop: start ÷ 4⁴).
+        minimum: the smallest load worth probing, besides the search's own floor (closed loop: 1
+            stream; open loop: start ÷ 4⁴): a rate at which a probe's requests would take longer
+            than ``MAX_PROBE_S`` to arrive (:func:`slowest_rate`).
         maximum: the largest load worth probing, asked before each probe (it may fall as the
             probes learn the server's limits: :class:`Prober` ``bound``). A pass there ends the
             growth: the capacity is then "at least" it (``Capacity.capped``).
     """
-    floor = minimum if minimum is not None else (1.0 if closed_loop else start / GROWTH**4)
+    start = min(start, maximum())
+    floor = min(max(minimum or 0.0, 1.0 if closed_loop else start / GROWTH**4), maximum())
     probes: list[Probe] = []
 
     def measure(load: float, repeat: bool = False) -> tuple[float, bool]:
@@ -124,7 +128,7 @@ def search(probe: Callable[[float], SloResult], *, closed_loop: bool = True, sta
 
     lo: float | None = None  # largest passing load
     hi: float | None = None  # smallest missing load
-    load, passed = measure(max(min(start, maximum()), floor))
+    load, passed = measure(max(start, floor))
     if passed:
         lo = load
         while hi is None and len(probes) < MAX_PROBES and load < maximum():  # grow until a probe misses or the bound
@@ -150,6 +154,13 @@ def search(probe: Callable[[float], SloResult], *, closed_loop: bool = True, sta
             measure(lo, repeat=True)
     capped = maximum() if hi is None and lo is not None and lo >= maximum() else None
     return Capacity(closed_loop=closed_loop, capacity=lo, probes=probes, converged=converged, bracket=(lo, hi), capped=capped)
+
+
+def slowest_rate(load: Load, kind: Dimension) -> float | None:
+    """The smallest request rate worth a probe: ``--requests`` arriving within ``MAX_PROBE_S``
+    (``--start 0.001`` with 100 requests would wait a day); None when the search is not over rates
+    or the probe is a ``--duration``."""
+    return load.requests / MAX_PROBE_S if kind == "rate" and load.requests else None
 
 
 def dimension(load: Load, *, open_loop: bool, sessions: bool) -> Dimension:

@@ -32,6 +32,7 @@ from pathlib import Path
 from servelab.metrics.request import decode_span
 from servelab.values.records import RequestRecord
 from servelab.guards.untrusted import for_csv
+from servelab.guards.files import read_bytes
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,7 @@ def llama_benchy_rows(path: Path) -> tuple[dict[str, int], list[list]]:
     rows: list[list] = []
     header = None
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bytes(path, "llama-benchy table").decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not a text file (not UTF-8)") from None
     for n, line in enumerate(text.splitlines(), 1):

@@ -32,6 +32,7 @@ from servelab.store.grid import llama_benchy_rows, read_llama_benchy
 from servelab.guards.redaction import dump
 from servelab.store.results import RunResult, read_document
 from servelab.store.database import Level, Run
+from servelab.guards.files import read_bytes
 
 
 def _now() -> str:
@@ -212,10 +213,7 @@ def _read_results(path: Path) -> list[Run]:
         if not dirs:
             raise ServelabError(f"{path}: no servelab run in it (no run.json)")
         return [from_run(read_document(RunResult, d / "run.json"), d) for d in dirs]
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ServelabError(f"{path}: {exc.strerror}") from None
+    raw = read_bytes(path, "import")
     digest = hashlib.sha256(raw).hexdigest()[:16]
     if path.suffix.lower() in (".csv", ".md"):
         return [from_llama_benchy_table(path, digest)]

@@ -39,6 +39,7 @@ from servelab.metrics.summary import LevelSummary
 from servelab.values.records import RequestRecord
 from servelab.guards import jsonfile
 from servelab.guards.redaction import dump, scrub
+from servelab.guards.files import read_bytes
 
 SCHEMA_VERSION = 1
 ABANDONED_FILE = "records.abandoned.jsonl"  # records of levels a resumed run measured again
@@ -308,8 +309,8 @@ def resume_run(run_dir: Path, load: LoadSpec, model: str, notes: list[str]) -> t
     if not path.exists():
         return None
     try:
-        earlier = RunResult.model_validate_json(path.read_text(encoding="utf-8"))
-    except (ValueError, OSError):
+        earlier = read_document(RunResult, path)
+    except ServelabError:
         raise ServelabError(f"{path} is not a servelab run; use another --output") from None
     if earlier.load != load or earlier.endpoint.model != model:
         raise ServelabError(f"{run_dir} holds a run of another load or model; use another --output")
@@ -352,10 +353,13 @@ def read_document(model: type[Doc], path: Path) -> Doc:
 
     Raises:
         ServelabError: unreadable, or not that kind of servelab document (naming the file), or
-            holding a number that is not finite (NaN, Infinity: servelab writes none).
+            holding a number that is not finite (NaN, Infinity: servelab writes none), or a value
+            of another type than servelab writes (``true`` or ``1e30`` for an integer: validated strictly).
     """
     try:
-        return model.model_validate(jsonfile.loads(path.read_text(encoding="utf-8"), str(path), finite=True))
+        text = read_bytes(path, "document").decode("utf-8")
+        jsonfile.loads(text, str(path), "it is not a servelab run (give a run directory or its run.json)", finite=True)  # size, depth, no NaN
+        return model.model_validate_json(text, strict=True)  # strict: true is not 1, 1e30 is not an integer
     except ValidationError as exc:
         raise ServelabError(f"{path}: not a servelab {path.name} document ({exc.errors()[0]['msg']})") from None
     except (OSError, UnicodeDecodeError) as exc:

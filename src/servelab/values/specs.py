@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 LayerKind = Literal["full", "sliding", "mla", "linear", "mamba", "none"]
 FFNKind = Literal["dense", "moe", "none"]
@@ -115,7 +115,10 @@ GIB = 2**30
 
 
 class Hardware(BaseModel):
-    """One accelerator (or unified-memory machine)."""
+    """One accelerator (or unified-memory machine). Strict: a number is a number (``true`` is not 1
+    GB/s), a flag a boolean (``"yes"`` is refused)."""
+
+    model_config = ConfigDict(strict=True)
 
     name: str
     memory_gib: float = Field(gt=0, description="Device memory as the runtime sees it, GiB.")

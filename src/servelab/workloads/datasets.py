@@ -15,6 +15,7 @@ from pathlib import Path
 
 from servelab.guards import jsonfile
 from servelab.errors import ServelabError
+from servelab.guards.files import read_bytes
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,7 @@ def load_dataset(path: Path) -> list[DatasetEntry]:
             (naming the line), or no entries at all.
     """
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ServelabError(f"--dataset {path}: {exc.strerror}") from None
+        lines = read_bytes(path, "--dataset").decode("utf-8").splitlines()
     except UnicodeDecodeError:
         raise ServelabError(f"--dataset {path}: not a text file (not UTF-8); give JSONL") from None
     out = []
