@@ -64,6 +64,9 @@ class ServerStats(BaseModel):
         """Leave out (set to None, note in ``rejected``) every figure no server can mean: not finite,
         negative (a counter that went back: a restart), above :data:`MAX_FIGURE`, or a share
         (:data:`SHARES`) above 1. A server's numbers are reported, never believed."""
+        if self.spec_drafts and self.spec_draft_tokens is not None and self.mean_acceptance_length is not None and not (
+                self.mean_acceptance_length <= 1 + self.spec_draft_tokens / self.spec_drafts + 1e-9):  # more accepted than drafted
+            self.rejected["mean_acceptance_length"], self.mean_acceptance_length = repr(self.mean_acceptance_length), None
         for name in type(self).model_fields:
             value = getattr(self, name)
             if name == "per_position_acceptance" and value is not None:
@@ -83,7 +86,9 @@ class Scrapes:
     def delta(self, *names: str, **labels: str) -> float | None:
         """After − before of the first present name (labels matched); None if absent in either."""
         a, b = total(self.after, *names, **labels), total(self.before, *names, **labels)
-        return None if a is None or b is None else a - b
+        if a is None or b is None:
+            return None
+        return a - b if 0 <= a <= MAX_FIGURE and 0 <= b <= MAX_FIGURE else math.nan  # 7e300 − 7e300 is no 0 tokens: NaN, rejected
 
     @staticmethod
     def ratio(num: float | None, den: float | None) -> float | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from servelab.engines.counters import ServerStats
 from servelab.metrics.gpu import GpuStats
@@ -23,12 +23,12 @@ from servelab.values.records import RequestRecord
 class LevelSummary(BaseModel):
     """Summary of the measured requests at one concurrency level (docs/metrics.md)."""
 
-    concurrency: int = Field(description="Requests kept in flight (closed loop), or the in-flight cap of an open-loop level (0: none).")
+    concurrency: int = Field(ge=0, description="Requests kept in flight (closed loop), or the in-flight cap of an open-loop level (0: none).")
     rate_rps: float | None = Field(None, description="Open loop: target arrival rate, requests/s.")
     achieved_rate_rps: float | None = Field(None, description="Open loop: requests started per second, first to last start.")
-    ok: int = Field(description="Requests that finished successfully.")
-    failed_requests: int = Field(description="Requests that got an HTTP, connection, timeout or stream error.")
-    incomplete: int = Field(description="Requests cut off by the end of the run or an interruption.")
+    ok: int = Field(ge=0, description="Requests that finished successfully.")
+    failed_requests: int = Field(ge=0, description="Requests that got an HTTP, connection, timeout or stream error.")
+    incomplete: int = Field(ge=0, description="Requests cut off by the end of the run or an interruption.")
     error_kinds: dict[str, int] = Field(default_factory=dict)
     window_s: float | None = Field(None, description="Measured window (s): the duration, first to last measured send (stagger), or first start to last end (docs/metrics.md).")
     prompt_tokens: int = 0
@@ -36,8 +36,8 @@ class LevelSummary(BaseModel):
     window_output_tokens: int = Field(
         0, description="Output tokens delivered inside the window by any request, ramp requests included: the numerator of output throughput."
     )
-    output_throughput_tok_s: float | None = None
-    request_throughput_rps: float | None = None
+    output_throughput_tok_s: float | None = Field(None, ge=0)
+    request_throughput_rps: float | None = Field(None, ge=0)
     client_wait_ms: Distribution = Field(default_factory=Distribution)
     ttft_ms: Distribution = Field(default_factory=Distribution)
     ttfc_ms: Distribution = Field(default_factory=Distribution)
@@ -87,6 +87,16 @@ class LevelSummary(BaseModel):
         """True when any request at this level failed. (Requests still in flight at the end of a
         duration are ``incomplete``, expected and counted.) A level cut short counts as failed."""
         return self.failed_requests > 0 or self.cut_short
+
+    @model_validator(mode="after")
+    def _times_not_negative(self) -> LevelSummary:
+        """TTFT, TPOT, ITL and E2E are durations: a negative one (a run.json edited by hand) is refused
+        where it is read (``store.results.read_document``), never compared or explained."""
+        for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+            stats = getattr(self, name)
+            if any(v is not None and v < 0 for v in (stats.mean, stats.p50, stats.p90, stats.p95, stats.p99, stats.min)):
+                raise ValueError(f"{name} holds a negative duration")
+        return self
 
 
 def summarize(

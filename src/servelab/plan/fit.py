@@ -58,7 +58,7 @@ def measured_levels(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardw
                  (lv.ttft_ms.mean if run.load.closed_loop == "burst" else lv.ttft_ms.p50) / 1e3,
                  lv.output_throughput_tok_s, (lv.server.acceptance_rate or 0.0) if draft and lv.server else 0.0)  # fmt: skip
         for lv in run.levels
-        if lv.rate_rps is None and lv.ok and all(0 < (v or 0) < math.inf for v in (lv.output_throughput_tok_s, lv.tpot_ms.p50, lv.ttft_ms.p50, lv.ttft_ms.mean))
+        if lv.rate_rps is None and lv.ok and all(0 < (v or 0) < 1e12 for v in (lv.output_throughput_tok_s, lv.tpot_ms.p50, lv.ttft_ms.p50, lv.ttft_ms.mean))
     ]  # figures that are not positive and finite (a hand-edited run.json) are no level to explain
 
 
