@@ -58,9 +58,9 @@ def redact(argv: list[str]) -> list[str]:
     hide = False
     for a in argv:
         name, eq, _ = a.partition("=")
-        inner = _words(a)
-        if inner is not None and not hide:  # a command line in one argument (ssh's remote command): its own words redacted
-            out.append(shlex.join(redact(inner)))
+        inner = _words(a) if not hide else None
+        if inner is not None and (red := redact(inner)) != [scrub(w) for w in inner]:  # a command line in one argument (ssh's remote command) with secret flags or variables
+            out.append(shlex.join(red))
         elif hide:
             out.append("***")
             hide = False
