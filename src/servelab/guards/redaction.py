@@ -33,16 +33,15 @@ SECRET_NAMES = ("api_key", "apikey", "x_api_key", "token", "access_token", "auth
 _NAMES = "|".join(n.replace("_", "[_-]") for n in sorted(SECRET_NAMES, key=len, reverse=True))
 SECRET_KEY = re.compile(rf"(?i)(?:--)?(?:{_NAMES})")  # a key (dict, query, env, flag) naming a secret, matched whole (fullmatch)
 _TEXT_NAMES = "|".join(n.replace("_", "[_-]") for n in sorted(SECRET_NAMES, key=len, reverse=True) if "_" in n or n in ("apikey", "password", "passwd"))
-SHAPES = re.compile(
-    r"(?i)(?<=\bbearer )[^\s\"'<>]+"  # Authorization: Bearer <token>
+SHAPES = re.compile(  # one \b before the prefixed tokens, not one per alternative: the regex is tried at every character of every record written
+    r"(?i)(?<=\bbearer[ \t])[^\s\"'<>]+"  # Authorization: Bearer <token> (a space or a tab after it)
     r"|(?<=\bbasic )[A-Za-z0-9+/]{8,}={0,2}"  # Authorization: Basic <base64 user:password>
-    r"|(?<=\bbearer\t)[^\s\"'<>]+"  # … or a tab after it
-    r"|\bsk-[A-Za-z0-9_\-]{8,}"  # OpenAI-style API keys
-    r"|\bhf_[A-Za-z0-9]{8,}"  # Hugging Face tokens
-    r"|\bgh[pousr]_[A-Za-z0-9]{20,}"  # GitHub tokens
-    r"|\bAKIA[0-9A-Z]{16}\b"  # AWS access key ids
-    r"|\bAIza[0-9A-Za-z_\-]{16,}"  # Google API keys
-    r"|\bxox[abposr]-[A-Za-z0-9-]{10,}"  # Slack tokens
+    r"|\b(?:sk-[A-Za-z0-9_\-]{8,}"  # OpenAI-style API keys
+    r"|hf_[A-Za-z0-9]{8,}"  # Hugging Face tokens
+    r"|gh[pousr]_[A-Za-z0-9]{20,}"  # GitHub tokens
+    r"|AKIA[0-9A-Z]{16}\b"  # AWS access key ids
+    r"|AIza[0-9A-Za-z_\-]{16,}"  # Google API keys
+    r"|xox[abposr]-[A-Za-z0-9-]{10,})"  # Slack tokens
     r"|eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)?"  # JSON web tokens (a base64url JSON header, dot-separated parts)
 )
 AWS_SECRET = re.compile(  # 40 characters of base64 with upper and lower case and a digit (an AWS secret key; a hex hash has no upper case)
