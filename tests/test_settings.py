@@ -119,8 +119,8 @@ def test_bench_on_the_embedded_server_keeps_its_first_look():
     from servelab.run.measure import bench_options
 
     assert (bench_options(Load(), embedded=True, first_look=True).requests, bench_options(Load(), embedded=True, first_look=True).warmup) == (4, 1)
-    for given in (Load(requests=20), Load(duration_s="30s")):
-        assert bench_options(given, embedded=True, first_look=True).warmup == 1
+    for asked in (Load(requests=20), Load(duration_s="30s")):
+        assert bench_options(asked, embedded=True, first_look=True).warmup == 1
     assert bench_options(Load(), embedded=True).requests is None and bench_options(Load(), embedded=False, first_look=True).warmup is None
 
 

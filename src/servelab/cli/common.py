@@ -35,6 +35,9 @@ from servelab.values.records import RequestRecord
 from servelab.guards.redaction import scrub
 from servelab.store.results import RunResult, default_run_dir
 from servelab.settings import Target
+from servelab.plan import hub
+from servelab.plan.model_spec import load_model
+from servelab.values.specs import ModelSpec
 from servelab.store.database import Store, database_url
 from servelab.guards.untrusted import for_terminal
 
@@ -285,6 +288,13 @@ class ProgressHooks:
         tput = summary.output_throughput_tok_s or 0.0
         level = f"rate={summary.rate_rps}/s" if summary.rate_rps else f"c={summary.concurrency}"
         self.progress.console.print(f"{level}: {ok} ok, {bad} failed/incomplete, {tput:,.1f} output tok/s")
+
+
+def read_model(model: str, revision: str | None = None) -> ModelSpec:
+    """``servelab.plan.model_spec.load_model`` under a status line on stderr saying what it waits
+    for: a Hub id not in the cache is fetched within ``servelab.plan.hub.DEADLINE_S``."""
+    with err_console.status(f"reading {escape(model)} (from the Hugging Face Hub if it is not cached: at most {hub.DEADLINE_S:.0f} s)…"):
+        return load_model(model, revision)
 
 
 def warn(message: str) -> None:

@@ -7,20 +7,17 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from servelab.cli.common import console, err_console, one_line_errors
+from servelab.cli.common import console, one_line_errors, read_model
 from servelab.settings import parse_int_list
 from servelab.engines import plan_engine
 from servelab.engines.cudagraph import padding, recommend
 from servelab.errors import ServelabError
 from servelab.metrics.bootlog import parse_bootlog
-from servelab.plan import hub
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.drafter import parse_drafter
 from servelab.plan.from_log import compare, implied_memory_gib, log_inputs, pick_hardware
 from servelab.plan.hardware import load_hardware, profiles
-from servelab.plan.model_spec import load_model
 from servelab.plan.planner import make_plan
 from servelab.plan.quant import kv_dtype_bytes
 from servelab.plan.tensors import checkpoint_weights
@@ -73,8 +70,7 @@ def plan(
         prefix_caching = prefix_caching or logged.prefix_caching
     if model is None:
         raise ServelabError("--model is required: a catalog name such as qwen3-8b, a config.json, or a Hub id such as Qwen/Qwen3-8B" + (" (the log names none)" if facts else ""))
-    with err_console.status(f"reading {escape(model)} (from the Hugging Face Hub if it is not cached: at most {hub.DEADLINE_S:.0f} s)…"):
-        spec, kv_dtype = load_model(model, revision), kv_dtype or "auto"
+    spec, kv_dtype = read_model(model, revision), kv_dtype or "auto"
     drafter = parse_drafter(speculative, spec, kv_dtype_bytes(kv_dtype), draft_tokens) if speculative else None
     fmt = weight_format(quant, spec, checkpoint_config)
     weights = _weights(spec, quant, checkpoint_config)

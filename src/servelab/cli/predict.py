@@ -13,13 +13,12 @@ import yaml
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.cli.common import DbOpt, console, err_console, store_at, write_file
+from servelab.cli.common import DbOpt, console, read_model, store_at, write_file
 from servelab.settings import parse_float_list, parse_int_list
 from servelab.engines import plan_engine
 from servelab.engines.cudagraph import prompt_step_graph
 from servelab.errors import ServelabError
 from servelab.rules.explain import explain, repeatability
-from servelab.plan import hub
 from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, calibration
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.drafter import parse_drafter
@@ -98,8 +97,7 @@ def predict_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of the table.")] = False,
 ) -> None:
     """Predicted per-stream and aggregate tok/s, TTFT, TPOT and E2E at each concurrency, with the bottleneck."""
-    with err_console.status(f"reading {escape(model)} (from the Hugging Face Hub if it is not cached: at most {hub.DEADLINE_S:.0f} s)…"):
-        spec = load_model(model, revision)
+    spec = read_model(model, revision)
     hw = load_hardware(hardware)
     levels = parse_int_list(concurrency, "--concurrency")
     rates = parse_float_list(rate, "--rate") if rate else None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from servelab.errors import ServelabError
 
-MAX_FILE = 256 << 20  # 256 MiB: the largest document servelab reads whole (guards.jsonfile's bound)
+MAX_FILE = 256 << 20  # 256 MiB: the largest document servelab reads whole (guards.jsonfile's bound too)
 MAX_YAML = 16 << 20  # a recipe, a hardware profile, a workload file: kilobytes; PyYAML is slow on megabytes
 MAX_LOG = 64 << 20  # of a log, the first 64 MiB: a boot log is a few hundred KB
 

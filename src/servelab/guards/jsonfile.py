@@ -16,9 +16,10 @@ import re
 from typing import Any
 
 from servelab.errors import ServelabError
+from servelab.guards.files import MAX_FILE
 
 MAX_DEPTH = 64
-MAX_BYTES = 256 << 20  # 256 MiB: the largest results file servelab reads whole
+MAX_BYTES = MAX_FILE  # 256 MiB: the largest results file servelab reads whole
 
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')

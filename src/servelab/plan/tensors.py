@@ -181,8 +181,8 @@ def checkpoint_weights(spec: ModelSpec, *, online: bool = True, folder: Path | N
             raise ServelabError(f"{folder}: a safetensors header could not be read ({type(exc).__name__}); the checkpoint is damaged") from None
         if index is not None:
             return index  # config.json and the index, shards not downloaded
-    if spec.hub_id and online and hub.reachable():
-        try:
+    if spec.hub_id and online:
+        try:  # offline or unreachable: hub.call raises OfflineModeIsEnabled before any request
             meta = hub.call(f"--model {spec.hub_id}", huggingface_hub.get_safetensors_metadata, spec.hub_id, revision=spec.revision)
         except (hub_errors.HfHubHTTPError, hub_errors.NotASafetensorsRepoError, hub_errors.SafetensorsParsingError,
                 hub_errors.EntryNotFoundError, hub_errors.OfflineModeIsEnabled):  # fmt: skip

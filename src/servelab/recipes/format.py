@@ -34,7 +34,7 @@ from servelab.errors import ServelabError
 from servelab.server.process import free_port
 from servelab.recipes.flags import flag_args, parse_port
 from servelab.recipes.spark_vllm_docker import from_spark_vllm_docker
-from servelab.recipes.trust import CHECKED, FLAG_VALUE, WHOLE, names, template_problem, values_problem
+from servelab.recipes.trust import template_problem, values_problem
 from servelab.settings import Load
 from servelab.guards.yamlfile import Lines, line_of, read_yaml_lines
 
@@ -264,19 +264,12 @@ class Recipe(BaseModel):
             return "".join(out)
 
         argv = [fill(arg, "command", i) for i, arg in enumerate(self.command)]
-        placed = [merged[m.group(1)] for arg in self.command if (m := WHOLE.fullmatch(arg)) and m.group(1) not in CHECKED]
-        inside = [merged[n] for arg in self.command if not WHOLE.fullmatch(arg) and not FLAG_VALUE.fullmatch(arg) for n in names(arg) - CHECKED]
-        reached = any(names(arg) - CHECKED for arg in self.command)
         env = {k: fill(v, "env", k) for k, v in self.env.items()}
         image = fill(self.container.image, "container", "image") if self.container else None
         ready_url = fill(self.ready.url, "ready", "url") if self.ready.url else None
-        for name, value in values.items():
-            if name not in used and name not in ("port", "tensor_parallel", "model"):
-                added = flag_args(name, value)
-                argv += added
-                placed += added[1:]
-                reached = reached or bool(added)
-        if problem := values_problem(argv, reached, placed, inside, image, engine.launchers):
+        appended = [flag_args(name, value) for name, value in values.items() if name not in used and name not in ("port", "tensor_parallel", "model")]
+        argv += [a for added in appended for a in added]
+        if problem := values_problem(argv, self.command, merged, appended, image, engine.launchers):
             self.distrust(f"{self.source}: {problem}")
         tp = merged["tensor_parallel"]
         if not tp.isdecimal() or int(tp) < 1:

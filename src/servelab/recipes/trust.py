@@ -84,18 +84,22 @@ def template_problem(command: Sequence[str], env: Mapping[str, str], launchers: 
     return None
 
 
-def values_problem(argv: Sequence[str], reached: bool, placed: Sequence[str], inside: Sequence[str], image: str | None,
-                   launchers: Sequence[tuple[str, ...]]) -> str | None:
+def values_problem(argv: Sequence[str], command: Sequence[str], values: Mapping[str, str], appended: Sequence[Sequence[str]],
+                   image: str | None, launchers: Sequence[tuple[str, ...]]) -> str | None:
     """What a filled command would do outside the allowlist, or None.
 
     Args:
         argv: the filled command.
-        reached: whether any value went into it (a placeholder other than ``CHECKED``, an appended flag).
-        placed: the values that became whole arguments (placeholders and appended flags' values).
-        inside: the values that went inside a longer argument (``'{"num_speculative_tokens": {k}}'``).
+        command: the recipe's command before filling in (where each placeholder stands).
+        values: every placeholder's value.
+        appended: the flags appended for names the command does not use (``[--name, VALUE]`` or ``[--name]``).
         image: the filled container image, or None.
         launchers: the engine's.
     """
+    placed = [values[m.group(1)] for arg in command if (m := WHOLE.fullmatch(arg)) and m.group(1) not in CHECKED]
+    placed += [v for added in appended for v in added[1:]]
+    inside = [values[n] for arg in command if not WHOLE.fullmatch(arg) and not FLAG_VALUE.fullmatch(arg) for n in names(arg) - CHECKED]
+    reached = any(names(arg) - CHECKED for arg in command) or any(appended)
     if reached and launcher_length(argv, launchers) is None:
         return f"values reach {argv[0]!r}, which is not a server servelab knows how to launch ({_shown(launchers)}); {TRUST}"
     dash = next((v for v in placed if v.startswith("-") and not NUMBER.fullmatch(v)), None)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from importlib.resources import files
 from pathlib import Path
@@ -43,6 +42,12 @@ METRICS = ["output_tok_s", "request_rps", "ttft_ms_p50", "ttft_ms_p99", "ttft_ms
 
 class Base(DeclarativeBase):
     """Declarative base of the runs database (tables made by the migrations)."""
+
+
+def is_figure(key: str, value: object) -> bool:
+    """Whether ``value`` may stand in the level column ``key``: a number (not a boolean), finite, ≥ 0,
+    at most 1e18 (a share, ``slo_attainment``, at most 1). NaN fails both comparisons."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= (1 if key == "slo_attainment" else 1e18)
 
 
 class Level(Base):
@@ -85,10 +90,7 @@ class Level(Base):
         Raises:
             ServelabError: naming the level and the field.
         """
-        bad = isinstance(value, bool) or not isinstance(value, int | float | None)
-        if not bad and value is not None:
-            bad = not (0 <= value <= (1 if key == "slo_attainment" else 1e18))  # NaN fails both comparisons
-        if bad:
+        if value is not None and not is_figure(key, value):
             raise ServelabError(f"level {str(getattr(self, 'label', '?'))[:40]!r}: {key} = {value!r} is not a figure (a finite number ≥ 0{', ≤ 1' if key == 'slo_attainment' else ''})")
         return value
 
@@ -278,7 +280,7 @@ def _sound(runs: list[Run]) -> list[Run]:
         for lv in run.levels:
             for key in ("concurrency", "ok", "failed", "rate_rps", *METRICS):
                 value = getattr(lv, key)
-                if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf):
+                if value is not None and not is_figure(key, value):
                     raise ServelabError(f"run {run.id} in the database is damaged (levels.{key} holds {str(value)[:40]!r}); "
                                         f"import {run.origin} again, or delete the database file")  # fmt: skip
     return runs
