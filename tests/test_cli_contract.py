@@ -80,6 +80,10 @@ CASES = [
     ("bench --trace {W}/bad-trace.jsonl --time-scale 0", "--time-scale"),
     ("bench --trace {W}/bad-trace.jsonl --trace-format csv", "--trace-format"),
     ("capacity --slo nope", "--slo"),
+    ("tune recipes/vllm-docker-qwen3-8b.yaml --vary max_num_seqs=1,2", "--slo"),
+    ("tune recipes/vllm-docker-qwen3-8b.yaml --slo tpot_p99=50ms", "--vary"),
+    ("tune recipes/vllm-docker-qwen3-8b.yaml --slo tpot_p99=50ms --vary max_num_seq=1,2", "did you mean max_num_seqs"),
+    ("tune {W}/missing.yaml --slo tpot_p99=50ms --vary max_num_seqs=1,2", "missing.yaml"),
     ("suite --slo tpot_p40=1s", "--slo"),
     ("bench --output {W}/sweep", "holds a sweep"),
     ("grid --output {W}/run", "holds a run"),  # a digit int() refuses

@@ -24,6 +24,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 LOAD_ALL = tuple(Load.model_fields)
 TARGET_ALL = tuple(Target.model_fields)
+SEARCHED = ("concurrency", "workers", "rates", "sessions", "repeats", "time_scale", "closed_loop")  # capacity's own: the dimension searched, how
+CAPACITY_LOAD = tuple(n for n in LOAD_ALL if n not in SEARCHED)  # servelab capacity's and tune's load settings
 EMBEDDED = ("parallel", "ctx_size", "llama_server")  # the embedded server's settings (serve-local)
 
 

@@ -11,16 +11,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from servelab.run.capacity import Capacity, Prober, dimension, predicted_start, probe_load, search, slowest_rate
-from servelab.cli.bind import LOAD_ALL, TARGET_ALL, bind
+from servelab.cli.bind import CAPACITY_LOAD, TARGET_ALL, bind
 from servelab.cli.common import console, err_console, event_loop_runner, measured, output_dir, remember, sigterm_as_sigint
 from servelab.errors import ServelabError
 from servelab.run.measure import bench_options, serve
 from servelab.settings import Load, Target
 from servelab.guards import jsonfile
-
-
-SEARCHED = ("concurrency", "workers", "rates", "sessions", "repeats", "time_scale", "closed_loop")  # capacity's own: the dimension searched, how
-CAPACITY_LOAD = tuple(n for n in LOAD_ALL if n not in SEARCHED)
 
 
 @bind(load=(Load, CAPACITY_LOAD), target=(Target, TARGET_ALL))
@@ -31,7 +27,7 @@ def capacity_cmd(
     sessions: Annotated[bool, typer.Option("--sessions", help="Search the number of multi-turn sessions kept open (bench --sessions) instead of streams.")] = False,
     start: Annotated[float | None, typer.Option(min=0.001, help="The first load probed (default servelab predict's estimate with --hardware, else 1).")] = None,
     repeats: Annotated[int, typer.Option(min=0, max=10, help="Extra measurements of the boundary, for its spread.")] = 2,
-    max_load: Annotated[float | None, typer.Option(min=0.001, help="The largest load probed (streams, sessions, req/s or × trace speed). Streams also stop at --requests and at the server's max_num_seqs and KV capacity when its boot log gives them; without any of these, 4,096 streams or sessions, 10,000 req/s, × 1,000.")] = None,
+    max_load: Annotated[float | None, typer.Option(min=0.001, help="The largest load probed (streams, sessions, req/s or × trace speed). Streams also stop at --requests and at 4 × the server's max_num_seqs and KV capacity when its boot log gives them; without any of these, 4,096 streams or sessions, 10,000 req/s, × 1,000.")] = None,
     output: Annotated[Path | None, typer.Option(help="Directory of the probes, one run each; rerun with the same one to resume.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON: max_concurrency or max_rate, probes, slo, predicted.")] = False,
 ) -> None:

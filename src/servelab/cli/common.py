@@ -178,7 +178,7 @@ def write_file(path: Path, data: str | bytes, option: str) -> None:
         raise ServelabError(f"{option} {path}: cannot write it ({exc.strerror or exc})") from None
 
 
-OUTPUT_MARKERS = {"run": "run.json", "sweep": "sweep.json", "grid": "grid.csv"}  # what each command leaves at the top of its --output
+OUTPUT_MARKERS = {"run": "run.json", "sweep": "sweep.json", "grid": "grid.csv", "tune": "tune.json"}  # what each command leaves at the top of its --output
 
 
 def check_output_kind(path: Path | None, kind: str) -> None:

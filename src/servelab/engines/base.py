@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple
 
-from servelab.values.argv import has_flag
+from servelab.values.argv import flag_value, has_flag
 from servelab.engines.bootfacts import Rule
 from servelab.engines.counters import Scrapes, ServerStats
 from servelab.values.specs import Hardware, ModelSpec
@@ -233,6 +233,61 @@ class Engine:
     quant_formats: ClassVar[dict[str, str]] = {}
     # how predict prices the engine's kernels beyond the calibration (compute_peak, eager_extra_s, moe_layer_extra_s), stated with every prediction
     pricing: ClassVar[str | None] = None
+
+    # --- tuning (servelab tune) ----------------------------------------------------------------
+    kv_cache_dtypes: ClassVar[tuple[str, ...]] = ()  # the values its flags.kv_cache_dtype takes (empty: not checked)
+
+    def known_flags(self) -> set[str]:
+        """The flags servelab reads in this engine's commands (``flags``, ``largest_capture_flag``),
+        as recipe names: ``--max-num-seqs`` → ``max_num_seqs``."""
+        f = self.flags
+        named = [f.max_model_len, f.max_num_seqs, f.max_num_batched_tokens, f.eager, f.gpu_memory, f.speculative, f.prefix_cache_off,
+                 f.kv_cache_dtype, f.quantization, self.largest_capture_flag, *f.tp, *f.ep]  # fmt: skip
+        return {n.lstrip("-").replace("-", "_") for n in named if n and n.startswith("--")}
+
+    def tuned(self, argv: list[str]) -> dict[str, str | None]:
+        """The settings ``servelab predict`` prices, as this server's command ``argv`` gives them
+        (None: not given, the default): max-num-seqs, max-num-batched-tokens, max-capture-size,
+        gpu-memory-utilization, kv-cache-dtype, quantization (text, unchecked) and draft-tokens."""
+        f = self.flags
+
+        def value(flag: str | None) -> str | None:
+            return flag_value(argv, flag) if flag else None
+
+        return {"max-num-seqs": value(f.max_num_seqs), "max-num-batched-tokens": value(f.max_num_batched_tokens),
+                "max-capture-size": value(self.largest_capture_flag), "gpu-memory-utilization": value(f.gpu_memory),
+                "kv-cache-dtype": value(f.kv_cache_dtype), "quantization": value(f.quantization), "draft-tokens": str(self.draft_tokens(argv))}  # fmt: skip
+
+    def draft_tokens(self, argv: list[str]) -> int:
+        """Speculative decoding's draft tokens per step in the command ``argv`` (0: none, or unknown)."""
+        return 0
+
+    def refused(self, argv: list[str]) -> str | None:
+        """Why this server would refuse a value in ``argv`` whatever the others are, in one phrase
+        naming the flag (a max_num_seqs that is not a positive integer, a memory share outside
+        (0, 1], a KV-cache dtype it does not have), or None."""
+        f = self.flags
+        for flag in (f.max_num_seqs, f.max_num_batched_tokens, self.largest_capture_flag):
+            raw = flag_value(argv, flag) if flag else None
+            if raw is not None and not (raw.isdecimal() and int(raw) >= 1):
+                return f"{flag} {raw!r} is not a positive integer"
+        raw = flag_value(argv, f.gpu_memory) if f.gpu_memory else None
+        if raw is not None:
+            try:
+                share = float(raw)
+            except ValueError:
+                share = -1.0
+            if not 0 < share <= 1:
+                return f"{f.gpu_memory} {raw!r} is not a share of the memory in (0, 1]"
+        raw = flag_value(argv, f.kv_cache_dtype) if f.kv_cache_dtype else None
+        if raw is not None and self.kv_cache_dtypes and raw not in self.kv_cache_dtypes:
+            return f"{f.kv_cache_dtype} {raw!r} is not one of {', '.join(self.kv_cache_dtypes)}"
+        return None
+
+    def point_problem(self, argv: list[str], request_tokens: int) -> str | None:
+        """Why this server refuses the combination of values in ``argv``, or cannot serve a request
+        of ``request_tokens`` prompt and output tokens with them (None: it starts and serves)."""
+        return None
 
     def lint_rules(self, argv: list[str], concurrencies: list[int]) -> list[LintFinding]:
         """Pitfalls only this engine has, for one resolved variant's server command ``argv`` and the

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 
 from servelab.guards import jsonfile
-from servelab.values.argv import has_flag
+from servelab.values.argv import flag_value, has_flag
 from servelab.engines.base import Engine, Gauges, JsonGet, JsonPost, LintFinding, positive_int
 from servelab.engines.bootfacts import BootFacts, Rule, set_fact, set_facts
 from servelab.engines.counters import Scrapes, ServerStats
@@ -124,6 +124,14 @@ class LlamaCpp(Engine):
     ready_path = "/health"  # 503 "Loading model", then 200 (server-facts.md, llama.cpp endpoints)
     ready_timeout_s = 300.0
     default_port = 8080
+
+    def point_problem(self, argv: list[str], request_tokens: int) -> str | None:
+        """llama-server splits ``--ctx-size`` evenly over its ``--parallel`` slots (tools/server/server.cpp,
+        n_ctx_slot = n_ctx / n_parallel): a request longer than one slot's share fails."""
+        slots, ctx = flag_value(argv, "--parallel", "-np"), flag_value(argv, "--ctx-size", "-c")
+        if slots and ctx and slots.isdecimal() and ctx.isdecimal() and int(slots) >= 1 and int(ctx) // int(slots) < request_tokens:
+            return f"--ctx-size {ctx} over --parallel {slots} slots gives each {int(ctx) // int(slots):,} tokens, fewer than a request's {request_tokens:,}"
+        return None
 
     async def recognise(self, get: JsonGet) -> bool:
         """Builds whose model card names no owner: ``GET /props`` answers with an object."""

@@ -154,6 +154,20 @@ class VLLM(Engine):
     )  # fmt: skip
     gpu_memory_utilization_default = 0.92  # vllm/config/cache.py (0.9 before 0.2x)
     max_num_seqs_floor = SMALL_TIER_MAX_NUM_SEQS
+    kv_cache_dtypes = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")  # vllm/config/cache.py CacheDType
+
+    def draft_tokens(self, argv: list[str]) -> int:
+        """``num_speculative_tokens`` of ``--speculative-config``."""
+        return spec_tokens(argv)
+
+    def point_problem(self, argv: list[str], request_tokens: int) -> str | None:
+        """vLLM refuses max_num_batched_tokens below max_num_seqs (vllm/config/scheduler.py,
+        SchedulerConfig.verify_max_model_len: "max_num_batched_tokens … must be greater than or equal
+        to max_num_seqs")."""
+        seqs, mbt = flag_value(argv, self.flags.max_num_seqs), flag_value(argv, self.flags.max_num_batched_tokens)
+        if seqs and mbt and seqs.isdecimal() and mbt.isdecimal() and int(mbt) < int(seqs):
+            return f"vLLM refuses --max-num-batched-tokens {mbt} below --max-num-seqs {seqs}"
+        return None
 
     async def describe(self, get: JsonGet, card: dict) -> tuple[str | None, int | None]:
         """Version from ``GET /version``; context from the card's ``max_model_len``."""

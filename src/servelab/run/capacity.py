@@ -22,22 +22,23 @@ from pydantic import BaseModel, Field
 
 from servelab.errors import ServelabError
 from servelab.run.measure import bench_options
-from servelab.metrics.slo import Objective, SloResult, evaluate
+from servelab.metrics.slo import SloResult, evaluate
 from servelab.run.options import BenchOptions
 from servelab.plan.calibration import calibration
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
+from servelab.plan.curves import GROWTH, predicted
 from servelab.plan.predict import Point, limits_for, predict, terms
 from servelab.store.results import RunResult, load_run
 from servelab.settings import Load, Target
 
 Dimension = Literal["streams", "sessions", "rate", "trace"]  # what a probe's load is: streams, sessions kept open, requests/s, × trace speed
 
-GROWTH = 4.0
 PRECISION = 1.1  # the bracket is within 10 %
 MAX_PROBES = 24  # a search that has not converged by then stops and says so
 MAX_PROBE_S = 600.0  # the longest a rate probe's requests may take to arrive (slowest_rate)
+QUEUED = 4  # the streams worth probing per server slot: beyond 4 × max_num_seqs each request waits 3 turns or more in the queue before its own
 DEFAULT_MAX: dict[str, float] = {"streams": 4096, "sessions": 4096, "rate": 10_000.0, "trace": 1_000.0}  # without --max-load or the server's limits
 
 
@@ -73,28 +74,6 @@ class Capacity(BaseModel):
         """(min, max) goodput req/s over the boundary's measurements (search probe and repeats)."""
         at = [p.slo.goodput_rps for p in self.probes if p.load == self.capacity and p.slo.goodput_rps is not None]
         return (min(at), max(at)) if at else None
-
-
-def meets(point: Point, objectives: list[Objective]) -> bool:
-    """Whether a predicted level is within every target (its TTFT, TPOT, E2E; ITL taken as TPOT:
-    the prediction has means, not percentiles, so this is an estimate to start the search from)."""
-    values = {"ttft": point.ttft_s, "tpot": point.tpot_s, "itl": point.tpot_s, "e2e": point.e2e_s}
-    return all(values[o.metric] * 1e3 <= o.target_ms for o in objectives)
-
-
-def predicted(point_at: Callable[[int], Point], objectives: list[Objective], most: int) -> tuple[int | None, Point | None]:
-    """The largest concurrency up to ``most`` whose predicted level (``point_at(c)``, servelab
-    predict) meets the objectives, by the same ×4 ladder and bisection; (None, None) if 1 does not."""
-    if not meets(point_at(1), objectives):
-        return None, None
-    lo, hi = 1, None
-    while hi is None and lo < most:
-        c = min(most, lo * int(GROWTH))
-        lo, hi = (c, hi) if meets(point_at(c), objectives) else (lo, c)
-    while hi is not None and hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if meets(point_at(mid), objectives) else (lo, mid)
-    return lo, point_at(lo)
 
 
 def search(probe: Callable[[float], SloResult], *, closed_loop: bool = True, start: float = 1.0, repeats: int = 2,
@@ -217,17 +196,18 @@ class Prober:
         return min(self.bounds, key=self.bounds.__getitem__) if self.bounds else "servelab's default (--max-load)"
 
     def learn(self, run: RunResult) -> None:
-        """Lower the bound of streams and sessions to the server's own limits, where a probe's boot
-        log gives them: its max_num_seqs (llama.cpp: slots), and the requests its KV cache holds at
-        the load's prompt and output tokens (tokens ÷ (input + output))."""
+        """Lower the bound of streams and sessions to ``QUEUED`` × the server's own limits, where a
+        probe's boot log gives them: its max_num_seqs (llama.cpp: slots), and the requests its KV
+        cache holds at the load's prompt and output tokens (tokens ÷ (input + output)). Streams
+        beyond the limits wait in the server's queue, which a TTFT objective may allow."""
         boot = run.boot
         if boot is None or self.kind not in ("streams", "sessions"):
             return
         if seqs := (boot.max_num_seqs or boot.slots):
-            self.bounds["the server's max_num_seqs"] = float(seqs)
+            self.bounds[f"{QUEUED} × the server's max_num_seqs"] = float(QUEUED * seqs)
         per_request = (self.load.input_tokens or 0) + (self.load.output_tokens or 0)
         if boot.kv_cache_tokens and per_request and self.kind == "streams":
-            self.bounds["the requests its KV cache holds"] = float(max(1, boot.kv_cache_tokens // per_request))
+            self.bounds[f"{QUEUED} × the requests its KV cache holds"] = float(QUEUED * max(1, boot.kv_cache_tokens // per_request))
 
     def _earlier(self, name: str) -> SloResult | None:
         for done_dir in (self.base / f"{name}-again", self.base / name):  # a probe measured again (a JIT compile in the first) counts by its second

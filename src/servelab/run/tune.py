@@ -1,0 +1,460 @@
+"""``servelab tune``: the configuration of a recipe that serves the most streams within an SLO, in a
+few launches.
+
+1. **The grid** is every combination of ``--vary`` values (at most ``MAX_POINTS``). A key is a
+   placeholder of the recipe or a flag servelab reads for its engine (``Engine.known_flags``); a
+   value the engine refuses whatever the others are (``Engine.refused``) ends the command before any
+   launch. Each point is resolved to its server command, and the settings ``servelab predict``
+   prices are read from it (``Engine.tuned``).
+2. **Pricing** (with a model and a hardware profile; ``Pricer``): plan says whether the point fits
+   (memory, a TP that does not divide the heads, a context the KV cannot hold, a combination the
+   engine refuses: ``Engine.point_problem``), and predict gives its capacity within the SLO (the
+   largest closed-loop concurrency whose predicted level meets every objective:
+   ``servelab.plan.curves.within``), its band and its bottleneck. Without a model or hardware the
+   points are not priced and are launched in grid order.
+3. **Launches**: the best predicted point not yet launched is launched (``RecipeServer``), its
+   capacity measured by ``servelab capacity``'s search started at the prediction, and the server
+   stopped. A launch that fails (start or measurement) is recorded with the server's reason and
+   does not count against ``--launches``.
+4. **After each measurement** the calibration is fitted on every probe measured so far
+   (``servelab.plan.fit.fit``, as ``servelab calibrate``: predict's means), and each objective's
+   factor, its measured percentile ÷ the calibrated mean at the same probe (median over the
+   probes: a TPOT p99 sits above the mean TPOT predict models), divides its target when the points
+   are priced again (``TuneDocument.factors``). The band becomes the largest relative error of the
+   launched points' capacities so predicted (at least ``FLOOR_BAND``; after one launch
+   ``PRIOR_BAND`` ÷ 2), and every point whose band's top is below the best measured capacity is
+   pruned. The search ends after ``--launches`` measurements or when no candidate is left.
+5. **The winner** is the launched point with the largest measured capacity; why: the objective its
+   smallest missing probe missed, and for each value that differs from the recipe's own what
+   predict says it moved.
+
+Everything is kept in the tune's directory (``servelab.store.tuning``): a rerun with the same
+directory reads back each finished launch (``launch.json``) and each finished probe of an
+unfinished one, and makes the same choices again. The server is stopped on every path out of a
+launch, Ctrl-C included.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import statistics
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel
+
+from servelab import engines
+from servelab.errors import ServelabError, writing
+from servelab.guards import jsonfile
+from servelab.guards.redaction import dump, scrub
+from servelab.launch.server import RecipeServer
+from servelab.metrics.slo import Objective
+from servelab.plan.calibration import Calibration
+from servelab.plan.curves import Curve, PredictedLoad, Within, price, within
+from servelab.plan.fit import Measured, fit
+from servelab.plan.quant import kv_dtype_bytes
+from servelab.recipes import Recipe, expand, variant_dir, variant_label
+from servelab.recipes.flags import flag_args
+from servelab.recipes.format import parse_recipe
+from servelab.rules.lint import quant_of
+from servelab.run.capacity import Capacity
+from servelab.store.results import load_run, read_document
+from servelab.store.tuning import TuneDocument, TuneLaunch, TunePoint
+from servelab.values.specs import Hardware, ModelSpec
+
+MAX_POINTS = 10_000  # a larger grid is refused: its pricing alone takes minutes
+PRIOR_BAND = 0.3  # before any launch, each predicted time × (1 ± 0.3): predict's held-out worst tok/s error was 14 % on known families and 45 % on an unseen MoE (issue 53); a capacity within TTFT/TPOT objectives moves with it
+FLOOR_BAND = 0.1  # the band never narrows below ± 10 %: capacity's own search stops within 10 % (servelab.run.capacity.PRECISION)
+ACCEPTANCE = 0.7  # speculative decoding's acceptance rate where a point drafts tokens (predict's default)
+BEST_RECIPE = "best-recipe.yaml"
+ASSUMPTIONS = ("a point's capacity is the largest closed-loop concurrency whose predicted means (TTFT with the queue's wait) meet the percentiles' targets; "
+               f"speculative acceptance {ACCEPTANCE}; uniform MoE routing; every engine's scheduler priced as vLLM's")  # fmt: skip
+
+
+def grid(recipe: Recipe, vary: dict[str, list[str]], fixed: dict[str, str]) -> list[dict[str, str]]:
+    """The grid's points: every combination of ``vary`` with ``fixed`` (``--set``) applied.
+
+    Raises:
+        ServelabError: no ``--vary``, more than ``MAX_POINTS`` points, or a key that is neither a
+            placeholder of the recipe nor a flag servelab reads for its engine (with the closest).
+    """
+    if not vary:
+        raise ServelabError("tune needs --vary KEY=V1,V2,… (e.g. --vary max_num_seqs=64,128,256): the grid it searches")
+    count = math.prod(len(v) for v in vary.values())
+    if count > MAX_POINTS:
+        raise ServelabError(f"--vary gives {count:,} points; tune searches at most {MAX_POINTS:,}: give fewer values")
+    engine = engines.get(recipe.engine)
+    known = recipe.placeholders() | engine.known_flags()
+    for key in vary:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise ServelabError(f"--vary {key}: not a placeholder of {recipe.source} nor a flag servelab reads for {engine.title}{hint} "
+                                "(to vary another flag, write it as a {placeholder} in the recipe)")  # fmt: skip
+    return expand(recipe, vary, fixed)
+
+
+def points(recipe: Recipe, combos: list[dict[str, str]], fixed: dict[str, str], request_tokens: int) -> list[TunePoint]:
+    """Each combination resolved to its server command: its label, the settings predict prices, and
+    whether the engine refuses it (``unfit`` with why).
+
+    Raises:
+        ServelabError: a value the engine refuses whatever the others are (naming the point and the
+            flag), or one that does not resolve (``Recipe.resolve``).
+    """
+    engine, out = engines.get(recipe.engine), []
+    for values in combos:
+        label = variant_label(values, fixed)
+        resolved = recipe.resolve(values, label)
+        if problem := engine.refused(resolved.argv):
+            raise ServelabError(f"--vary: {label}: {engine.title} refuses it: {problem}")
+        settings = {**engine.tuned(resolved.argv), "quantization": quant_of(recipe, resolved.argv), "tp": str(resolved.tensor_parallel)}
+        why = engine.point_problem(resolved.argv, request_tokens)
+        out.append(TunePoint(label=label, values=values, settings=settings, status="unfit" if why else "not priced", why=why))
+    return out
+
+
+def _variant(settings: dict[str, str | None]) -> dict:
+    """A point's settings as predict's variant (``servelab.plan.curves.price``).
+
+    Raises:
+        ServelabError: a weight format or KV-cache dtype servelab does not know.
+    """
+
+    def number(key: str, kind: type) -> int | float | None:
+        return kind(settings[key]) if settings.get(key) is not None else None
+
+    kv = settings.get("kv-cache-dtype")
+    return {"quant": settings["quantization"], "tp": int(settings["tp"] or 1), "draft-tokens": int(settings.get("draft-tokens") or 0),
+            "acceptance": ACCEPTANCE, "max-num-seqs": number("max-num-seqs", int), "max-num-batched-tokens": number("max-num-batched-tokens", int),
+            "routing": 1.0, "max-capture-size": number("max-capture-size", int), "kv-dtype-bytes": kv_dtype_bytes(kv) if kv and kv != "auto" else 2.0,
+            "gpu-memory-utilization": number("gpu-memory-utilization", float)}  # fmt: skip
+
+
+@dataclass
+class Pricer:
+    """Prices grid points with ``servelab predict`` for one model on one hardware profile at the load's
+    prompt and output tokens; ``cal`` is refitted as launches are measured (:meth:`refit`)."""
+
+    spec: ModelSpec
+    hw: Hardware
+    cal: Calibration
+    load: PredictedLoad
+    objectives: list[Objective]
+    factors: dict[str, float] = field(default_factory=dict)  # objective key → measured percentile ÷ predicted mean (refit)
+
+    def curve(self, settings: dict[str, str | None]) -> Curve | str:
+        """The point's curve, or why it does not fit (plan's one line).
+
+        Raises:
+            ServelabError: a weight format or KV-cache dtype servelab does not know.
+        """
+        curves, unfit = price(self.spec, self.hw, self.cal, [_variant(settings)], self.load)
+        return curves[0] if curves else unfit[0][1]
+
+    def within(self, settings: dict[str, str | None], band: float) -> Within | str:
+        """The point's predicted capacity within the objectives, each target ÷ its factor
+        (``servelab.plan.curves.within``), or why it does not fit."""
+        curve = self.curve(settings)
+        targets = [o.model_copy(update={"target_ms": o.target_ms / self.factors.get(o.key, 1.0)}) for o in self.objectives]
+        return curve if isinstance(curve, str) else within(curve, targets, band)
+
+    def refit(self, launched: list[tuple[TunePoint, Path]]) -> None:
+        """Fit the calibration on every probe level measured at the launched points (their run
+        directories under each point's directory), as ``servelab calibrate`` does (kept as it is
+        when fewer than two levels were measured); then each objective's factor: the median over
+        the probes of its measured percentile ÷ the calibrated prediction (TTFT and E2E with the
+        queue's wait, ITL as TPOT)."""
+        probes = []
+        for point, directory in launched:
+            for run_json in sorted(directory.glob("*/run.json")):
+                run, _ = load_run(run_json.parent)
+                probes += [(point, lv) for lv in run.levels if lv.ok and lv.tpot_ms.p50 and lv.ttft_ms.p50 and lv.output_throughput_tok_s]
+        curves = {p.label: self.curve(p.settings) for p, _ in launched}
+        rows = [Measured(lv.concurrency, c.terms_at(lv.concurrency), self.load.output_tokens, lv.tpot_ms.p50 / 1e3, lv.ttft_ms.p50 / 1e3,
+                         lv.output_throughput_tok_s) for p, lv in probes if not isinstance(c := curves[p.label], str)]  # fmt: skip
+        try:
+            self.cal = fit(rows, "tune", f"servelab tune, fitted on {len(rows)} probes of {len(launched)} launches")
+        except ServelabError:
+            return
+        curves = {p.label: self.curve(p.settings) for p, _ in launched}  # with the fitted calibration
+        ratios: dict[str, list[float]] = {}
+        for point, lv in probes:
+            curve = curves[point.label]
+            if isinstance(curve, str) or lv.slo is None:
+                continue
+            at = curve.at(lv.concurrency)
+            predicted = {"ttft": at.ttft_s + at.queue_s, "tpot": at.tpot_s, "itl": at.tpot_s, "e2e": at.e2e_s + at.queue_s}
+            checks = {c.key: c for c in lv.slo.checks}
+            for o in self.objectives:
+                if (check := checks.get(o.key)) is not None and check.measured_ms and predicted[o.metric] > 0:
+                    ratios.setdefault(o.key, []).append(check.measured_ms / (predicted[o.metric] * 1e3))
+        self.factors = {key: round(statistics.median(values), 4) for key, values in ratios.items()}
+
+
+def price_points(doc: TuneDocument, pricer: Pricer, tick: Callable[[], None] = lambda: None) -> None:
+    """Price every candidate point (not launched, refused or pruned: a pruned one keeps the prediction
+    that pruned it), with ``doc``'s band (``tick`` after each)."""
+    for p in doc.points:
+        if p.status in ("priced", "not priced"):
+            got = pricer.within(p.settings, doc.band)
+            if isinstance(got, str):
+                p.status, p.why = "unfit", got
+            else:
+                p.status, p.predicted, p.band, p.bottleneck = "priced", got.streams or 0, got.band, got.bottleneck
+        tick()
+
+
+def unreachable(doc: TuneDocument, pricer: Pricer) -> str | None:
+    """Why no point can meet the SLO before any launch (no point fits, or none meets it even at the
+    band's optimistic end: the nearest point and how far its one stream misses), or None."""
+    fitting = [p for p in doc.points if p.status == "priced"]
+    if not fitting:
+        first = next((p for p in doc.points if p.why), None)
+        return f"no point of the grid fits: {first.label}: {first.why}" if first else "the grid is empty"
+    if any(p.band and p.band[1] >= 1 for p in fitting):
+        return None
+    misses = [(w.worst, p.label) for p in fitting if not isinstance(w := pricer.within(p.settings, 0.0), str) and w.worst]
+    (key, miss), label = min(misses, key=lambda m: m[0][1])
+    return (f"no point meets the SLO even at one stream, within predict's band (± {doc.band:.0%}): the nearest is {label}, whose {key} is predicted "
+            f"{miss:+.0%} over its target; loosen the SLO or vary other settings")  # fmt: skip
+
+
+def write_doc(path: Path, doc: BaseModel) -> None:
+    """Write ``tune.json`` or a ``launch.json`` atomically (secrets masked: ``servelab.guards.redaction.dump``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with writing(tmp):
+        tmp.write_text(dump(doc, indent=2), encoding="utf-8")
+    tmp.replace(path)
+
+
+def earlier(out: Path, doc: TuneDocument) -> None:
+    """Check that ``out`` holds no tune, or one of the same recipe, grid, SLO and lengths (resumed).
+
+    Raises:
+        ServelabError: it holds another tune.
+    """
+    path = out / "tune.json"
+    if not path.is_file():
+        return
+    before = read_document(TuneDocument, path)
+    same = ("sha256", "grid", "slo", "input_tokens", "output_tokens")
+    if any(getattr(before, k) != getattr(doc, k) for k in same):
+        raise ServelabError(f"--output {out} holds a tune of another recipe, grid, SLO or load; give a new --output, or the same command to resume it")
+
+
+@dataclass
+class Tuner:
+    """One tune (module docstring): ``measure(server, directory, start)`` runs capacity's search
+    against a started server into ``directory`` (its probes there), ``say`` prints one line,
+    ``waiting`` shows that a server is starting."""
+
+    recipe: Recipe
+    out: Path
+    doc: TuneDocument
+    pricer: Pricer | None
+    measure: Callable[[RecipeServer, Path, float | None], Capacity]
+    say: Callable[[str], None]
+    waiting: Callable[[str], AbstractContextManager]
+
+    def run(self) -> TuneDocument:
+        """Launch, measure, recalibrate and prune until the budget is spent (module docstring).
+
+        Raises:
+            KeyboardInterrupt: after stopping the server; ``tune.json`` says partial.
+        """
+        started, doc = time.monotonic(), self.doc
+        measured, iteration = 0, 0
+        try:
+            while measured < doc.launches_budget:
+                point = self._next()
+                if point is None:
+                    break
+                iteration += 1
+                launch = self._launch(point, iteration)
+                doc.launches.append(launch)
+                if launch.status == "failed":
+                    point.status, point.why = "failed", launch.error
+                    self.say(f"[{iteration}] {point.label}: failed to launch or measure, not counted: {launch.error}")
+                    continue
+                measured += 1
+                point.status, point.measured, point.capped = "launched", launch.capacity, launch.capped
+                self.say(f"[{iteration}] {point.label}: capacity {_streams(launch.capacity, launch.capped)} (predicted {_streams(launch.predicted)})")
+                self._recalibrate()
+                write_doc(self.out / "tune.json", doc)
+            doc.status = "complete"
+        except KeyboardInterrupt:
+            doc.status = "partial"
+            raise
+        finally:
+            doc.wall_s = round(time.monotonic() - started, 1)
+            self._conclude()
+            write_doc(self.out / "tune.json", doc)
+        return doc
+
+    def _best(self) -> TunePoint | None:
+        launched = [p for p in self.doc.points if p.status == "launched" and p.measured is not None]
+        return max(launched, key=lambda p: p.measured or 0.0) if launched else None
+
+    def _next(self) -> TunePoint | None:
+        """The next point to launch: the best predicted candidate (grid order without pricing), after
+        pruning those whose band's top is below the best measured."""
+        best = self._best()
+        candidates = [p for p in self.doc.points if p.status in ("priced", "not priced")]
+        for p in candidates:
+            if best is not None and p.band is not None and p.band[1] < (best.measured or 0):
+                p.status, p.why = "pruned", f"its band's top, {p.band[1]:g} streams, is below the best measured, {best.measured:g} ({best.label})"
+        candidates = [p for p in candidates if p.status != "pruned"]
+        if not candidates:
+            return None
+        return max(candidates, key=lambda p: p.predicted or 0.0) if self.pricer else candidates[0]
+
+    def _launch(self, point: TunePoint, iteration: int) -> TuneLaunch:
+        """Launch ``point`` and measure its capacity, or read back a finished launch of an earlier run."""
+        directory = self.out / variant_dir(point.label)
+        done = directory / "launch.json"
+        if done.is_file():
+            launch = read_document(TuneLaunch, done)
+            self.say(f"[{iteration}] {point.label}: measured already ({directory})")
+            return launch.model_copy(update={"iteration": iteration})
+        for log in directory.glob("*.log"):
+            log.replace(log.with_suffix(".log.prev"))
+        best = self._best()
+        start, t0 = point.predicted or None, time.monotonic()
+        server = RecipeServer(self.recipe, self.recipe.resolve(point.values, point.label), directory)
+        base = {"iteration": iteration, "label": point.label, "directory": directory.name, "predicted": point.predicted, "start": start,
+                "change": _change(point, best), "status": "failed"}  # fmt: skip
+        self.say(f"[{iteration}] {point.label}: starting {self.recipe.engine}" + (f", predicted {_streams(point.predicted)} streams" if self.pricer else ""))
+        try:
+            with self.waiting(f"{point.label}: waiting for {server.resolved.ready_url}…"):
+                server.start()
+            found = self.measure(server, directory, start)
+        except ServelabError as exc:
+            launch = TuneLaunch(**base, error=str(exc), wall_s=round(time.monotonic() - t0, 1))
+        else:
+            delta = 100 * (found.capacity / best.measured - 1) if best is not None and best.measured and found.capacity is not None else None
+            launch = TuneLaunch(**{**base, "status": "complete"}, capacity=found.capacity, capped=found.capped is not None, delta_pct=delta,
+                                binding=_binding(found), wall_s=round(time.monotonic() - t0, 1))  # fmt: skip
+        finally:
+            server.stop()
+        point.predicted_at_launch = point.predicted
+        write_doc(done, launch)
+        return launch
+
+    def _recalibrate(self) -> None:
+        """Refit the calibration and the objectives' factors on the launches, set the band, reprice."""
+        if self.pricer is None:
+            return
+        doc = self.doc
+        launched = [p for p in doc.points if p.status == "launched"]
+        self.pricer.refit([(p, self.out / variant_dir(p.label)) for p in launched])
+        errors = []
+        for p in launched:
+            got = self.pricer.within(p.settings, 0.0)
+            if p.measured and not p.capped and not isinstance(got, str) and got.streams:
+                errors.append(abs(got.streams / p.measured - 1))
+        doc.factors = self.pricer.factors
+        doc.band = round(max(FLOOR_BAND, *errors) if len(errors) > 1 else PRIOR_BAND / 2, 3)
+        doc.calibration = self.pricer.cal.model_dump()
+        price_points(doc, self.pricer)
+        for p in launched:  # their own prediction, after the calibration, beside what was measured
+            got = self.pricer.within(p.settings, doc.band)
+            if not isinstance(got, str):
+                p.predicted, p.band, p.bottleneck = got.streams or 0, got.band, got.bottleneck
+
+    def _conclude(self) -> None:
+        """The winner, why it wins, and its recipe written beside the tune."""
+        doc, best = self.doc, self._best()
+        if best is None:
+            doc.winner, doc.why = None, ["no launched point met the SLO at any load" if doc.launches else "nothing was launched"]
+            return
+        doc.winner = best.label
+        launch = next(x for x in doc.launches if x.label == best.label and x.status == "complete")
+        doc.why = [f"{best.label}: {_streams(best.measured, best.capped)} streams within the SLO"
+                   + (f"; the objective that binds: {launch.binding}" if launch.binding else "; no probe missed up to the search's bound")]  # fmt: skip
+        others = sorted((p for p in doc.points if p.status == "launched" and p is not best), key=lambda p: -(p.measured or 0))
+        if others:
+            doc.why.append(f"the next best measured: {others[0].label}, {_streams(others[0].measured, others[0].capped)} streams")
+        doc.why += self._moved(best)
+        text = best_recipe(self.recipe, best.values)
+        path = self.out / BEST_RECIPE
+        with writing(path):
+            path.write_text(scrub(text), encoding="utf-8")
+        doc.best_recipe = BEST_RECIPE
+
+    def _moved(self, best: TunePoint) -> list[str]:
+        """For each value of the winner that differs from the recipe's own: what predict says it moved."""
+        if self.pricer is None:
+            return []
+        mine = self.pricer.within(best.settings, 0.0)
+        if isinstance(mine, str):
+            return []
+        lines, engine = [], engines.get(self.recipe.engine)
+        for key, value in best.values.items():
+            own = {k: v for k, v in best.values.items() if k != key}
+            default = self.recipe.defaults.get(key)
+            if default is not None:
+                own[key] = default
+            if own.get(key) == value:
+                continue
+            resolved = self.recipe.resolve(own, "recipe's own")
+            settings = {**engine.tuned(resolved.argv), "quantization": quant_of(self.recipe, resolved.argv), "tp": str(resolved.tensor_parallel)}
+            other = self.pricer.within(settings, 0.0)
+            was = f"{key} {value} (the recipe: {default if default is not None else 'unset'})"
+            if isinstance(other, str):
+                lines.append(f"{was}: with the recipe's value it does not fit ({other})")
+                continue
+            lines.append(f"{was}: predicted {_streams(mine.streams)} streams against {_streams(other.streams)}"
+                         + (f"; with the recipe's value the bottleneck is {other.bottleneck}" if other.bottleneck and other.bottleneck != mine.bottleneck else ""))  # fmt: skip
+        return lines
+
+
+def _streams(value: float | None, capped: bool = False) -> str:
+    return "none" if value is None else (f"at least {value:g}" if capped else f"{value:g}")
+
+
+def _change(point: TunePoint, best: TunePoint | None) -> str:
+    """What differs from the best point measured before (its values), or "first launch"."""
+    if best is None:
+        return "first launch"
+    changed = [f"{k} {best.values.get(k)} → {v}" for k, v in point.values.items() if best.values.get(k) != v]
+    return ", ".join(changed) or "same values"
+
+
+def _binding(found: Capacity) -> str | None:
+    """The objective(s) the smallest missing probe missed, with the measured values, or None (no probe missed)."""
+    missed = [p for p in found.probes if not p.passed and not p.repeat]
+    if not missed:
+        return None
+    probe = min(missed, key=lambda p: p.load)
+    checks = [c for c in probe.slo.checks if not c.passed]
+    words = ", ".join(f"{c.key} {c.measured_ms:,.1f} ms > {c.target_ms:g} ms" if c.measured_ms is not None else f"{c.key} (no value)" for c in checks)
+    return f"{words or 'no request met the SLO'} at {probe.load:g} streams"
+
+
+def best_recipe(recipe: Recipe, values: dict[str, str]) -> str:
+    """The recipe with the winner's values: placeholders' as defaults, the others as flags appended
+    to the command (``max_num_seqs=64`` → ``--max-num-seqs 64``), its variants dropped; YAML text
+    that servelab reads back as a recipe.
+
+    Raises:
+        ServelabError: the result is not a valid recipe (should not happen: a bug).
+    """
+    data = recipe.model_dump(mode="json", exclude_unset=True, exclude={"variants"})
+    used = recipe.placeholders()
+    data["defaults"] = {**data.get("defaults", {}), **{k: v for k, v in values.items() if k in used}}
+    data["command"] = [*recipe.command, *(a for k, v in values.items() if k not in used for a in flag_args(k, v))]
+    text = f"# servelab tune's winner: {variant_label(values)}\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    parse_recipe(yaml.safe_load(text), {}, None, trusted=True)
+    return text
+
+
+def document_json(doc: TuneDocument) -> str:
+    """``doc`` as strict JSON text (``--json``)."""
+    return jsonfile.dumps(doc.model_dump(mode="json"), indent=1)

@@ -1,0 +1,165 @@
+"""``servelab tune`` end to end against a launchable fake vLLM whose speed depends on its flags
+(tests/batchserver.py as ``vllm serve``, physics and truth in benchmarks/tune_fake.py and
+tests/fixtures/tune/truth.json), its bad input, failed launches, Ctrl-C, and its pure parts."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servelab import engines
+from servelab.errors import ServelabError
+from servelab.metrics.slo import parse_slo
+from servelab.plan.calibration import calibration
+from servelab.plan.checkpoint import weight_format
+from servelab.plan.curves import PredictedLoad, price, within
+from servelab.plan.hardware import load_hardware
+from servelab.plan.model_spec import load_model
+from servelab.recipes import load_recipe
+from servelab.run.tune import MAX_POINTS, Tuner, best_recipe, grid, points
+from servelab.store.tuning import TuneDocument
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures" / "tune"
+TRUTH = json.loads((FIXTURES / "truth.json").read_text())
+SERVER = Path(__file__).parent / "batchserver.py"
+VARY = ["--vary", "max_num_seqs=8,16,24,32,64,256", "--vary", "max_cudagraph_capture_size=64,512"]
+
+
+def _shim(directory: Path, fail_on: str | None = None) -> dict[str, str]:
+    """A ``vllm`` on PATH that runs the fake with the truth's physics and leaves a mark per start;
+    ``fail_on``: a text of its arguments on which it exits at once, as a server out of memory does."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "vllm"
+    refuse = f'case "$*" in *"{fail_on}"*) echo "torch.OutOfMemoryError: CUDA out of memory" >&2; exit 1;; esac\n' if fail_on else ""
+    path.write_text(f"#!/bin/sh\necho started >> {directory / 'starts'}\n{refuse}exec {sys.executable} {SERVER} {' '.join(TRUTH['physics'])} \"$@\"\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return {**os.environ, "PATH": f"{directory}{os.pathsep}{os.environ['PATH']}"}
+
+
+def _tune(tmp_path: Path, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess:
+    args = ["servelab", "tune", str(FIXTURES / "recipe.yaml"), *VARY, "--slo", TRUTH["slo"], *TRUTH["load"], "--json", "--output", str(tmp_path / "tune"), *extra]
+    return subprocess.run(args, capture_output=True, text=True, env={**env, "SERVELAB_DB": str(tmp_path / "runs.db")}, timeout=900)
+
+
+def test_tune_finds_the_best_point_within_10_percent_in_3_launches_and_resumes(tmp_path):
+    capacity = TRUTH["capacity"]
+    best = max(capacity, key=lambda k: capacity[k] or 0)
+    assert best != "max_num_seqs=256,max_cudagraph_capture_size=512"  # the best is not the corner of the largest values
+    env = _shim(tmp_path / "bin")
+    res = _tune(tmp_path, env)
+    assert res.returncode == 0, res.stderr
+    doc = TuneDocument.model_validate(json.loads(res.stdout))  # stdout is the JSON alone
+    measured = [x for x in doc.launches if x.status == "complete"]
+    assert 1 <= len(measured) <= 3 and doc.status == "complete"
+    assert capacity[doc.winner] >= 0.9 * capacity[best], (doc.winner, capacity)
+    won = next(p for p in doc.points if p.label == doc.winner)
+    assert abs(won.measured / capacity[doc.winner] - 1) <= 0.2, (won.measured, capacity[doc.winner])
+    assert any("binds" in w for w in doc.why) and doc.best_recipe == "best-recipe.yaml"
+    written = load_recipe(tmp_path / "tune" / "best-recipe.yaml")
+    assert {k: written.defaults[k] for k in won.values} == won.values
+    starts = (tmp_path / "bin" / "starts").read_text().count("started")
+    assert starts == len(doc.launches)
+    again = _tune(tmp_path, env)  # the same --output: every launch read back, none started again
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["winner"] == doc.winner and "measured already" in again.stderr
+    assert (tmp_path / "bin" / "starts").read_text().count("started") == starts
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--vary", "max_num_seq=8,16"], "--vary max_num_seq: not a placeholder of"),
+        (["--vary", "max_num_seqs=8,0"], "refuses it: --max-num-seqs '0' is not a positive integer"),
+        (["--vary", "max_num_seqs=8", "--vary", "gpu_memory_utilization=0.9,1.5"], "is not a share of the memory in (0, 1]"),
+        (["--vary", "max_num_seqs=8", "--vary", "kv_cache_dtype=fp8,fp9"], "'fp9' is not one of auto"),
+        (["--vary", "max_num_seqs=" + ",".join(map(str, range(1, 102))), "--vary", "max_cudagraph_capture_size=" + ",".join(map(str, range(1, 101)))],
+         "gives 10,100 points; tune searches at most 10,000"),
+        (["--vary", "max_num_seqs=8,16"], "the nearest is"),
+    ],
+)
+def test_bad_input_is_one_line_and_launches_nothing(tmp_path, extra, expected):
+    env = _shim(tmp_path / "bin")
+    slo = "tpot_p99=0.5ms" if expected == "the nearest is" else TRUTH["slo"]
+    args = ["servelab", "tune", str(FIXTURES / "recipe.yaml"), *extra, "--slo", slo, *TRUTH["load"], "--output", str(tmp_path / "tune")]
+    res = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode != 0 and expected in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+    assert not (tmp_path / "bin" / "starts").exists()
+
+
+def test_a_failed_launch_is_recorded_with_its_reason_and_not_counted(tmp_path):
+    env = _shim(tmp_path / "bin", fail_on="--max-num-seqs 24 ")
+    res = _tune(tmp_path, env, "--launches", "1")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    failed = [x for x in doc["launches"] if x["status"] == "failed"]
+    assert failed and "out of memory" in failed[0]["error"] and failed[0]["label"].startswith("max_num_seqs=24,")
+    assert sum(x["status"] == "complete" for x in doc["launches"]) == 1  # the budget of one measurement was spent on another point
+    assert next(p for p in doc["points"] if p["label"] == failed[0]["label"])["status"] == "failed"
+
+
+def test_ctrl_c_stops_the_server_and_keeps_a_partial_tune(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", _shim(tmp_path / "bin")["PATH"])
+    recipe = load_recipe(FIXTURES / "recipe.yaml")
+    pts = points(recipe, grid(recipe, {"max_num_seqs": ["8", "16"]}, {}), {}, 80)
+    doc = TuneDocument(recipe=recipe.name, sha256=recipe.sha256(), slo={"tpot_p99": 40.0}, input_tokens=64, output_tokens=16,
+                       grid=[p.label for p in pts], status="running", priced=False, band=0.3, launches_budget=2, points=pts)  # fmt: skip
+    servers = []
+
+    def interrupted(server, directory, start):
+        servers.append(server)
+        assert server.alive()
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        Tuner(recipe, tmp_path / "tune", doc, None, interrupted, lambda line: None, lambda text: __import__("contextlib").nullcontext()).run()
+    assert servers and not servers[0].alive()
+    assert json.loads((tmp_path / "tune" / "tune.json").read_text())["status"] == "partial"
+
+
+def test_engines_refuse_combinations_they_cannot_start_or_serve():
+    vllm, llama = engines.get("vllm"), engines.get("llama.cpp")
+    assert "below --max-num-seqs 256" in vllm.point_problem(["vllm", "serve", "m", "--max-num-seqs", "256", "--max-num-batched-tokens", "128"], 100)
+    assert vllm.point_problem(["vllm", "serve", "m", "--max-num-seqs", "64", "--max-num-batched-tokens", "128"], 100) is None
+    assert "gives each 1,024 tokens" in llama.point_problem(["llama-server", "--parallel", "8", "--ctx-size", "8192"], 2048)
+    assert llama.point_problem(["llama-server", "--parallel", "2", "--ctx-size", "8192"], 2048) is None
+    assert vllm.tuned(["vllm", "serve", "m", "--max-num-seqs=64", "--speculative-config", '{"num_speculative_tokens": 3}'])["draft-tokens"] == "3"
+
+
+def test_the_winners_recipe_has_its_values_as_defaults_and_flags():
+    recipe = load_recipe(FIXTURES / "recipe.yaml")
+    text = best_recipe(recipe, {"max_num_seqs": "24", "max_cudagraph_capture_size": "512", "kv_cache_dtype": "fp8"})
+    data = yaml.safe_load(text)
+    assert data["defaults"]["max_num_seqs"] == "24" and data["command"][-2:] == ["--kv-cache-dtype", "fp8"]
+
+
+def test_a_grid_is_counted_before_it_is_built():
+    recipe = load_recipe(FIXTURES / "recipe.yaml")
+    with pytest.raises(ServelabError, match="at most 10,000"):
+        grid(recipe, {"max_num_seqs": [str(i) for i in range(1, 1001)], "max_cudagraph_capture_size": [str(i) for i in range(1, 1001)]}, {})
+    assert MAX_POINTS == 10_000
+
+
+SPEC, HW = load_model("gemma-3-270m"), load_hardware(str(FIXTURES / "toy.yaml"))
+CAL = calibration(None, SPEC, weight_format(None, SPEC))
+
+
+@settings(max_examples=25, deadline=None)
+@given(seqs=st.sampled_from([4, 16, 64, 256]), tpot=st.floats(10, 200), ttft=st.floats(50, 5000), band=st.floats(0, 0.6))
+def test_a_predicted_capacity_lies_within_its_band(seqs, tpot, ttft, band):
+    variant = {"quant": None, "tp": 1, "draft-tokens": 0, "acceptance": 0.7, "max-num-seqs": seqs, "max-num-batched-tokens": None, "routing": 1.0,
+               "max-capture-size": None}  # fmt: skip
+    curves, _ = price(SPEC, HW, CAL, [variant], PredictedLoad(64, 16, [1]))
+    got = within(curves[0], parse_slo(f"tpot_p99={tpot}ms,ttft_p99={ttft}ms"), band)
+    assert got.band[0] <= (got.streams or 0) <= got.band[1]
+    assert (got.streams is None) == (got.worst is not None)
