@@ -21,7 +21,8 @@ from servelab.recipes import Recipe, load_recipe, parse_assignments
 from servelab.report.tune_table import ledger_table, points_table, verdict
 from servelab.run.capacity import Capacity, Prober, probe_load, search
 from servelab.run.measure import Served, bench_options
-from servelab.run.tune import ASSUMPTIONS, PRIOR_BAND, Pricer, Tuner, document_json, earlier, grid, points, price_points, unreachable, write_doc
+from servelab.plan.pricing import ASSUMPTIONS, PRIOR_BAND, Pricer, price_points, unreachable
+from servelab.run.tune import Tuner, document_json, earlier, grid, points, write_doc
 from servelab.settings import Load, Target
 from servelab.store.tuning import TuneDocument
 

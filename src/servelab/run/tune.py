@@ -6,7 +6,7 @@ few launches.
    value the engine refuses whatever the others are (``Engine.refused``) ends the command before any
    launch. Each point is resolved to its server command, and the settings ``servelab predict``
    prices are read from it (``Engine.tuned``).
-2. **Pricing** (with a model and a hardware profile; ``Pricer``): plan says whether the point fits
+2. **Pricing** (with a model and a hardware profile; ``servelab.plan.pricing``): plan says whether the point fits
    (memory, a TP that does not divide the heads, a context the KV cannot hold, a combination the
    engine refuses: ``Engine.point_problem``), and predict gives its capacity within the SLO (the
    largest closed-loop concurrency whose predicted level meets every objective:
@@ -38,11 +38,10 @@ from __future__ import annotations
 
 import difflib
 import math
-import statistics
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -53,27 +52,17 @@ from servelab.errors import ServelabError, writing
 from servelab.guards import jsonfile
 from servelab.guards.redaction import dump, scrub
 from servelab.launch.server import RecipeServer
-from servelab.metrics.slo import Objective
-from servelab.plan.calibration import Calibration
-from servelab.plan.curves import Curve, PredictedLoad, Within, price, within
-from servelab.plan.fit import Measured, fit
-from servelab.plan.quant import kv_dtype_bytes
-from servelab.recipes import Recipe, expand, variant_dir, variant_label
+from servelab.plan.pricing import FLOOR_BAND, PRIOR_BAND, Pricer, price_points
+from servelab.recipes import Recipe, Resolved, expand, variant_dir, variant_label
 from servelab.recipes.flags import flag_args
 from servelab.recipes.format import parse_recipe
 from servelab.rules.lint import quant_of
 from servelab.run.capacity import Capacity
-from servelab.store.results import load_run, read_document
+from servelab.store.results import read_document
 from servelab.store.tuning import TuneDocument, TuneLaunch, TunePoint
-from servelab.values.specs import Hardware, ModelSpec
 
 MAX_POINTS = 10_000  # a larger grid is refused: its pricing alone takes minutes
-PRIOR_BAND = 0.3  # before any launch, each predicted time × (1 ± 0.3): predict's held-out worst tok/s error was 14 % on known families and 45 % on an unseen MoE (issue 53); a capacity within TTFT/TPOT objectives moves with it
-FLOOR_BAND = 0.1  # the band never narrows below ± 10 %: capacity's own search stops within 10 % (servelab.run.capacity.PRECISION)
-ACCEPTANCE = 0.7  # speculative decoding's acceptance rate where a point drafts tokens (predict's default)
 BEST_RECIPE = "best-recipe.yaml"
-ASSUMPTIONS = ("a point's capacity is the largest closed-loop concurrency whose predicted means (TTFT with the queue's wait) meet the percentiles' targets; "
-               f"speculative acceptance {ACCEPTANCE}; uniform MoE routing; every engine's scheduler priced as vLLM's")  # fmt: skip
 
 
 def grid(recipe: Recipe, vary: dict[str, list[str]], fixed: dict[str, str]) -> list[dict[str, str]]:
@@ -113,116 +102,15 @@ def points(recipe: Recipe, combos: list[dict[str, str]], fixed: dict[str, str], 
         resolved = recipe.resolve(values, label)
         if problem := engine.refused(resolved.argv):
             raise ServelabError(f"--vary: {label}: {engine.title} refuses it: {problem}")
-        settings = {**engine.tuned(resolved.argv), "quantization": quant_of(recipe, resolved.argv), "tp": str(resolved.tensor_parallel)}
         why = engine.point_problem(resolved.argv, request_tokens)
-        out.append(TunePoint(label=label, values=values, settings=settings, status="unfit" if why else "not priced", why=why))
+        out.append(TunePoint(label=label, values=values, settings=settings_of(recipe, resolved), status="unfit" if why else "not priced", why=why))
     return out
 
 
-def _variant(settings: dict[str, str | None]) -> dict:
-    """A point's settings as predict's variant (``servelab.plan.curves.price``).
-
-    Raises:
-        ServelabError: a weight format or KV-cache dtype servelab does not know.
-    """
-
-    def number(key: str, kind: type) -> int | float | None:
-        return kind(settings[key]) if settings.get(key) is not None else None
-
-    kv = settings.get("kv-cache-dtype")
-    return {"quant": settings["quantization"], "tp": int(settings["tp"] or 1), "draft-tokens": int(settings.get("draft-tokens") or 0),
-            "acceptance": ACCEPTANCE, "max-num-seqs": number("max-num-seqs", int), "max-num-batched-tokens": number("max-num-batched-tokens", int),
-            "routing": 1.0, "max-capture-size": number("max-capture-size", int), "kv-dtype-bytes": kv_dtype_bytes(kv) if kv and kv != "auto" else 2.0,
-            "gpu-memory-utilization": number("gpu-memory-utilization", float)}  # fmt: skip
-
-
-@dataclass
-class Pricer:
-    """Prices grid points with ``servelab predict`` for one model on one hardware profile at the load's
-    prompt and output tokens; ``cal`` is refitted as launches are measured (:meth:`refit`)."""
-
-    spec: ModelSpec
-    hw: Hardware
-    cal: Calibration
-    load: PredictedLoad
-    objectives: list[Objective]
-    factors: dict[str, float] = field(default_factory=dict)  # objective key → measured percentile ÷ predicted mean (refit)
-
-    def curve(self, settings: dict[str, str | None]) -> Curve | str:
-        """The point's curve, or why it does not fit (plan's one line).
-
-        Raises:
-            ServelabError: a weight format or KV-cache dtype servelab does not know.
-        """
-        curves, unfit = price(self.spec, self.hw, self.cal, [_variant(settings)], self.load)
-        return curves[0] if curves else unfit[0][1]
-
-    def within(self, settings: dict[str, str | None], band: float) -> Within | str:
-        """The point's predicted capacity within the objectives, each target ÷ its factor
-        (``servelab.plan.curves.within``), or why it does not fit."""
-        curve = self.curve(settings)
-        targets = [o.model_copy(update={"target_ms": o.target_ms / self.factors.get(o.key, 1.0)}) for o in self.objectives]
-        return curve if isinstance(curve, str) else within(curve, targets, band)
-
-    def refit(self, launched: list[tuple[TunePoint, Path]]) -> None:
-        """Fit the calibration on every probe level measured at the launched points (their run
-        directories under each point's directory), as ``servelab calibrate`` does (kept as it is
-        when fewer than two levels were measured); then each objective's factor: the median over
-        the probes of its measured percentile ÷ the calibrated prediction (TTFT and E2E with the
-        queue's wait, ITL as TPOT)."""
-        probes = []
-        for point, directory in launched:
-            for run_json in sorted(directory.glob("*/run.json")):
-                run, _ = load_run(run_json.parent)
-                probes += [(point, lv) for lv in run.levels if lv.ok and lv.tpot_ms.p50 and lv.ttft_ms.p50 and lv.output_throughput_tok_s]
-        curves = {p.label: self.curve(p.settings) for p, _ in launched}
-        rows = [Measured(lv.concurrency, c.terms_at(lv.concurrency), self.load.output_tokens, lv.tpot_ms.p50 / 1e3, lv.ttft_ms.p50 / 1e3,
-                         lv.output_throughput_tok_s) for p, lv in probes if not isinstance(c := curves[p.label], str)]  # fmt: skip
-        try:
-            self.cal = fit(rows, "tune", f"servelab tune, fitted on {len(rows)} probes of {len(launched)} launches")
-        except ServelabError:
-            return
-        curves = {p.label: self.curve(p.settings) for p, _ in launched}  # with the fitted calibration
-        ratios: dict[str, list[float]] = {}
-        for point, lv in probes:
-            curve = curves[point.label]
-            if isinstance(curve, str) or lv.slo is None:
-                continue
-            at = curve.at(lv.concurrency)
-            predicted = {"ttft": at.ttft_s + at.queue_s, "tpot": at.tpot_s, "itl": at.tpot_s, "e2e": at.e2e_s + at.queue_s}
-            checks = {c.key: c for c in lv.slo.checks}
-            for o in self.objectives:
-                if (check := checks.get(o.key)) is not None and check.measured_ms and predicted[o.metric] > 0:
-                    ratios.setdefault(o.key, []).append(check.measured_ms / (predicted[o.metric] * 1e3))
-        self.factors = {key: round(statistics.median(values), 4) for key, values in ratios.items()}
-
-
-def price_points(doc: TuneDocument, pricer: Pricer, tick: Callable[[], None] = lambda: None) -> None:
-    """Price every candidate point (not launched, refused or pruned: a pruned one keeps the prediction
-    that pruned it), with ``doc``'s band (``tick`` after each)."""
-    for p in doc.points:
-        if p.status in ("priced", "not priced"):
-            got = pricer.within(p.settings, doc.band)
-            if isinstance(got, str):
-                p.status, p.why = "unfit", got
-            else:
-                p.status, p.predicted, p.band, p.bottleneck = "priced", got.streams or 0, got.band, got.bottleneck
-        tick()
-
-
-def unreachable(doc: TuneDocument, pricer: Pricer) -> str | None:
-    """Why no point can meet the SLO before any launch (no point fits, or none meets it even at the
-    band's optimistic end: the nearest point and how far its one stream misses), or None."""
-    fitting = [p for p in doc.points if p.status == "priced"]
-    if not fitting:
-        first = next((p for p in doc.points if p.why), None)
-        return f"no point of the grid fits: {first.label}: {first.why}" if first else "the grid is empty"
-    if any(p.band and p.band[1] >= 1 for p in fitting):
-        return None
-    misses = [(w.worst, p.label) for p in fitting if not isinstance(w := pricer.within(p.settings, 0.0), str) and w.worst]
-    (key, miss), label = min(misses, key=lambda m: m[0][1])
-    return (f"no point meets the SLO even at one stream, within predict's band (± {doc.band:.0%}): the nearest is {label}, whose {key} is predicted "
-            f"{miss:+.0%} over its target; loosen the SLO or vary other settings")  # fmt: skip
+def settings_of(recipe: Recipe, resolved: Resolved) -> dict[str, str | None]:
+    """The settings predict prices, as a resolved command gives them (``Engine.tuned``), with its
+    weight format (``servelab.rules.lint.quant_of``) and TP size."""
+    return {**engines.get(recipe.engine).tuned(resolved.argv), "quantization": quant_of(recipe, resolved.argv), "tp": str(resolved.tensor_parallel)}
 
 
 def write_doc(path: Path, doc: BaseModel) -> None:
@@ -395,7 +283,7 @@ class Tuner:
         mine = self.pricer.within(best.settings, 0.0)
         if isinstance(mine, str):
             return []
-        lines, engine = [], engines.get(self.recipe.engine)
+        lines = []
         for key, value in best.values.items():
             own = {k: v for k, v in best.values.items() if k != key}
             default = self.recipe.defaults.get(key)
@@ -403,9 +291,9 @@ class Tuner:
                 own[key] = default
             if own.get(key) == value:
                 continue
-            resolved = self.recipe.resolve(own, "recipe's own")
-            settings = {**engine.tuned(resolved.argv), "quantization": quant_of(self.recipe, resolved.argv), "tp": str(resolved.tensor_parallel)}
-            other = self.pricer.within(settings, 0.0)
+            if key in self.recipe.placeholders() and default is None:
+                continue  # no value of the recipe's own to compare with
+            other = self.pricer.within(settings_of(self.recipe, self.recipe.resolve(own, "recipe's own")), 0.0)
             was = f"{key} {value} (the recipe: {default if default is not None else 'unset'})"
             if isinstance(other, str):
                 lines.append(f"{was}: with the recipe's value it does not fit ({other})")

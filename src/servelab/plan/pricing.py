@@ -1,0 +1,134 @@
+"""A grid of server configurations priced by ``servelab predict`` for ``servelab tune``: each
+point's settings as predict's variant, its capacity within the SLO with its band and bottleneck, or
+why it does not fit; the calibration and each objective's percentile factor refitted on measured
+probes (``Pricer.refit``); whether any point can meet the SLO at all (``unreachable``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from servelab.errors import ServelabError
+from servelab.metrics.slo import Objective
+from servelab.plan.calibration import Calibration
+from servelab.plan.curves import Curve, PredictedLoad, Within, price, within
+from servelab.plan.fit import Measured, fit
+from servelab.plan.quant import kv_dtype_bytes
+from servelab.store.results import load_run
+from servelab.store.tuning import TuneDocument, TunePoint
+from servelab.values.specs import Hardware, ModelSpec
+
+PRIOR_BAND = 0.3  # before any launch, each predicted time × (1 ± 0.3): predict's held-out worst tok/s error was 14 % on known families and 45 % on an unseen MoE (issue 53); a capacity within TTFT/TPOT objectives moves with it
+FLOOR_BAND = 0.1  # the band never narrows below ± 10 %: capacity's own search stops within 10 % (servelab.run.capacity.PRECISION)
+ACCEPTANCE = 0.7  # speculative decoding's acceptance rate where a point drafts tokens (predict's default)
+ASSUMPTIONS = ("a point's capacity is the largest closed-loop concurrency whose predicted means (TTFT with the queue's wait) meet the percentiles' targets; "
+               f"speculative acceptance {ACCEPTANCE}; uniform MoE routing; every engine's scheduler priced as vLLM's")  # fmt: skip
+
+
+def _variant(settings: dict[str, str | None]) -> dict:
+    """A point's settings as predict's variant (``servelab.plan.curves.price``).
+
+    Raises:
+        ServelabError: a weight format or KV-cache dtype servelab does not know.
+    """
+
+    def number(key: str, kind: type) -> int | float | None:
+        return kind(settings[key]) if settings.get(key) is not None else None
+
+    kv = settings.get("kv-cache-dtype")
+    return {"quant": settings["quantization"], "tp": int(settings["tp"] or 1), "draft-tokens": int(settings.get("draft-tokens") or 0),
+            "acceptance": ACCEPTANCE, "max-num-seqs": number("max-num-seqs", int), "max-num-batched-tokens": number("max-num-batched-tokens", int),
+            "routing": 1.0, "max-capture-size": number("max-capture-size", int), "kv-dtype-bytes": kv_dtype_bytes(kv) if kv and kv != "auto" else 2.0,
+            "gpu-memory-utilization": number("gpu-memory-utilization", float)}  # fmt: skip
+
+
+@dataclass
+class Pricer:
+    """Prices grid points with ``servelab predict`` for one model on one hardware profile at the load's
+    prompt and output tokens; ``cal`` is refitted as launches are measured (:meth:`refit`)."""
+
+    spec: ModelSpec
+    hw: Hardware
+    cal: Calibration
+    load: PredictedLoad
+    objectives: list[Objective]
+    factors: dict[str, float] = field(default_factory=dict)  # objective key → measured percentile ÷ predicted mean (refit)
+
+    def curve(self, settings: dict[str, str | None]) -> Curve | str:
+        """The point's curve, or why it does not fit (plan's one line).
+
+        Raises:
+            ServelabError: a weight format or KV-cache dtype servelab does not know.
+        """
+        curves, unfit = price(self.spec, self.hw, self.cal, [_variant(settings)], self.load)
+        return curves[0] if curves else unfit[0][1]
+
+    def within(self, settings: dict[str, str | None], band: float) -> Within | str:
+        """The point's predicted capacity within the objectives, each target ÷ its factor
+        (``servelab.plan.curves.within``), or why it does not fit."""
+        curve = self.curve(settings)
+        targets = [o.model_copy(update={"target_ms": o.target_ms / self.factors.get(o.key, 1.0)}) for o in self.objectives]
+        return curve if isinstance(curve, str) else within(curve, targets, band)
+
+    def refit(self, launched: list[tuple[TunePoint, Path]]) -> None:
+        """Fit the calibration on every probe level measured at the launched points (their run
+        directories under each point's directory), as ``servelab calibrate`` does (kept as it is
+        when fewer than two levels were measured); then each objective's factor: the median over
+        the probes of its measured percentile ÷ the calibrated prediction (TTFT and E2E with the
+        queue's wait, ITL as TPOT)."""
+        probes = []
+        for point, directory in launched:
+            for run_json in sorted(directory.glob("*/run.json")):
+                run, _ = load_run(run_json.parent)
+                probes += [(point, lv) for lv in run.levels if lv.ok and lv.tpot_ms.p50 and lv.ttft_ms.p50 and lv.output_throughput_tok_s]
+        curves = {p.label: self.curve(p.settings) for p, _ in launched}
+        rows = [Measured(lv.concurrency, c.terms_at(lv.concurrency), self.load.output_tokens, lv.tpot_ms.p50 / 1e3, lv.ttft_ms.p50 / 1e3,
+                         lv.output_throughput_tok_s) for p, lv in probes if not isinstance(c := curves[p.label], str)]  # fmt: skip
+        try:
+            self.cal = fit(rows, "tune", f"servelab tune, fitted on {len(rows)} probes of {len(launched)} launches")
+        except ServelabError:
+            return
+        curves = {p.label: self.curve(p.settings) for p, _ in launched}  # with the fitted calibration
+        ratios: dict[str, list[float]] = {}
+        for point, lv in probes:
+            curve = curves[point.label]
+            if isinstance(curve, str) or lv.slo is None:
+                continue
+            at = curve.at(lv.concurrency)
+            predicted = {"ttft": at.ttft_s + at.queue_s, "tpot": at.tpot_s, "itl": at.tpot_s, "e2e": at.e2e_s + at.queue_s}
+            checks = {c.key: c for c in lv.slo.checks}
+            for o in self.objectives:
+                if (check := checks.get(o.key)) is not None and check.measured_ms and predicted[o.metric] > 0:
+                    ratios.setdefault(o.key, []).append(check.measured_ms / (predicted[o.metric] * 1e3))
+        self.factors = {key: round(statistics.median(values), 4) for key, values in ratios.items()}
+
+
+def price_points(doc: TuneDocument, pricer: Pricer, tick: Callable[[], None] = lambda: None) -> None:
+    """Price every candidate point (not launched, refused or pruned: a pruned one keeps the prediction
+    that pruned it), with ``doc``'s band (``tick`` after each)."""
+    for p in doc.points:
+        if p.status in ("priced", "not priced"):
+            got = pricer.within(p.settings, doc.band)
+            if isinstance(got, str):
+                p.status, p.why = "unfit", got
+            else:
+                p.status, p.predicted, p.band, p.bottleneck = "priced", got.streams or 0, got.band, got.bottleneck
+        tick()
+
+
+def unreachable(doc: TuneDocument, pricer: Pricer) -> str | None:
+    """Why no point can meet the SLO before any launch (no point fits, or none meets it even at the
+    band's optimistic end: the nearest point and how far its one stream misses), or None."""
+    fitting = [p for p in doc.points if p.status == "priced"]
+    if not fitting:
+        first = next((p for p in doc.points if p.why), None)
+        return f"no point of the grid fits: {first.label}: {first.why}" if first else "the grid is empty"
+    if any(p.band and p.band[1] >= 1 for p in fitting):
+        return None
+    misses = [(w.worst, p.label) for p in fitting if not isinstance(w := pricer.within(p.settings, 0.0), str) and w.worst]
+    (key, miss), label = min(misses, key=lambda m: m[0][1])
+    return (f"no point meets the SLO even at one stream, within predict's band (± {doc.band:.0%}): the nearest is {label}, whose {key} is predicted "
+            f"{miss:+.0%} over its target; loosen the SLO or vary other settings")  # fmt: skip
