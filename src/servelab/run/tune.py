@@ -78,7 +78,7 @@ def grid(recipe: Recipe, vary: dict[str, list[str]], fixed: dict[str, str]) -> l
     if count > MAX_POINTS:
         raise ServelabError(f"--vary gives {count:,} points; tune searches at most {MAX_POINTS:,}: give fewer values")
     engine = engines.get(recipe.engine)
-    known = recipe.placeholders() | engine.known_flags()
+    known = recipe.placeholders() | engine.known_flags() | {"tensor_parallel"}  # the recipe's TP size (Recipe.resolve)
     for key in vary:
         if key not in known:
             close = difflib.get_close_matches(key, sorted(known), n=1)
