@@ -217,3 +217,12 @@ def test_llama_benchy_csv_without_some_columns_reads_them_as_empty(tmp_path):
     path.write_bytes(b"\xff\xfe" + LB_CSV.read_bytes())
     with pytest.raises(ServelabError, match="not a text file"):
         read_results(path)
+
+
+def test_the_migration_lock_lies_beside_an_sqlite_file_a_uri_included(tmp_path):
+    """A read-only ``file:`` URI's lock goes beside the file, not into a ``file:`` folder in the working directory."""
+    from servelab.store.database import _lock_path
+
+    assert _lock_path(f"sqlite:///file:{tmp_path}/ro.db?mode=ro&uri=true") == f"{tmp_path}/ro.db.lock"
+    assert _lock_path(f"sqlite:///{tmp_path}/runs.db") == f"{tmp_path}/runs.db.lock"
+    assert not _lock_path("sqlite:///:memory:").startswith(":memory:")

@@ -17,6 +17,7 @@ import json
 import os
 from importlib.resources import files
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import platformdirs
 from filelock import FileLock, Timeout
@@ -24,7 +25,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.util.exc import CommandError
 from pydantic import ValidationError
-from sqlalchemy import Float, ForeignKey, Integer, String, Text, create_engine, select
+from sqlalchemy import Float, ForeignKey, Integer, String, Text, create_engine, make_url, select
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, selectinload, validates
 
@@ -288,9 +289,14 @@ def _sound(runs: list[Run]) -> list[Run]:
 
 def _lock_path(url: str) -> str:
     """The lock file that serialises creating and migrating the database at ``url``: beside an
-    SQLite file, else in servelab's data folder (one per URL)."""
-    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        return url.removeprefix("sqlite:///") + ".lock"
+    SQLite file (its path as SQLAlchemy reads the URL; of a ``file:`` URI with ``uri=true``, the
+    URI's path), else in servelab's data folder (one per URL)."""
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() == "sqlite" and parsed.query.get("uri") == "true":
+        database = urlsplit(database).path  # file:/dir/runs.db (mode=ro in the query) → /dir/runs.db
+    if parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:"):
+        return database + ".lock"
     folder = Path(platformdirs.user_data_dir("servelab"))
     folder.mkdir(parents=True, exist_ok=True)
     return str(folder / f"migrate-{hashlib.sha256(url.encode()).hexdigest()[:16]}.lock")
