@@ -4,6 +4,7 @@ tests/fixtures/tune/truth.json), its bad input, failed launches, Ctrl-C, and its
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -122,7 +123,7 @@ def test_ctrl_c_stops_the_server_and_keeps_a_partial_tune(tmp_path, monkeypatch)
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        Tuner(recipe, tmp_path / "tune", doc, None, interrupted, lambda line: None, lambda text: __import__("contextlib").nullcontext()).run()
+        Tuner(recipe, tmp_path / "tune", doc, None, interrupted, lambda line: None, lambda text: contextlib.nullcontext(), lambda path, text: None).run()
     assert servers and not servers[0].alive()
     assert json.loads((tmp_path / "tune" / "tune.json").read_text())["status"] == "partial"
 

@@ -126,7 +126,7 @@ def one_line_errors(command: Callable[..., None]) -> Callable[..., None]:
     return wrapped
 
 
-DOCUMENTS = ("run.json", "records.jsonl", "sweep.json", "variant.json")  # servelab's own documents: never the target of an output
+DOCUMENTS = ("run.json", "records.jsonl", "sweep.json", "variant.json", "tune.json", "launch.json")  # servelab's own documents: never the target of an output
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of an SQLite database (sqlite.org/fileformat.html, 1.3)
 
 

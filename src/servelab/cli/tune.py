@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from servelab.cli.bind import CAPACITY_LOAD, bind
-from servelab.cli.common import console, err_console, event_loop_runner, fail, measured, output_dir, read_model, remember, sigterm_as_sigint, warn
+from servelab.cli.common import console, err_console, event_loop_runner, fail, measured, output_dir, read_model, remember, sigterm_as_sigint, warn, write_file
 from servelab.errors import ServelabError
 from servelab.launch.server import RecipeServer
 from servelab.plan.calibration import calibration
@@ -22,7 +22,8 @@ from servelab.report.tune_table import ledger_table, points_table, verdict
 from servelab.run.capacity import Capacity, Prober, probe_load, search
 from servelab.run.measure import Served, bench_options
 from servelab.plan.pricing import ASSUMPTIONS, PRIOR_BAND, Pricer, price_points, unreachable
-from servelab.run.tune import Tuner, document_json, earlier, grid, points, write_doc
+from servelab.run.tune import Tuner, document_json, earlier, grid, points
+from servelab.store.results import write_document
 from servelab.settings import Load, Target
 from servelab.store.tuning import TuneDocument
 
@@ -67,7 +68,7 @@ def tune_cmd(
     _price(doc, pricer)
     out = output_dir(output, "tune", f"tune-{recipe.name}")
     earlier(out, doc)
-    write_doc(out / "tune.json", doc)
+    write_document(out / "tune.json", doc)
 
     def say(line: str) -> None:
         shown.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -81,7 +82,7 @@ def tune_cmd(
             return search(prober, closed_loop=True, start=start or 1.0, repeats=repeats, maximum=prober.bound)
 
         try:
-            Tuner(recipe, out, doc, pricer, measure, say, shown.status).run()
+            Tuner(recipe, out, doc, pricer, measure, say, shown.status, lambda path, text: write_file(path, text, "--output")).run()
         except KeyboardInterrupt:
             done = sum(x.status == "complete" for x in doc.launches)
             fail(f"interrupted; the server was stopped; {done} finished launch(es) kept in {out} (rerun the same command to resume)", 130)

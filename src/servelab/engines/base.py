@@ -248,7 +248,8 @@ class Engine:
     def tuned(self, argv: list[str]) -> dict[str, str | None]:
         """The settings ``servelab predict`` prices, as this server's command ``argv`` gives them
         (None: not given, the default): max-num-seqs, max-num-batched-tokens, max-capture-size,
-        gpu-memory-utilization, kv-cache-dtype, quantization (text, unchecked) and draft-tokens."""
+        gpu-memory-utilization, kv-cache-dtype (text, unchecked) and draft-tokens. The weight format
+        is read where the plan reads it (``servelab.rules.lint.quant_of``)."""
         f = self.flags
 
         def value(flag: str | None) -> str | None:
@@ -256,7 +257,7 @@ class Engine:
 
         return {"max-num-seqs": value(f.max_num_seqs), "max-num-batched-tokens": value(f.max_num_batched_tokens),
                 "max-capture-size": value(self.largest_capture_flag), "gpu-memory-utilization": value(f.gpu_memory),
-                "kv-cache-dtype": value(f.kv_cache_dtype), "quantization": value(f.quantization), "draft-tokens": str(self.draft_tokens(argv))}  # fmt: skip
+                "kv-cache-dtype": value(f.kv_cache_dtype), "draft-tokens": str(self.draft_tokens(argv))}  # fmt: skip
 
     def draft_tokens(self, argv: list[str]) -> int:
         """Speculative decoding's draft tokens per step in the command ``argv`` (0: none, or unknown)."""

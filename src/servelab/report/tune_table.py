@@ -30,7 +30,8 @@ def points_table(doc: TuneDocument) -> Table:
     t = Table(title=escape(f"tune: {doc.recipe} · {slo} · {doc.input_tokens:,} in / {doc.output_tokens:,} out · capacity in streams"))
     for col in ("point", "fits", "predicted [band]", "bottleneck", "measured", "Δ measured vs predicted", "status"):
         t.add_column(col, justify="left" if col in ("point", "bottleneck", "status", "fits") else "right")
-    for p in _shown(doc):
+    shown = _shown(doc)
+    for p in shown:
         fits = "no: " + (p.why or "") if p.status == "unfit" else "yes" if doc.priced else "?"
         band = f" [{p.band[0]:g}–{p.band[1]:g}]" if p.band else ""
         predicted = f"{_num(p.predicted)}{band}" if doc.priced and p.status != "unfit" else "–"
@@ -38,7 +39,7 @@ def points_table(doc: TuneDocument) -> Table:
         status = p.status + (f": {p.why}" if p.why and p.status in ("failed", "pruned") else "")
         style = "bold green" if p.label == doc.winner else None
         t.add_row(escape(p.label), escape(fits), predicted, escape(p.bottleneck or "–"), _num(p.measured, p.capped), delta, escape(status), style=style)
-    hidden = len(doc.points) - len(_shown(doc))
+    hidden = len(doc.points) - len(shown)
     cal = doc.calibration
     t.caption = escape(
         (f"{hidden:,} more points in tune.json. " if hidden else "")

@@ -28,8 +28,8 @@ from servelab.plan.calibration import calibration
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
-from servelab.plan.curves import GROWTH, predicted
-from servelab.plan.predict import Point, limits_for, predict, terms
+from servelab.plan.curves import GROWTH, PredictedLoad, predicted, price
+from servelab.plan.predict import Point
 from servelab.store.results import RunResult, load_run
 from servelab.settings import Load, Target
 
@@ -243,20 +243,17 @@ def predicted_start(target: Target, load: Load) -> tuple[int | None, Point | Non
     model and hardware, and its point there (module docstring: where the search starts).
 
     Raises:
-        ServelabError: no model to predict (``--model-config`` or ``--model``), or one that cannot be read.
+        ServelabError: no model to predict (``--model-config`` or ``--model``), one that cannot be
+            read, or one that does not fit (plan's reason).
     """
     model = target.roofline_model or target.model
     if model is None:
         raise ServelabError("--hardware needs the model for the prediction: give --model-config (a catalog name, config.json or Hub id)")
     spec = load_model(model)
-    hw = load_hardware(target.hardware)
-    fmt = weight_format(target.quant, spec)
-    cal = calibration(None, spec, fmt)
-    n_in, n_out = load.input_tokens, load.output_tokens
-    limits = limits_for(spec, fmt, hw, tp=1, input_tokens=n_in, output_tokens=n_out)
-
-    def point_at(c: int) -> Point:
-        return predict(terms(spec, fmt, hw, concurrency=c, input_tokens=n_in, output_tokens=n_out, limits=limits, tp=1, mode="stagger"), cal,
-                       concurrency=c, output_tokens=n_out)  # fmt: skip
-
-    return predicted(point_at, load.slo, most=4 * limits.max_num_seqs)
+    one = {"quant": target.quant, "tp": 1, "draft-tokens": 0, "acceptance": 0.0, "max-num-seqs": None, "max-num-batched-tokens": None, "routing": 1.0,
+           "max-capture-size": None}  # the engine's defaults at TP 1  # fmt: skip
+    curves, unfit = price(spec, load_hardware(target.hardware), calibration(None, spec, weight_format(target.quant, spec)), [one],
+                          PredictedLoad(load.input_tokens, load.output_tokens, [1]))  # fmt: skip
+    if not curves:
+        raise ServelabError(unfit[0][1])
+    return predicted(curves[0].at, load.slo, most=4 * curves[0].limits.max_num_seqs)

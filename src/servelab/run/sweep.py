@@ -17,11 +17,10 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
-from servelab.errors import ServelabError, writing
+from servelab.errors import ServelabError
 from servelab.launch.server import RecipeServer
 from servelab.recipes import Recipe, variant_dir, variant_label
-from servelab.guards.redaction import dump
-from servelab.store.results import RunResult, SweepIndex, VariantStatus
+from servelab.store.results import RunResult, SweepIndex, VariantStatus, write_document
 
 
 def is_complete(directory: Path) -> bool:
@@ -30,14 +29,6 @@ def is_complete(directory: Path) -> bool:
         return json.loads((directory / "run.json").read_text(encoding="utf-8")).get("status") == "complete"
     except (OSError, ValueError, AttributeError):
         return False
-
-
-def _write(path: Path, doc: SweepIndex | VariantStatus) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with writing(tmp):
-        tmp.write_text(dump(doc, indent=2), encoding="utf-8")
-    tmp.replace(path)
 
 
 def run_sweep(
@@ -68,7 +59,7 @@ def run_sweep(
     if len(set(labels)) != len(labels):
         raise ServelabError("two variants have the same values; give each variant different values")
     dirs = [variant_dir(label) for label in labels]
-    _write(out / "sweep.json", SweepIndex(recipe=recipe.name, sha256=recipe.sha256(), variants=labels, directories=dirs))
+    write_document(out / "sweep.json", SweepIndex(recipe=recipe.name, sha256=recipe.sha256(), variants=labels, directories=dirs))
     outcomes = []
     for i, (values, label, name) in enumerate(zip(variants, labels, dirs, strict=True), 1):
         vdir = out / name
@@ -82,9 +73,9 @@ def run_sweep(
         try:
             status = _variant(server, label, vdir, bench, lambda text: say(f"[{i}/{len(variants)}] {label}: {text}"), waiting)
         except KeyboardInterrupt:  # the variant says so too; a rerun measures it again
-            _write(vdir / "variant.json", VariantStatus(variant=label, status="partial", error="interrupted by the user (Ctrl-C)", recipe=server.info()))
+            write_document(vdir / "variant.json", VariantStatus(variant=label, status="partial", error="interrupted by the user (Ctrl-C)", recipe=server.info()))
             raise
-        _write(vdir / "variant.json", status)
+        write_document(vdir / "variant.json", status)
         outcomes.append(status)
     return outcomes
 

@@ -45,12 +45,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel
 
 from servelab import engines
-from servelab.errors import ServelabError, writing
+from servelab.errors import ServelabError
 from servelab.guards import jsonfile
-from servelab.guards.redaction import dump, scrub
 from servelab.launch.server import RecipeServer
 from servelab.plan.pricing import FLOOR_BAND, PRIOR_BAND, Pricer, price_points
 from servelab.recipes import Recipe, Resolved, expand, variant_dir, variant_label
@@ -58,7 +56,7 @@ from servelab.recipes.flags import flag_args
 from servelab.recipes.format import parse_recipe
 from servelab.rules.lint import quant_of
 from servelab.run.capacity import Capacity
-from servelab.store.results import read_document
+from servelab.store.results import read_document, write_document
 from servelab.store.tuning import TuneDocument, TuneLaunch, TunePoint
 
 MAX_POINTS = 10_000  # a larger grid is refused: its pricing alone takes minutes
@@ -113,15 +111,6 @@ def settings_of(recipe: Recipe, resolved: Resolved) -> dict[str, str | None]:
     return {**engines.get(recipe.engine).tuned(resolved.argv), "quantization": quant_of(recipe, resolved.argv), "tp": str(resolved.tensor_parallel)}
 
 
-def write_doc(path: Path, doc: BaseModel) -> None:
-    """Write ``tune.json`` or a ``launch.json`` atomically (secrets masked: ``servelab.guards.redaction.dump``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with writing(tmp):
-        tmp.write_text(dump(doc, indent=2), encoding="utf-8")
-    tmp.replace(path)
-
-
 def earlier(out: Path, doc: TuneDocument) -> None:
     """Check that ``out`` holds no tune, or one of the same recipe, grid, SLO and lengths (resumed).
 
@@ -141,7 +130,8 @@ def earlier(out: Path, doc: TuneDocument) -> None:
 class Tuner:
     """One tune (module docstring): ``measure(server, directory, start)`` runs capacity's search
     against a started server into ``directory`` (its probes there), ``say`` prints one line,
-    ``waiting`` shows that a server is starting."""
+    ``waiting`` shows that a server is starting, ``write(path, text)`` writes the winner's recipe
+    (the command's one output writer)."""
 
     recipe: Recipe
     out: Path
@@ -150,6 +140,7 @@ class Tuner:
     measure: Callable[[RecipeServer, Path, float | None], Capacity]
     say: Callable[[str], None]
     waiting: Callable[[str], AbstractContextManager]
+    write: Callable[[Path, str], None]
 
     def run(self) -> TuneDocument:
         """Launch, measure, recalibrate and prune until the budget is spent (module docstring).
@@ -175,15 +166,15 @@ class Tuner:
                 point.status, point.measured, point.capped = "launched", launch.capacity, launch.capped
                 self.say(f"[{iteration}] {point.label}: capacity {_streams(launch.capacity, launch.capped)} (predicted {_streams(launch.predicted)})")
                 self._recalibrate()
-                write_doc(self.out / "tune.json", doc)
+                write_document(self.out / "tune.json", doc)
             doc.status = "complete"
-        except KeyboardInterrupt:
+        except BaseException:  # Ctrl-C, or a failure that is not a launch's: what was measured stays, marked as such
             doc.status = "partial"
             raise
         finally:
             doc.wall_s = round(time.monotonic() - started, 1)
             self._conclude()
-            write_doc(self.out / "tune.json", doc)
+            write_document(self.out / "tune.json", doc)
         return doc
 
     def _best(self) -> TunePoint | None:
@@ -232,7 +223,7 @@ class Tuner:
         finally:
             server.stop()
         point.predicted_at_launch = point.predicted
-        write_doc(done, launch)
+        write_document(done, launch)
         return launch
 
     def _recalibrate(self) -> None:
@@ -270,10 +261,7 @@ class Tuner:
         if others:
             doc.why.append(f"the next best measured: {others[0].label}, {_streams(others[0].measured, others[0].capped)} streams")
         doc.why += self._moved(best)
-        text = best_recipe(self.recipe, best.values)
-        path = self.out / BEST_RECIPE
-        with writing(path):
-            path.write_text(scrub(text), encoding="utf-8")
+        self.write(self.out / BEST_RECIPE, best_recipe(self.recipe, best.values))
         doc.best_recipe = BEST_RECIPE
 
     def _moved(self, best: TunePoint) -> list[str]:

@@ -248,10 +248,7 @@ class RunWriter:
 
     def save(self) -> None:
         """Write ``run.json`` atomically (a reader never sees a half-written file)."""
-        tmp = self.directory / "run.json.tmp"
-        with writing(tmp):
-            tmp.write_text(dump(self.run, indent=2), encoding="utf-8")
-        os.replace(tmp, self.directory / "run.json")
+        write_document(self.directory / "run.json", self.run)
 
     def finish(self, *, complete: bool, reason: str | None = None) -> None:
         """Mark the run complete or partial (with its reason, secrets masked), save, and close the records file."""
@@ -346,6 +343,21 @@ def levels_to_run(asked: list[tuple[float | None, int]], done: list[LevelSummary
         else:
             todo.append(i)
     return todo
+
+
+def write_document(path: Path, doc: BaseModel) -> None:
+    """Write one of servelab's documents (run.json, sweep.json, variant.json, tune.json, launch.json)
+    atomically: a temporary file beside it, then ``os.replace``, so a reader never sees a
+    half-written file; secrets masked (``servelab.guards.redaction.dump``); its folder made.
+
+    Raises:
+        ServelabError: the file cannot be written (``servelab.errors.writing``).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with writing(tmp):
+        tmp.write_text(dump(doc, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def read_document(model: type[Doc], path: Path) -> Doc:
