@@ -62,7 +62,8 @@ def _base(name: str, out: str) -> list[str]:
         return ["--url", "{URL}", *load, "--output", out]
     return {"plan": ["--model", "qwen3-8b"], "predict": ["--model", "qwen3-8b", "--concurrency", "1"], "export": ["--output", out + ".csv"],
             "report": ["{W}/run", "--output", out + ".html"], "compare": ["{W}/run"], "explain": ["{W}/run"], "calibrate": ["{W}/run"],
-            "import": ["{W}/run"], "show": ["x"], "runs": [], "bootlog": ["{W}/evil.log"], "lint": ["{W}/evil.yaml"]}.get(name, [])  # fmt: skip
+            "import": ["{W}/run"], "show": ["x"], "runs": [], "bootlog": ["{W}/evil.log"], "lint": ["{W}/evil.yaml"],
+            "tune": ["{W}/evil.yaml", "--slo", "tpot_p99=50ms", "--vary", "v=1,2", "--output", out]}.get(name, [])  # fmt: skip
 
 
 def _targets(name: str) -> list[str | None]:
