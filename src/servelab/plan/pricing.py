@@ -1,15 +1,19 @@
 """A grid of server configurations priced by ``servelab predict`` for ``servelab tune``: each
 point's settings as predict's variant, its capacity within the SLO with its band and bottleneck, or
 why it does not fit; the calibration and each objective's percentile factor refitted on measured
-probes (``Pricer.refit``); whether any point can meet the SLO at all (``unreachable``).
+probes (``Pricer.refit``); what the launches measured beyond those predictions, attributed to the
+grid's values (``value_effects``); whether any point can meet the SLO at all (``unreachable``).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from servelab.errors import ServelabError
 from servelab.metrics.slo import Objective
@@ -23,6 +27,7 @@ from servelab.values.specs import Hardware, ModelSpec
 
 PRIOR_BAND = 0.3  # before any launch, each predicted time × (1 ± 0.3): predict's held-out worst tok/s error was 14 % on known families and 45 % on an unseen MoE (issue 53); a capacity within TTFT/TPOT objectives moves with it
 FLOOR_BAND = 0.1  # the band never narrows below ± 10 %: capacity's own search stops within 10 % (servelab.run.capacity.PRECISION)
+EFFECT_PRIOR = 1.0  # value_effects' ridge λ: a launch's log residual is spread over its values and this prior, so one launch moves a value it holds by at most 1 ÷ (values + 1) of it
 ACCEPTANCE = 0.7  # speculative decoding's acceptance rate where a point drafts tokens (predict's default)
 ASSUMPTIONS = ("a point's capacity is the largest closed-loop concurrency whose predicted means (TTFT with the queue's wait) meet the percentiles' targets; "
                f"speculative acceptance {ACCEPTANCE}; uniform MoE routing; every engine's scheduler priced as vLLM's")  # fmt: skip
@@ -117,6 +122,35 @@ def price_points(doc: TuneDocument, pricer: Pricer, tick: Callable[[], None] = l
             else:
                 p.status, p.predicted, p.band, p.bottleneck = "priced", got.streams or 0, got.band, got.bottleneck
         tick()
+
+
+def value_effects(doc: TuneDocument) -> dict[str, float]:
+    """What the launches measured beyond their calibrated predictions, attributed to the grid's values:
+    a ridge regression (λ = ``EFFECT_PRIOR``, no intercept: the refit's calibration and factors carry
+    what all points share) of each launched point's log(measured ÷ predicted capacity) on its values,
+    one-hot ``KEY=VALUE``. It is what predict cannot price (on vLLM 0.25, H100, Qwen3-30B-A3B FP8:
+    max_num_batched_tokens 2048 halved the capacity that 8192 gave, predicted alike:
+    validation/RESULTS-tune.md); a value that fell short weighs on every point holding it.
+
+    Returns ``{"KEY=VALUE": effect}``, the effect in log capacity (×e^effect); empty before a launch
+    whose capacity was found (a capped or SLO-missing launch says nothing of the ratio)."""
+    launched = [p for p in doc.points if p.status == "launched" and p.measured and not p.capped and p.predicted]
+    if not launched:
+        return {}
+    names = sorted({f"{k}={v}" for p in launched for k, v in p.values.items()})
+    x = np.array([[1.0 if p.values.get(n.split("=", 1)[0]) == n.split("=", 1)[1] else 0.0 for n in names] for p in launched])
+    r = np.log([p.measured / p.predicted for p in launched])
+    beta = x.T @ np.linalg.solve(x @ x.T + EFFECT_PRIOR * np.eye(len(launched)), r)  # ridge, in its dual form
+    return {n: round(float(b), 4) for n, b in zip(names, beta)}
+
+
+def apply_effects(doc: TuneDocument, effects: dict[str, float]) -> None:
+    """Scale every candidate's predicted capacity and band by e^(sum of its values' effects)."""
+    for p in doc.points:
+        if p.status == "priced" and p.predicted is not None:
+            scale = math.exp(sum(effects.get(f"{k}={v}", 0.0) for k, v in p.values.items()))
+            p.predicted = round(p.predicted * scale, 1)
+            p.band = (round(p.band[0] * scale, 1), round(p.band[1] * scale, 1)) if p.band else None
 
 
 def unreachable(doc: TuneDocument, pricer: Pricer) -> str | None:

@@ -50,7 +50,7 @@ from servelab import engines
 from servelab.errors import ServelabError
 from servelab.guards import jsonfile
 from servelab.launch.server import RecipeServer
-from servelab.plan.pricing import FLOOR_BAND, PRIOR_BAND, Pricer, price_points
+from servelab.plan.pricing import FLOOR_BAND, PRIOR_BAND, Pricer, apply_effects, price_points, value_effects
 from servelab.recipes import Recipe, Resolved, expand, variant_dir, variant_label
 from servelab.recipes.flags import flag_args
 from servelab.recipes.format import parse_recipe
@@ -112,7 +112,8 @@ def settings_of(recipe: Recipe, resolved: Resolved) -> dict[str, str | None]:
 
 
 def earlier(out: Path, doc: TuneDocument) -> None:
-    """Check that ``out`` holds no tune, or one of the same recipe, grid, SLO and lengths (resumed).
+    """Check that ``out`` holds no tune, or one of the same recipe, grid, SLO and lengths (resumed:
+    ``doc`` carries its wall time on, s).
 
     Raises:
         ServelabError: it holds another tune.
@@ -124,6 +125,7 @@ def earlier(out: Path, doc: TuneDocument) -> None:
     same = ("sha256", "grid", "slo", "input_tokens", "output_tokens")
     if any(getattr(before, k) != getattr(doc, k) for k in same):
         raise ServelabError(f"--output {out} holds a tune of another recipe, grid, SLO or load; give a new --output, or the same command to resume it")
+    doc.wall_s = before.wall_s
 
 
 @dataclass
@@ -148,7 +150,7 @@ class Tuner:
         Raises:
             KeyboardInterrupt: after stopping the server; ``tune.json`` says partial.
         """
-        started, doc = time.monotonic(), self.doc
+        started, doc = time.monotonic() - self.doc.wall_s, self.doc  # a resumed tune's clock goes on
         measured, iteration = 0, 0
         try:
             while measured < doc.launches_budget:
@@ -166,6 +168,8 @@ class Tuner:
                 point.status, point.measured, point.capped = "launched", launch.capacity, launch.capped
                 self.say(f"[{iteration}] {point.label}: capacity {_streams(launch.capacity, launch.capped)} (predicted {_streams(launch.predicted)})")
                 self._recalibrate()
+                if doc.effects:
+                    self.say("    left unexplained by the refit, by value: " + ", ".join(f"{k} {math.exp(v) - 1:+.0%}" for k, v in sorted(doc.effects.items())))
                 write_document(self.out / "tune.json", doc)
             doc.status = "complete"
         except BaseException:  # Ctrl-C, or a failure that is not a launch's: what was measured stays, marked as such
@@ -198,13 +202,15 @@ class Tuner:
         """Launch ``point`` and measure its capacity, or read back a finished launch of an earlier run."""
         directory = self.out / variant_dir(point.label)
         done = directory / "launch.json"
-        if done.is_file():
+        best = self._best()
+        if done.is_file():  # what depends on this tune's course is its own: the same as before on a resume
             launch = read_document(TuneLaunch, done)
             self.say(f"[{iteration}] {point.label}: measured already ({directory})")
-            return launch.model_copy(update={"iteration": iteration})
+            point.predicted_at_launch = point.predicted
+            return launch.model_copy(update={"iteration": iteration, "predicted": point.predicted, "change": _change(point, best),
+                                             "delta_pct": _delta(launch.capacity, best)})  # fmt: skip
         for log in directory.glob("*.log"):
             log.replace(log.with_suffix(".log.prev"))
-        best = self._best()
         start, t0 = point.predicted or None, time.monotonic()
         server = RecipeServer(self.recipe, self.recipe.resolve(point.values, point.label), directory)
         base = {"iteration": iteration, "label": point.label, "directory": directory.name, "predicted": point.predicted, "start": start,
@@ -217,8 +223,7 @@ class Tuner:
         except ServelabError as exc:
             launch = TuneLaunch(**base, error=str(exc), wall_s=round(time.monotonic() - t0, 1))
         else:
-            delta = 100 * (found.capacity / best.measured - 1) if best is not None and best.measured and found.capacity is not None else None
-            launch = TuneLaunch(**{**base, "status": "complete"}, capacity=found.capacity, capped=found.capped is not None, delta_pct=delta,
+            launch = TuneLaunch(**{**base, "status": "complete"}, capacity=found.capacity, capped=found.capped is not None, delta_pct=_delta(found.capacity, best),
                                 binding=_binding(found), wall_s=round(time.monotonic() - t0, 1))  # fmt: skip
         finally:
             server.stop()
@@ -246,6 +251,8 @@ class Tuner:
             got = self.pricer.within(p.settings, doc.band)
             if not isinstance(got, str):
                 p.predicted, p.band, p.bottleneck = got.streams or 0, got.band, got.bottleneck
+        doc.effects = value_effects(doc)  # what the calibration could not explain, on the candidates
+        apply_effects(doc, doc.effects)
 
     def _conclude(self) -> None:
         """The winner, why it wins, and its recipe written beside the tune."""
@@ -301,6 +308,11 @@ def _change(point: TunePoint, best: TunePoint | None) -> str:
         return "first launch"
     changed = [f"{k} {best.values.get(k)} → {v}" for k, v in point.values.items() if best.values.get(k) != v]
     return ", ".join(changed) or "same values"
+
+
+def _delta(capacity: float | None, best: TunePoint | None) -> float | None:
+    """Capacity Δ% against the best measured before, or None (the first launch, or nothing measured)."""
+    return 100 * (capacity / best.measured - 1) if best is not None and best.measured and capacity is not None else None
 
 
 def _binding(found: Capacity) -> str | None:

@@ -65,10 +65,11 @@ class TuneDocument(BaseModel):
     calibration: dict | None = Field(None, description="The calibration the points are priced with, after the last launch.")
     factors: dict[str, float] = Field(default_factory=dict, description="Each objective's measured percentile ÷ the calibrated prediction at the same probe (median over the probes): its target is divided by it when pricing.")
     band: float = Field(description="The band's half width: each predicted time × (1 ± band).")
+    effects: dict[str, float] = Field(default_factory=dict, description="Each grid value's share (KEY=VALUE → log capacity) of what the launches measured beyond their calibrated predictions; a candidate's prediction and band are × e^(its values' sum) (servelab.plan.pricing.value_effects).")
     launches_budget: int
     points: list[TunePoint]
     launches: list[TuneLaunch] = Field(default_factory=list)
     winner: str | None = None
     why: list[str] = Field(default_factory=list, description="Why the winner wins: the binding objective and what each changed flag moved.")
     best_recipe: str | None = Field(None, description="The winning recipe's file, relative to the tune's directory.")
-    wall_s: float = 0.0
+    wall_s: float = Field(0.0, description="The tune's wall time, s, summed over the runs that resumed it.")

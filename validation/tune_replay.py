@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Replay ``servelab tune`` on a measured grid, without a GPU (issue 52).
+
+``validation/tune_gpu.py`` measured every point of a grid once by launching it (the truth, in
+``TRUTH/truth/<point>/<point>``: the launch's ``launch.json`` and capacity's probes). A tune whose
+``--output`` holds a point's directory with its ``launch.json`` reads that launch back instead of
+starting a server (a resumed tune), so a tune run over a folder holding every truth point makes the
+choices the same code would make on the GPU, and its refits read the same probes: which points it
+launches, in what order, and what it names the winner.
+
+    python3 validation/tune_replay.py validation/tune-h100 [--launches 3]
+
+Prints the truth (every point's measured capacity), the tune's launches and its winner against the
+best measured, and the tune's table; exits 1 when the winner is more than 5 % below the best.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tune_gpu import GRID, LOAD, ROOT, labels, label_of, tune_argv  # noqa: E402
+
+
+def truth(folder: Path) -> dict[str, float | None]:
+    """Every grid point's measured capacity (streams; None: no load met the SLO)."""
+    found = {}
+    for values in labels():
+        label = label_of(values)
+        launch = json.loads((folder / "truth" / label / label / "launch.json").read_text())
+        found[label] = launch["capacity"]
+    return found
+
+
+def replay(folder: Path, launches: int) -> dict:
+    """The tune's document after a run over every truth point (no server started)."""
+    work = Path(tempfile.mkdtemp(prefix="tune-replay-"))
+    for values in labels():
+        label = label_of(values)
+        shutil.copytree(folder / "truth" / label / label, work / label)
+    argv = tune_argv(GRID, work, launches)
+    proc = subprocess.run(argv, capture_output=True, text=True, env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "SERVELAB_DB": str(work / "runs.db")})
+    if proc.returncode != 0:
+        raise SystemExit(f"tune failed: {proc.stderr[-3000:]}")
+    shutil.rmtree(work)
+    return json.loads(proc.stdout)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folder", type=Path)
+    ap.add_argument("--launches", type=int, default=3)
+    args = ap.parse_args()
+    measured = truth(args.folder)
+    best = max(measured, key=lambda k: measured[k] or 0)
+    doc = replay(args.folder, args.launches)
+    print(f"load: {' '.join(LOAD)}")
+    print("| point | measured (truth) | predicted after the tune (its last calibration and value effects) | launched as |")
+    print("|---|---|---|---|")
+    order = {x["label"]: x["iteration"] for x in doc["launches"]}
+    first = {p["label"]: p for p in json.loads(json.dumps(doc["points"]))}
+    for label, cap in sorted(measured.items(), key=lambda kv: -(kv[1] or 0)):
+        print(f"| {label} | {cap:g} | {first[label]['predicted']} | {order.get(label, '–')} |")
+    winner = doc["winner"]
+    share = (measured[winner] or 0) / (measured[best] or 1)
+    print(f"\ntune --launches {args.launches}: launched {[x['label'] for x in doc['launches']]}")
+    print(f"winner {winner}: {measured[winner]:g} streams measured, {share:.0%} of the best ({best}, {measured[best]:g})")
+    sys.exit(0 if share >= 0.95 else 1)
+
+
+if __name__ == "__main__":
+    main()
