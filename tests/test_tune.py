@@ -189,8 +189,9 @@ def test_what_a_launch_missed_by_weighs_on_the_points_holding_its_values():
 
 def test_tune_replayed_on_the_measured_h100_grid_names_its_best():
     """validation/tune_replay.py: tune over vLLM 0.25's 12 measured points (validation/tune-h100), each
-    launch read back instead of started; the winner must be within 5 % of the best measured."""
-    res = subprocess.run([sys.executable, str(ROOT / "validation" / "tune_replay.py"), str(ROOT / "validation" / "tune-h100")],
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    launch read back instead of started, in the 8 orders of the --vary values: the grid's own order
+    names the best measured point, and no order's winner is below 60 % of it."""
+    res = subprocess.run([sys.executable, str(ROOT / "validation" / "tune_replay.py"), str(ROOT / "validation" / "tune-h100"), "--orders"],
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "100% of the best" in res.stdout
+    assert "| none | 27, 50, 114 | 100% |" in res.stdout

@@ -8,15 +8,18 @@ starting a server (a resumed tune), so a tune run over a folder holding every tr
 choices the same code would make on the GPU, and its refits read the same probes: which points it
 launches, in what order, and what it names the winner.
 
-    python3 validation/tune_replay.py validation/tune-h100 [--launches 3]
+    python3 validation/tune_replay.py validation/tune-h100 [--launches 3] [--orders]
 
 Prints the truth (every point's measured capacity), the tune's launches and its winner against the
-best measured, and the tune's table; exits 1 when the winner is more than 5 % below the best.
+best measured; exits 1 when the winner is more than 5 % below the best. With ``--orders``, the same
+for each of the 8 orders of the --vary values (each key's list as given or reversed: where the
+predictions tie, the order decides), and the mean and worst share of the best.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shutil
 import subprocess
@@ -38,13 +41,14 @@ def truth(folder: Path) -> dict[str, float | None]:
     return found
 
 
-def replay(folder: Path, launches: int) -> dict:
-    """The tune's document after a run over every truth point (no server started)."""
+def replay(folder: Path, launches: int, grid: dict[str, list[str]] = GRID) -> dict:
+    """The tune's document after a run over every truth point (no server started), the --vary values
+    in ``grid``'s order."""
     work = Path(tempfile.mkdtemp(prefix="tune-replay-"))
     for values in labels():
         label = label_of(values)
         shutil.copytree(folder / "truth" / label / label, work / label)
-    argv = tune_argv(GRID, work, launches)
+    argv = tune_argv(grid, work, launches)
     proc = subprocess.run(argv, capture_output=True, text=True, env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "SERVELAB_DB": str(work / "runs.db")})
     if proc.returncode != 0:
         raise SystemExit(f"tune failed: {proc.stderr[-3000:]}")
@@ -52,19 +56,39 @@ def replay(folder: Path, launches: int) -> dict:
     return json.loads(proc.stdout)
 
 
+def orders(folder: Path, launches: int, measured: dict[str, float | None]) -> None:
+    """The replay over the 8 orders of the grid's values; exits 1 when the worst is below 60 % of the best."""
+    best = max(v or 0 for v in measured.values())
+    shares = []
+    print("| order (reversed keys) | launched, measured streams | winner's share of the best |")
+    print("|---|---|---|")
+    for reverse in itertools.product([False, True], repeat=len(GRID)):
+        grid = {k: list(reversed(v)) if r else v for (k, v), r in zip(GRID.items(), reverse)}
+        doc = replay(folder, launches, grid)
+        shares.append((measured[doc["winner"]] or 0) / best)
+        names = ", ".join(k for k, r in zip(GRID, reverse) if r) or "none"
+        got = ", ".join(f"{measured[x['label']]:g}" for x in doc["launches"])
+        print(f"| {names} | {got} | {shares[-1]:.0%} |")
+    print(f"\nmean {sum(shares) / len(shares):.0%}, worst {min(shares):.0%}, the best named in {sum(s >= 0.95 for s in shares)} of {len(shares)}")
+    sys.exit(0 if min(shares) >= 0.6 else 1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", type=Path)
     ap.add_argument("--launches", type=int, default=3)
+    ap.add_argument("--orders", action="store_true", help="Replay each of the 8 orders of the --vary values.")
     args = ap.parse_args()
     measured = truth(args.folder)
+    if args.orders:
+        orders(args.folder, args.launches, measured)
     best = max(measured, key=lambda k: measured[k] or 0)
     doc = replay(args.folder, args.launches)
     print(f"load: {' '.join(LOAD)}")
     print("| point | measured (truth) | predicted after the tune (its last calibration and value effects) | launched as |")
     print("|---|---|---|---|")
     order = {x["label"]: x["iteration"] for x in doc["launches"]}
-    first = {p["label"]: p for p in json.loads(json.dumps(doc["points"]))}
+    first = {p["label"]: p for p in doc["points"]}
     for label, cap in sorted(measured.items(), key=lambda kv: -(kv[1] or 0)):
         print(f"| {label} | {cap:g} | {first[label]['predicted']} | {order.get(label, '–')} |")
     winner = doc["winner"]

@@ -186,8 +186,11 @@ class Tuner:
         return max(launched, key=lambda p: p.measured or 0.0) if launched else None
 
     def _next(self) -> TunePoint | None:
-        """The next point to launch: the best predicted candidate (grid order without pricing), after
-        pruning those whose band's top is below the best measured."""
+        """The next point to launch, after pruning those whose band's top is below the best measured:
+        the best predicted candidate (grid order without pricing), except after a launch measured
+        outside the band around its prediction while more than one launch is left. Then predict is
+        wrong about something the grid varies, so the candidate farthest from every launched point
+        (the most values differing from the nearest one; then the best predicted) is launched."""
         best = self._best()
         candidates = [p for p in self.doc.points if p.status in ("priced", "not priced")]
         for p in candidates:
@@ -196,7 +199,14 @@ class Tuner:
         candidates = [p for p in candidates if p.status != "pruned"]
         if not candidates:
             return None
-        return max(candidates, key=lambda p: p.predicted or 0.0) if self.pricer else candidates[0]
+        if not self.pricer:
+            return candidates[0]
+        launched = [p for p in self.doc.points if p.status == "launched" and p.measured is not None]
+        last = self.doc.launches[-1] if self.doc.launches else None
+        surprised = last is not None and last.capacity and last.predicted and abs(last.capacity / last.predicted - 1) > self.doc.band
+        if surprised and self.doc.launches_budget - len(launched) > 1:
+            return max(candidates, key=lambda p: (min(_differing(p, q) for q in launched), p.predicted or 0.0))
+        return max(candidates, key=lambda p: p.predicted or 0.0)
 
     def _launch(self, point: TunePoint, iteration: int) -> TuneLaunch:
         """Launch ``point`` and measure its capacity, or read back a finished launch of an earlier run."""
@@ -308,6 +318,11 @@ def _change(point: TunePoint, best: TunePoint | None) -> str:
         return "first launch"
     changed = [f"{k} {best.values.get(k)} → {v}" for k, v in point.values.items() if best.values.get(k) != v]
     return ", ".join(changed) or "same values"
+
+
+def _differing(p: TunePoint, q: TunePoint) -> int:
+    """How many of the grid's keys two points set differently."""
+    return sum(v != q.values.get(k) for k, v in p.values.items())
 
 
 def _delta(capacity: float | None, best: TunePoint | None) -> float | None:
