@@ -173,6 +173,7 @@ def test_gpu_sampler_reads_the_clock_and_power_limits(monkeypatch):
         nvmlDeviceGetTemperature=lambda h, k: 60, nvmlDeviceGetMaxClockInfo=lambda h, k: 1980, nvmlDeviceGetEnforcedPowerLimit=lambda h: 700_000,
     )  # fmt: skip
     monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
     async def go():
         sampler = GpuSampler()
@@ -182,6 +183,19 @@ def test_gpu_sampler_reads_the_clock_and_power_limits(monkeypatch):
 
     stats = asyncio.run(go())
     assert (stats.max_sm_clock_mhz, stats.power_limit_w, stats.mean_sm_clock_mhz, stats.peak_power_w) == (1980, 700, 1545, 690)
+
+
+def test_gpu_sampler_samples_the_gpus_cuda_visible_devices_names(monkeypatch):
+    """Four servers on one host, one GPU each (validation/tune_gpu.py): servelab with
+    CUDA_VISIBLE_DEVICES=2 samples GPU 2 alone, not the host's four."""
+    import types
+
+    from servelab.metrics.gpu import _visible
+
+    fake = types.SimpleNamespace(nvmlDeviceGetCount=lambda: 4, nvmlDeviceGetHandleByIndex=lambda i: f"h{i}", nvmlDeviceGetHandleByUUID=lambda u: u)
+    assert _visible(fake, None) == ["h0", "h1", "h2", "h3"]
+    assert _visible(fake, "2") == ["h2"] and _visible(fake, "3, 1") == ["h3", "h1"] and _visible(fake, "") == []
+    assert _visible(fake, "GPU-abc") == ["GPU-abc"] and _visible(fake, "MIG-1/2/3") == ["h0", "h1", "h2", "h3"]
 
 
 def test_a_power_capped_level_is_named_and_explained():

@@ -2,7 +2,8 @@
 
 Where NVML is missing (no NVIDIA driver, a remote server, this CI) the sampler is silent and the
 phase gets no GPU figures: never an error. Samples every ``SAMPLE_INTERVAL_S`` of every visible
-GPU: power (W, ``nvmlDeviceGetPowerUsage``), memory used (GiB), GPU utilisation (%), SM clock (MHz)
+GPU (those ``CUDA_VISIBLE_DEVICES`` names, by index or ``GPU-`` UUID, where servelab's environment
+sets it: a server launched with it, among others on the same host; else every GPU NVML sees): power (W, ``nvmlDeviceGetPowerUsage``), memory used (GiB), GPU utilisation (%), SM clock (MHz)
 and temperature (°C); once, its maximum SM clock (``nvmlDeviceGetMaxClockInfo``) and power limit
 (``nvmlDeviceGetEnforcedPowerLimit``), so that a power-capped phase can be told (``servelab.rules.diagnose``). Energy = Σ power × interval over the phase (J), summed over GPUs; energy
 per output token = energy ÷ output tokens of the phase (docs/metrics.md, "GPU telemetry").
@@ -11,6 +12,7 @@ per output token = energy ÷ output tokens of the phase (docs/metrics.md, "GPU t
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 from pydantic import BaseModel
@@ -46,6 +48,22 @@ def _nvml():
         return None
 
 
+def _visible(nv, visible: str | None) -> list:
+    """NVML handles of the GPUs ``visible`` (CUDA_VISIBLE_DEVICES: indices, ``GPU-`` UUIDs, or empty
+    for none) names; every GPU when it is unset or names a device otherwise (a MIG slice). Indices
+    are NVML's, the PCI bus order, which CUDA follows with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and on
+    hosts of one GPU model."""
+    every = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+    if visible is None:
+        return every
+    names = [n.strip() for n in visible.split(",") if n.strip()]
+    if all(n.isdigit() for n in names):
+        return [every[int(n)] for n in names if int(n) < len(every)]
+    if all(n.startswith("GPU-") for n in names):
+        return [nv.nvmlDeviceGetHandleByUUID(n) for n in names]
+    return every
+
+
 class GpuSampler:
     """Samples NVML in the background between ``start()`` and ``stop()``; ``stop`` returns :class:`GpuStats` or None."""
 
@@ -78,7 +96,7 @@ class GpuSampler:
         if self.nv is None:
             return
         try:
-            self.handles = [self.nv.nvmlDeviceGetHandleByIndex(i) for i in range(self.nv.nvmlDeviceGetCount())]
+            self.handles = _visible(self.nv, os.environ.get("CUDA_VISIBLE_DEVICES"))
         except Exception:  # driver trouble mid-run: give up on telemetry, not on the run
             self.nv = None
             return
