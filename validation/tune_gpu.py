@@ -82,11 +82,13 @@ def tune_state(out: Path) -> tuple[int, bool]:
 class Runner:
     """Jobs on GPUs until the deadline: the tune's launches on one GPU, truth points on every GPU."""
 
-    def __init__(self, work: Path, env: dict[str, str], deadline: float, gpus: list[str], only: str | None, tune: bool) -> None:
+    def __init__(self, work: Path, env: dict[str, str], deadline: float, gpus: list[str], truth: str | None, tune: bool) -> None:
+        """``truth``: measure the truth points whose label holds this text ("" for all, None for none);
+        ``tune``: run the tune's launches too."""
         self.work, self.env, self.deadline, self.gpus = work, env, deadline, gpus
         self.lock = threading.Lock()
-        self.truth = [v for v in labels() if tune_state(work / "truth" / label_of(v))[0] == 0 and (only is None or only in label_of(v))]
-        self.tune_busy = not tune
+        self.truth = [v for v in labels() if truth is not None and truth in label_of(v) and tune_state(work / "truth" / label_of(v))[0] == 0]
+        self.tune, self.tune_busy = tune, False
         self.procs: list[subprocess.Popen] = []
         self.timed: list[float] = []
 
@@ -99,7 +101,7 @@ class Runner:
                 return None
             tune_out = self.work / "tune"
             done, left = tune_state(tune_out)
-            if not self.tune_busy and done < TUNE_LAUNCHES and left:
+            if self.tune and not self.tune_busy and done < TUNE_LAUNCHES and left:
                 self.tune_busy = True
                 return "tune", tune_argv({k: v for k, v in GRID.items()}, tune_out, done + 1), tune_out
             if self.truth:
@@ -162,10 +164,7 @@ def main() -> None:
     host = subprocess.run(["bash", "-c", "lscpu | grep -E 'Model name|^CPU\\(s\\)'; nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv"],
                           capture_output=True, text=True).stdout  # fmt: skip
     (args.work / "host.txt").write_text(host)
-    runner = Runner(args.work, env, time.time() + args.deadline, gpus(), args.only, not args.no_tune)
-    if args.tune_only:
-        runner.truth = []
-    runner.run()
+    Runner(args.work, env, time.time() + args.deadline, gpus(), None if args.tune_only else args.only or "", not args.no_tune).run()
     if args.out:  # one archive: a lent machine hands back a few files only
         args.out.mkdir(parents=True, exist_ok=True)
         subprocess.run(["tar", "-czf", str(args.out / "tunework.tgz"), "--exclude=*.runs.db*", "-C", str(args.work), "."], check=True)

@@ -44,15 +44,15 @@ def truth(folder: Path) -> dict[str, float | None]:
 def replay(folder: Path, launches: int, grid: dict[str, list[str]] = GRID) -> dict:
     """The tune's document after a run over every truth point (no server started), the --vary values
     in ``grid``'s order."""
-    work = Path(tempfile.mkdtemp(prefix="tune-replay-"))
-    for values in labels():
-        label = label_of(values)
-        shutil.copytree(folder / "truth" / label / label, work / label)
-    argv = tune_argv(grid, work, launches)
-    proc = subprocess.run(argv, capture_output=True, text=True, env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "SERVELAB_DB": str(work / "runs.db")})
+    with tempfile.TemporaryDirectory(prefix="tune-replay-") as tmp:
+        work = Path(tmp)
+        for values in labels():
+            label = label_of(values)
+            shutil.copytree(folder / "truth" / label / label, work / label)
+        proc = subprocess.run(tune_argv(grid, work, launches), capture_output=True, text=True,
+                              env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "SERVELAB_DB": str(work / "runs.db")})  # fmt: skip
     if proc.returncode != 0:
         raise SystemExit(f"tune failed: {proc.stderr[-3000:]}")
-    shutil.rmtree(work)
     return json.loads(proc.stdout)
 
 

@@ -137,11 +137,11 @@ def value_effects(doc: TuneDocument) -> dict[str, float]:
     launched = [p for p in doc.points if p.status == "launched" and p.measured and not p.capped and p.predicted]
     if not launched:
         return {}
-    names = sorted({f"{k}={v}" for p in launched for k, v in p.values.items()})
-    x = np.array([[1.0 if p.values.get(n.split("=", 1)[0]) == n.split("=", 1)[1] else 0.0 for n in names] for p in launched])
+    values = sorted({kv for p in launched for kv in p.values.items()})
+    x = np.array([[float(p.values.get(k) == v) for k, v in values] for p in launched])
     r = np.log([p.measured / p.predicted for p in launched])
     beta = x.T @ np.linalg.solve(x @ x.T + EFFECT_PRIOR * np.eye(len(launched)), r)  # ridge, in its dual form
-    return {n: round(float(b), 4) for n, b in zip(names, beta)}
+    return {f"{k}={v}": round(float(b), 4) for (k, v), b in zip(values, beta)}
 
 
 def apply_effects(doc: TuneDocument, effects: dict[str, float]) -> None:

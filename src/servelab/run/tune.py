@@ -23,7 +23,12 @@ few launches.
    are priced again (``TuneDocument.factors``). The band becomes the largest relative error of the
    launched points' capacities so predicted (at least ``FLOOR_BAND``; after one launch
    ``PRIOR_BAND`` ÷ 2), and every point whose band's top is below the best measured capacity is
-   pruned. The search ends after ``--launches`` measurements or when no candidate is left.
+   pruned. What the refit still cannot explain is attributed to the grid's values
+   (``servelab.plan.pricing.value_effects``) and scales the candidates' predictions. The next
+   launch is the best predicted candidate, except after a launch measured further from its
+   prediction than the band while more than one launch is left: then the candidate that differs
+   most from every launched point. The search ends after ``--launches`` measurements or when no
+   candidate is left.
 5. **The winner** is the launched point with the largest measured capacity; why: the objective its
    smallest missing probe missed, and for each value that differs from the recipe's own what
    predict says it moved.
@@ -181,16 +186,21 @@ class Tuner:
             write_document(self.out / "tune.json", doc)
         return doc
 
+    def _measured(self) -> list[TunePoint]:
+        """The launched points whose capacity was found."""
+        return [p for p in self.doc.points if p.status == "launched" and p.measured is not None]
+
     def _best(self) -> TunePoint | None:
-        launched = [p for p in self.doc.points if p.status == "launched" and p.measured is not None]
+        launched = self._measured()
         return max(launched, key=lambda p: p.measured or 0.0) if launched else None
 
     def _next(self) -> TunePoint | None:
         """The next point to launch, after pruning those whose band's top is below the best measured:
         the best predicted candidate (grid order without pricing), except after a launch measured
-        outside the band around its prediction while more than one launch is left. Then predict is
-        wrong about something the grid varies, so the candidate farthest from every launched point
-        (the most values differing from the nearest one; then the best predicted) is launched."""
+        further from the prediction that chose it than the current band while more than one launch
+        is left. Then predict is wrong about something the grid varies, so the candidate farthest
+        from every launched point (the most values differing from the nearest one; then the best
+        predicted) is launched."""
         best = self._best()
         candidates = [p for p in self.doc.points if p.status in ("priced", "not priced")]
         for p in candidates:
@@ -201,10 +211,11 @@ class Tuner:
             return None
         if not self.pricer:
             return candidates[0]
-        launched = [p for p in self.doc.points if p.status == "launched" and p.measured is not None]
-        last = self.doc.launches[-1] if self.doc.launches else None
-        surprised = last is not None and last.capacity and last.predicted and abs(last.capacity / last.predicted - 1) > self.doc.band
-        if surprised and self.doc.launches_budget - len(launched) > 1:
+        doc = self.doc
+        last = doc.launches[-1] if doc.launches else None
+        surprised = last is not None and last.capacity and last.predicted and abs(last.capacity / last.predicted - 1) > doc.band
+        launched = self._measured()  # not empty when surprised: the last launch measured a capacity
+        if surprised and doc.launches_budget - len(launched) > 1:
             return max(candidates, key=lambda p: (min(_differing(p, q) for q in launched), p.predicted or 0.0))
         return max(candidates, key=lambda p: p.predicted or 0.0)
 
@@ -242,7 +253,8 @@ class Tuner:
         return launch
 
     def _recalibrate(self) -> None:
-        """Refit the calibration and the objectives' factors on the launches, set the band, reprice."""
+        """Refit the calibration and the objectives' factors on the launches, set the band, reprice,
+        and scale the candidates by the grid values' effects."""
         if self.pricer is None:
             return
         doc = self.doc
