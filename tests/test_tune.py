@@ -29,7 +29,7 @@ from servelab.plan.model_spec import load_model
 from servelab.plan.pricing import apply_effects, value_effects
 from servelab.recipes import load_recipe
 from servelab.run.tune import MAX_POINTS, Tuner, best_recipe, grid, points
-from servelab.store.tuning import TuneDocument, TunePoint
+from servelab.store.tuning import TuneDocument, TuneLaunch, TunePoint
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "tune"
@@ -195,3 +195,17 @@ def test_tune_replayed_on_the_measured_h100_grid_names_its_best():
                          capture_output=True, text=True, timeout=600)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     assert "| none | 27, 50, 114 | 100% |" in res.stdout
+
+
+def test_the_last_launch_goes_to_the_best_predicted_even_after_a_launch_that_met_no_load():
+    """The budget counts complete launches, one that met the SLO at no load included (as Tuner.run
+    counts them): with one launch left after a surprise, tune exploits instead of exploring."""
+    doc = TuneDocument(recipe="r", sha256="s", slo={}, input_tokens=1, output_tokens=1, grid=[], status="running", priced=True, band=0.2, launches_budget=3,
+                       points=[_point("none", {"x": "0", "y": "0"}, "launched", 40, measured=None), _point("low", {"x": "1", "y": "1"}, "launched", 50, measured=10),
+                               _point("near", {"x": "1", "y": "2"}, "priced", 100), _point("far", {"x": "2", "y": "2"}, "priced", 20)],
+                       launches=[TuneLaunch(iteration=1, label="none", directory="none", status="complete"),
+                                 TuneLaunch(iteration=2, label="low", directory="low", status="complete", capacity=10, predicted=50)])  # fmt: skip
+    tuner = Tuner(None, Path("."), doc, pricer=object(), measure=None, say=print, waiting=None, write=None)
+    assert tuner._next().label == "near"
+    explore = doc.model_copy(update={"launches_budget": 4}, deep=True)  # two left: the point farthest from the launched ones
+    assert Tuner(None, Path("."), explore, pricer=object(), measure=None, say=print, waiting=None, write=None)._next().label == "far"

@@ -215,7 +215,8 @@ class Tuner:
         last = doc.launches[-1] if doc.launches else None
         surprised = last is not None and last.capacity and last.predicted and abs(last.capacity / last.predicted - 1) > doc.band
         launched = self._measured()  # not empty when surprised: the last launch measured a capacity
-        if surprised and doc.launches_budget - len(launched) > 1:
+        left = doc.launches_budget - sum(x.status == "complete" for x in doc.launches)  # as run() counts them
+        if surprised and left > 1:
             return max(candidates, key=lambda p: (min(_differing(p, q) for q in launched), p.predicted or 0.0))
         return max(candidates, key=lambda p: p.predicted or 0.0)
 
