@@ -21,7 +21,7 @@ from servelab.plan.calibration import Calibration, calibration
 from servelab.plan.fit import Measured, fit, fit_moe, leave_one_out
 from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
-from servelab.plan.predict import limits_for, predict, terms
+from servelab.plan.predict import MIXED_SHARE, cohorts, limits_for, predict, terms
 from servelab.plan.quant import get_format
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +44,26 @@ def test_the_curve_bends_where_the_scheduler_says():
     assert agg[:4] == sorted(agg[:4]) and agg[4] == pytest.approx(agg[3], rel=0.05)  # flat above the slot cap
     assert pts[0].bottleneck == "bandwidth" and pts[3].bottleneck == "prefill" and pts[4].bottleneck == "slot cap / KV capacity"
     assert pts[4].running == 256 and pts[4].queue_s == pytest.approx(pts[4].e2e_s)  # 512 streams on 256 slots: a request's time in the queue
+
+
+def test_a_token_budget_smaller_than_a_cohort_splits_it_into_more_mixed_steps():
+    """cohorts(): where the budget holds every cohort, MIXED_SHARE of the steps carry k ÷ MIXED_SHARE
+    prompts; a budget of ~4 prompts (2,048 tokens, 512-token prompts) puts them in more steps, each
+    carrying fewer, the prompts per step unchanged; a budget below one prompt makes every step a mixed
+    one. So the tune grid's max_num_batched_tokens 2,048 point is slower than its 8,192 point
+    (vLLM 0.25 measured 1.4–4 × the streams at 8,192 within a TPOT objective: validation/RESULTS-tune.md)."""
+    assert cohorts(0.0, 4.0) == (0.0, 1.0)
+    assert cohorts(0.5, 1e6) == pytest.approx((MIXED_SHARE, 0.5 / MIXED_SHARE))
+    share, m = cohorts(0.5, (2048 - 39) / 512)
+    assert share > MIXED_SHARE * 1.05 and share * m == pytest.approx(0.5)
+    assert cohorts(2.0, 0.5)[0] == 1.0 and cohorts(2.0, -3.0)[0] == 1.0
+    spec, fmt, hw = load_model("qwen3-30b-a3b"), get_format("fp8"), load_hardware("h100-sxm")
+    tpot = {}
+    for budget in (2048, 8192):
+        limits = limits_for(spec, fmt, hw, tp=1, input_tokens=512, output_tokens=64, max_num_seqs=128, max_num_batched_tokens=budget)
+        t = terms(spec, fmt, hw, concurrency=40, input_tokens=512, output_tokens=64, limits=limits)
+        tpot[budget] = predict(t, calibration("vllm-0.25-h100-bf16"), concurrency=40, output_tokens=64).tpot_s
+    assert tpot[2048] > tpot[8192] * 1.05
 
 
 def test_a_step_pays_its_fixed_time_per_layer():

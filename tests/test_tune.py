@@ -190,11 +190,13 @@ def test_what_a_launch_missed_by_weighs_on_the_points_holding_its_values():
 def test_tune_replayed_on_the_measured_h100_grid_names_its_best():
     """validation/tune_replay.py: tune over vLLM 0.25's 12 measured points (validation/tune-h100), each
     launch read back instead of started, in the 8 orders of the --vary values: the grid's own order
-    names the best measured point, and no order's winner is below 60 % of it."""
+    names the best measured point, and no order's winner is below 60 % of it (at the last change, 6 of
+    the 8 named the best and the worst was 67 %)."""
     res = subprocess.run([sys.executable, str(ROOT / "validation" / "tune_replay.py"), str(ROOT / "validation" / "tune-h100"), "--orders"],
                          capture_output=True, text=True, timeout=600)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "| none | 27, 50, 114 | 100% |" in res.stdout
+    assert "| none | 84, 114, 70 | 100% |" in res.stdout
+    assert "the best named in 6 of 8" in res.stdout
 
 
 def test_the_last_launch_goes_to_the_best_predicted_even_after_a_launch_that_met_no_load():

@@ -28,10 +28,17 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
 - **prefill** of one prompt alone: t_p = FLOPs ÷ (peak · η_c) (or its bytes, when larger);
 - **steady state** (``stagger``, servelab's default; vLLM's chunked prefill mixes prefills into
   decode steps): while a request decodes its O tokens, the other B − 1 streams each prefill once,
-  k = (B − 1) ÷ O prompts per decode step. They ride in *mixed steps*: a share f = min(k,
-  ``MIXED_SHARE``) of the steps carries m = k ÷ f prompts each (measured on vLLM 0.25, H100: the
-  streams bunch into cohorts, and 19–35 % of the steps carry prompts from 32 to 256 streams:
-  ``python validation/mixed_steps.py``). A mixed step reads the weights once for its decode and
+  k = (B − 1) ÷ O prompts per decode step. They ride in *mixed steps* (:func:`cohorts`): the streams
+  bunch into cohorts of m₀ = k ÷ min(k, ``MIXED_SHARE``) prompts on average (measured on vLLM 0.25,
+  H100: 19–35 % of the steps carry prompts from 32 to 256 streams: ``python validation/mixed_steps.py``),
+  and a step's token budget splits a cohort larger than it: under ``max_num_batched_tokens`` holding
+  b = (budget − the other sequences' decode tokens) ÷ P prompts, a cohort of X prompts takes ⌈X ÷ b⌉
+  mixed steps (chunked prefill), so with X exponential about m₀ a cohort takes 1 + 1 ÷ (e^(b ÷ m₀) − 1)
+  steps, each carrying m = m₀ ÷ that, and a share f = min(1, k ÷ m) of the steps carries prompts (at
+  8,192 tokens and 512-token prompts nothing splits; at 2,048 a third of the steps carried prompts
+  on vLLM 0.25, H100, Qwen3-30B-A3B FP8, and the point served a third of the streams within a TPOT
+  objective, validation/RESULTS-tune.md: the split cohorts return split, which the rule does not
+  count, so it prices the direction, not the size). A mixed step reads the weights once for its decode and
   prompt tokens, taking max(weights ÷ bandwidth, FLOPs ÷ peak) of all of them, plus t_eager when
   its tokens exceed the largest capture size (vLLM 0.25 runs such a batch without CUDA graphs:
   ~80 ms for a 512-token prompt beside a MoE decode batch on H100, ~5 × the decode step), so
@@ -76,7 +83,7 @@ on H100 adds 2–4 ms a step, validation/RESULTS-predict.md) plus, for a model d
 and pay one layer's time t_ℓ each. Checked on the DGX Spark report's Qwen3.5-122B-A10B MTP-2 table (validation/RESULTS-spark.md).
 
 Assumptions (stated with every prediction): uniform MoE routing (or a routing γ, ``servelab.plan.roofline``); the engine's chunked prefill
-interleaving prefills with decode (vLLM V1) and its asynchronous scheduling; at most ``MIXED_SHARE`` of the steps carrying prompts;
+interleaving prefills with decode (vLLM V1) and its asynchronous scheduling; cohorts of prompts as :func:`cohorts` prices them;
 no prefix-cache hits; acceptance that does not fall with the batch; the all-reduce latency of each
 hardware profile (an estimate). Calibration (:class:`Calibration`): η_bw and η_c on a grid, t_ℓ and
 t_eager by least squares (every row is linear in them) on the relative errors of measured TPOT
@@ -104,7 +111,7 @@ from servelab.values.specs import Hardware, ModelSpec
 
 PADDING_NAMED = 1.1  # padding is named the bottleneck when it makes the decode step this much longer
 PREFILL_NAMED = 0.5  # prefill is named when the prompts add this share of the decode step to TPOT, or more
-MIXED_SHARE = 0.25  # at most this share of the steps carries prompts (module docstring; measured 19–35 % at 32–256 streams: validation/mixed_steps.py)
+MIXED_SHARE = 0.25  # where the token budget splits no cohort, this share of the steps carries prompts (:func:`cohorts`; measured 19–35 % at 32–256 streams: validation/mixed_steps.py)
 API_TTFT_S = 0.005  # TTFT's share outside the engine steps (HTTP, chat template, tokenization, the first chunk): 4–7 ms at one stream on vLLM 0.25 (validation/RESULTS-predict.md)
 ADMIT_S_PER_TOKEN = 2.0e-6  # the API server's time per request, per prompt token, one request after another (chat endpoint): a 256-stream burst of 1,024-token prompts ended 550 ms later than without it (validation/waves-h100/burst-*: TTFT p99 6.42–6.45 s measured, 5.88 s simulated), 2.1 ms a request
 ASYNC_WAIT_STEPS = 2  # steady state: the steps a new request waits for before the one that carries its prompt (module docstring; vLLM's asynchronous scheduling)
@@ -186,7 +193,7 @@ class Terms:
     prefill_allreduce_s: float = 0.0  # … and one prompt's
     mode: str = "stagger"  # how the streams send (module docstring): ``stagger`` or ``burst``
     prompts_per_step: float = 0.0  # k: prompts prefilled beside a decoding request, per decode step
-    mixed_bytes_s: float = 0.0  # a mixed step (the decode batch and k ÷ min(k, MIXED_SHARE) prompts): weights ÷ bandwidth
+    mixed_bytes_s: float = 0.0  # a mixed step (the decode batch and its cohort of m prompts, :func:`cohorts`): weights ÷ bandwidth
     mixed_flops_s: float = 0.0  # … its FLOPs ÷ peak
     kv_s: float = 0.0  # the running batch's KV cache and recurrent state ÷ bandwidth (read beside the weights' matrix products)
     decode_eager: bool = False  # the decode step has more tokens than the largest capture size: no CUDA graph
@@ -200,6 +207,7 @@ class Terms:
     eager_extra_s: float = 0.0  # what a step without CUDA graphs adds in this format beyond the calibration's t_eager (Engine.eager_extra_s)
     moe_extra_s: float = 0.0  # what the MoE layers add to every step in this format beyond the calibration's moe_layer_us (Engine.moe_layer_extra_s)
     power_clock: float = 1.0  # a burst's prompts after its first step with prompts compute at this share of the clock (Engine.sustained_clock)
+    mixed_share: float = 0.0  # f: the share of the steps that carry prompts, k ÷ f prompts each (:func:`cohorts`)
 
 
 @dataclass(frozen=True)
@@ -237,7 +245,7 @@ def terms(
     pf = prefill(spec, fmt, hw, tokens=input_tokens, tp=tp)
     bw = hw.bandwidth_gbs * 1e9
     k = (running - 1) / output_tokens
-    m = k / min(k, MIXED_SHARE) if k else 1.0
+    share, m = cohorts(k, (limits.max_num_batched_tokens - (running - 1) * per_seq) / input_tokens)
     kv_seq = spec.seq_bytes(context, 2.0) / tp / bw  # one sequence's KV cache and recurrent state (read by attention and the recurrent layers) ÷ bandwidth
     mixed_tokens = round((running - 1) * per_seq + m * input_tokens)  # a prompt's step: the prompts and the other sequences' decode tokens
     mixed_bytes = weights_touched(spec, fmt, round(running * per_seq + m * input_tokens), routing) / tp  # the whole decode batch's and the prompts'
@@ -259,7 +267,23 @@ def terms(
                  mode, k, mixed_bytes / bw, (step.flops + m * pf.flops) / peak, running * kv_seq, running * per_seq > largest, mixed_tokens > largest,
                  step_at, input_tokens, max_running, limits.max_num_batched_tokens, len(spec.layers), spec.moe_layers,
                  engine.eager_extra_s(dtype, len(spec.layers)), engine.moe_layer_extra_s(dtype, spec.hidden_size, spec.moe_intermediate_size // tp) * spec.moe_layers,
-                 engine.sustained_clock(hw, dtype, bool(spec.moe_layers)))  # fmt: skip
+                 engine.sustained_clock(hw, dtype, bool(spec.moe_layers)), share)  # fmt: skip
+
+
+def cohorts(k: float, budget: float) -> tuple[float, float]:
+    """The steady state's mixed steps (module docstring): ``(f, m)``, the share of the engine steps
+    that carry prompts and the prompts each carries, at ``k`` prompts per step (≥ 0) under a token
+    budget that holds ``budget`` prompts a step beside the decode batch (its free tokens ÷ the
+    prompt's; ≤ 0: none). Cohorts of m₀ = k ÷ min(k, ``MIXED_SHARE``) prompts on average, exponential
+    about it, each taking ⌈X ÷ budget⌉ steps: 1 + 1 ÷ (e^(budget ÷ m₀) − 1) on average; f = min(1, k ÷ m).
+    (0, 1) when k is 0."""
+    if k <= 0:
+        return 0.0, 1.0
+    natural = k / min(k, MIXED_SHARE)
+    ratio = budget / natural
+    steps = 1 + 1 / math.expm1(min(ratio, 50.0)) if ratio > 1e-9 else math.inf  # a cohort's steps (⌈X ÷ b⌉ averaged over X)
+    share = min(1.0, k * steps / natural)
+    return share, k / share
 
 
 def allreduce_s(spec: ModelSpec, hw: Hardware, tokens: int, tp: int) -> float:
@@ -278,14 +302,14 @@ def allreduce_s(spec: ModelSpec, hw: Hardware, tokens: int, tp: int) -> float:
 def step_times(t: Terms, bw, cmp, per_step: float):
     """TPOT and TTFT of a level without the calibrated times per step (module docstring), and what
     one second of each adds to them: ``(tpot, ttft, decode step, (the per-layer time on tpot, on
-    ttft), (eager time on tpot, on ttft), (a fixed time per step on tpot, on ttft))``, s. The prompts prefilled beside the decode: a share f = min(k,
-    ``MIXED_SHARE``) of the steps carries k ÷ f prompts, and such a mixed step reads its weights once, taking its
+    ttft), (eager time on tpot, on ttft), (a fixed time per step on tpot, on ttft))``, s. The prompts prefilled beside the decode: a share f
+    (``Terms.mixed_share``, :func:`cohorts`) of the steps carries k ÷ f prompts, and such a mixed step reads its weights once, taking its
     bytes ÷ bandwidth or FLOPs ÷ peak, whichever is larger, instead of the decode step's. The format's
     known costs (a step without CUDA graphs: ``Terms.eager_extra_s``; its MoE layers in every step:
     ``Terms.moe_extra_s``) are in tpot and ttft already.
     ``bw``, ``cmp``: η_bw, η_c (floats, or arrays for the fit's grid); ``per_step``: tokens per
     step per sequence (speculative decoding)."""
-    share = min(t.prompts_per_step, MIXED_SHARE)
+    share = t.mixed_share
     core = np.maximum(t.decode_bytes_s / bw, t.decode_flops_s / cmp)
     mixed = np.maximum(t.mixed_bytes_s / bw, t.mixed_flops_s / cmp)
     decode = core + (t.kv_s + t.draft_bytes_s) / bw + t.allreduce_s
@@ -345,7 +369,7 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
         bottleneck = "per-step overhead"
     else:
         bottleneck = "bandwidth" if t_mem + t.kv_s / cal.bw_efficiency >= t_cmp else "compute"
-    share = min(t.prompts_per_step, MIXED_SHARE)
+    share = t.mixed_share
     p99 = ttft + ASYNC_WAIT_STEPS * (1 - share) * max(0.0, riding) / share if t.running > 1 and share else ttft  # both waiting steps carry prompts
     return Point(concurrency, b, t.padded, t_d, t_p, ttft, tpot, e2e, queue, o / e2e, concurrency * o / (e2e + queue), bottleneck, ttft, p99)
 

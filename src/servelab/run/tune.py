@@ -26,9 +26,9 @@ few launches.
    pruned. What the refit still cannot explain is attributed to the grid's values
    (``servelab.plan.pricing.value_effects``) and scales the candidates' predictions. The next
    launch is the best predicted candidate, except after a launch measured further from its
-   prediction than the band while more than one launch is left: then the candidate that differs
-   most from every launched point. The search ends after ``--launches`` measurements or when no
-   candidate is left.
+   prediction than the band while more than one launch is left: then the best predicted candidate
+   at least ``EXPLORE_DISTANCE`` values away from every launched point. The search ends after
+   ``--launches`` measurements or when no candidate is left.
 5. **The winner** is the launched point with the largest measured capacity; why: the objective its
    smallest missing probe missed, and for each value that differs from the recipe's own what
    predict says it moved.
@@ -66,6 +66,7 @@ from servelab.store.tuning import TuneDocument, TuneLaunch, TunePoint
 
 MAX_POINTS = 10_000  # a larger grid is refused: its pricing alone takes minutes
 BEST_RECIPE = "best-recipe.yaml"
+EXPLORE_DISTANCE = 2  # after a surprise, explore at least this many values away from every launched point (the farthest before: the H100 grid's replay named its best in 4 of 8 orders, 6 with 2; validation/RESULTS-tune.md)
 
 
 def grid(recipe: Recipe, vary: dict[str, list[str]], fixed: dict[str, str]) -> list[dict[str, str]]:
@@ -198,9 +199,10 @@ class Tuner:
         """The next point to launch, after pruning those whose band's top is below the best measured:
         the best predicted candidate (grid order without pricing), except after a launch measured
         further from the prediction that chose it than the current band while more than one launch
-        is left. Then predict is wrong about something the grid varies, so the candidate farthest
-        from every launched point (the most values differing from the nearest one; then the best
-        predicted) is launched."""
+        is left. Then predict is wrong about something the grid varies, so the best predicted
+        candidate at least ``EXPLORE_DISTANCE`` values away from every launched point is launched (the
+        farthest where none is that far; a launched point's neighbours are what the value effects
+        already moved)."""
         best = self._best()
         candidates = [p for p in self.doc.points if p.status in ("priced", "not priced")]
         for p in candidates:
@@ -217,7 +219,7 @@ class Tuner:
         launched = self._measured()  # not empty when surprised: the last launch measured a capacity
         left = doc.launches_budget - sum(x.status == "complete" for x in doc.launches)  # as run() counts them
         if surprised and left > 1:
-            return max(candidates, key=lambda p: (min(_differing(p, q) for q in launched), p.predicted or 0.0))
+            return max(candidates, key=lambda p: (min(EXPLORE_DISTANCE, *(_differing(p, q) for q in launched)), p.predicted or 0.0))
         return max(candidates, key=lambda p: p.predicted or 0.0)
 
     def _launch(self, point: TunePoint, iteration: int) -> TuneLaunch:
