@@ -601,7 +601,9 @@ def test_cold_held_out_errors_hold():
     Llama-3.1-70B in FP8), another GPU (H200) for the dense and the MoE model, MoE models with wider
     experts (Mixtral-8x7B, Qwen2-57B-A14B), bursts (vllm bench serve) and the steady state; each bound held a little
     above what it measured, every one of the four figures checked, so that a model change that
-    loses ground fails here."""
+    loses ground fails here. The token budget's cohort split (predict.cohorts, issue 52) and the MoE
+    layer times refitted with it moved some MoE rows by 0.1–1.5 points either way; their bounds
+    moved with them."""
     spec = importlib.util.spec_from_file_location("predict_cold", ROOT / "validation" / "predict_cold.py")
     cold = importlib.util.module_from_spec(spec)
     sys.modules["predict_cold"] = cold  # its dataclass looks its module up
@@ -615,21 +617,21 @@ def test_cold_held_out_errors_hold():
         "Llama-3.1-70B fp8 (80 layers)": (1.5, 5, 8, 1.5),
         "Qwen3-32B fp8": (2.5, 5, 8, 3),  # the FP8 constants were measured on it (engines/vllm.py)
         "Qwen3-8B bf16": (3.5, 7, 10, 5),  # on an H200
-        "Qwen3-30B-A3B fp8": (5.5, 21, 30, 1.5),  # on an H200
+        "Qwen3-30B-A3B fp8": (5, 19, 27, 1.5),  # on an H200
         "Mixtral-8x7B fp8 (8 experts of 14": (7, 27.5, 34, 2),
         "Qwen2-57B-A14B fp8 (64 experts of 2": (2, 6, 23, 3.5),
         "Mixtral-8x7B fp8 again": (7.5, 16.5, 23, 1),  # the same server on another H100 machine: 17–19 % slower at 64 streams
         "Qwen3-30B-A3B fp8 again": (4.5, 15, 13, 1),  # the MoE fit's model on a fourth H100 machine (4–64 streams): 19 % slower at 16 in the steady state
-        "Qwen3-30B-A3B bf16": (7, 20, 32, 3),  # FP8's MoE term measured on it (engines/vllm.py); a fifth H100 machine, its eager steps 3 × a sixth's
-        "Mixtral-8x7B fp8 on a sixth H100 machine": (7.5, 10, 2, 1),  # steady state, 4–64 streams (capture-h100/): no single stream
+        "Qwen3-30B-A3B bf16": (7, 21, 32, 3),  # FP8's MoE term measured on it (engines/vllm.py); a fifth H100 machine, its eager steps 3 × a sixth's
+        "Mixtral-8x7B fp8 on a sixth H100 machine": (7.5, 10, 3, 1),  # steady state, 4–64 streams (capture-h100/): no single stream
         "Mixtral-8x7B fp8 with CUDA graphs up to 2": (2, 3, 1.5, 1),  # the same machine, graphs up to 2,048 tokens
-        "Qwen3-30B-A3B fp8 on the sixth H100 machine": (5, 6, 6, 1),
+        "Qwen3-30B-A3B fp8 on the sixth H100 machine": (5.5, 7.5, 7.5, 1),
         "Qwen3-30B-A3B fp8 with CUDA graphs up to 2": (9, 26, 18, 1),  # its prefill inside graphs 1.5 × predict's (validation/RESULTS-predict.md)
-        "Qwen3-30B-A3B fp8 on an eighth H100 machine": (9.5, 14, 31, 1),
-        "Qwen3-30B-A3B fp8 routing each token to 4 of its experts": (2, 3.5, 36, 1),  # the same layers, top 4 of 128 experts (topk-h100/)
-        "Qwen3-30B-A3B fp8 routing each token to 2 of its experts": (18, 31, 38, 1),  # top 2: its 16 streams ran in synchronized waves
+        "Qwen3-30B-A3B fp8 on an eighth H100 machine": (9, 13, 32, 1),
+        "Qwen3-30B-A3B fp8 routing each token to 4 of its experts": (2, 3.5, 37, 1),  # the same layers, top 4 of 128 experts (topk-h100/)
+        "Qwen3-30B-A3B fp8 routing each token to 2 of its experts": (17, 30, 39, 1),  # top 2: its 16 streams ran in synchronized waves
         "Mixtral-8x7B fp8 on a ninth H100 machine": (9, 13.5, 26, 1),  # three repeats a level (repeats-h100/): 64 streams 1,620-1,681 tok/s
-        "Qwen3-30B-A3B fp8 on the ninth machine": (6.5, 10.5, 47, 1),
+        "Qwen3-30B-A3B fp8 on the ninth machine": (7.5, 11, 48, 1),
     }
     assert set(med) == set(bounds)
     over = {name: (got, bounds[name]) for name, got in med.items() if any(g >= b for g, b in zip(got, bounds[name], strict=True))}

@@ -201,7 +201,8 @@ def test_tune_replayed_on_the_measured_h100_grid_names_its_best():
 
 def test_the_last_launch_goes_to_the_best_predicted_even_after_a_launch_that_met_no_load():
     """The budget counts complete launches, one that met the SLO at no load included (as Tuner.run
-    counts them): with one launch left after a surprise, tune exploits instead of exploring."""
+    counts them): with one launch left after a surprise, tune exploits instead of exploring; a
+    resumed tune launches what it launched before, in order, whatever its budget now."""
     doc = TuneDocument(recipe="r", sha256="s", slo={}, input_tokens=1, output_tokens=1, grid=[], status="running", priced=True, band=0.2, launches_budget=3,
                        points=[_point("none", {"x": "0", "y": "0"}, "launched", 40, measured=None), _point("low", {"x": "1", "y": "1"}, "launched", 50, measured=10),
                                _point("near", {"x": "1", "y": "2"}, "priced", 100), _point("far", {"x": "2", "y": "2"}, "priced", 20)],
@@ -211,3 +212,10 @@ def test_the_last_launch_goes_to_the_best_predicted_even_after_a_launch_that_met
     assert tuner._next().label == "near"
     explore = doc.model_copy(update={"launches_budget": 4}, deep=True)  # two left: the point farthest from the launched ones
     assert Tuner(None, Path("."), explore, pricer=object(), measure=None, say=print, waiting=None, write=None)._next().label == "far"
+
+    # resumed with a larger budget (--launches 3 after --launches 2 finished): the third launch is the
+    # one it made before, read back, not the exploration the new budget allows (the GPU run's second
+    # launch, 55 streams, was measured, then left out of the resumed tune's ledger)
+    resumed = doc.model_copy(update={"launches_budget": 4}, deep=True)
+    history = ["none", "low", "near", "far"]
+    assert Tuner(None, Path("."), resumed, pricer=object(), measure=None, say=print, waiting=None, write=None, history=history)._next().label == "near"

@@ -11,9 +11,11 @@ servelab's needs on PYTHONPATH):
 Every grid point is measured once the way tune measures a launch: ``servelab tune`` over that
 one point with ``--launches 1`` (launch the recipe with the point's values, ``capacity`` started at
 predict's estimate, stop the server), in ``WORK/truth/<point>``. The tune itself runs in
-``WORK/tune`` on one GPU, one launch per invocation (``--launches 1``, then 2, then 3 with the same
-``--output``: a rerun resumes), so that it can span several calls of a lent machine; its wall time
-is the sum of its invocations'. A job starts only while the time left before ``--deadline`` s can
+``WORK/tune`` on one GPU as a user runs it, ``--launches 3``, over as many calls of a lent machine as
+it takes: interrupted at the deadline, the same command with the same ``--output`` resumes it (its
+finished launches in their order and its finished probes read back; it ran ``--launches`` 1, 2, 3
+before, and a tune resumed with a larger budget then chose anew, validation/RESULTS-tune.md); its
+wall time is the sum of its invocations'. A job starts only while the time left before ``--deadline`` s can
 hold it; at the deadline every job is interrupted (a tune interrupted keeps its finished launches and
 stops its server) and a rerun with the same ``--work`` goes on. WORK is packed into OUT/tunework.tgz at the end.
 
@@ -103,7 +105,7 @@ class Runner:
             done, left = tune_state(tune_out)
             if self.tune and not self.tune_busy and done < TUNE_LAUNCHES and left:
                 self.tune_busy = True
-                return "tune", tune_argv({k: v for k, v in GRID.items()}, tune_out, done + 1), tune_out
+                return "tune", tune_argv({k: v for k, v in GRID.items()}, tune_out, TUNE_LAUNCHES), tune_out
             if self.truth:
                 values = self.truth.pop(0)
                 out = self.work / "truth" / label_of(values)

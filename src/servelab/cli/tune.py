@@ -67,7 +67,7 @@ def tune_cmd(
                        launches_budget=launches, points=grid_points)  # fmt: skip
     _price(doc, pricer)
     out = output_dir(output, "tune", f"tune-{recipe.name}")
-    earlier(out, doc)
+    history = earlier(out, doc)
     write_document(out / "tune.json", doc)
 
     def say(line: str) -> None:
@@ -82,7 +82,7 @@ def tune_cmd(
             return search(prober, closed_loop=True, start=start or 1.0, repeats=repeats, maximum=prober.bound)
 
         try:
-            Tuner(recipe, out, doc, pricer, measure, say, shown.status, lambda path, text: write_file(path, text, "--output")).run()
+            Tuner(recipe, out, doc, pricer, measure, say, shown.status, lambda path, text: write_file(path, text, "--output"), history).run()
         except KeyboardInterrupt:
             done = sum(x.status == "complete" for x in doc.launches)
             fail(f"interrupted; the server was stopped; {done} finished launch(es) kept in {out} (rerun the same command to resume)", 130)

@@ -46,7 +46,7 @@ import math
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -117,21 +117,23 @@ def settings_of(recipe: Recipe, resolved: Resolved) -> dict[str, str | None]:
     return {**engines.get(recipe.engine).tuned(resolved.argv), "quantization": quant_of(recipe, resolved.argv), "tp": str(resolved.tensor_parallel)}
 
 
-def earlier(out: Path, doc: TuneDocument) -> None:
+def earlier(out: Path, doc: TuneDocument) -> list[str]:
     """Check that ``out`` holds no tune, or one of the same recipe, grid, SLO and lengths (resumed:
-    ``doc`` carries its wall time on, s).
+    ``doc`` carries its wall time on, s); returns the labels of its launches in order (the
+    ``Tuner``'s ``history``), empty when there is none.
 
     Raises:
         ServelabError: it holds another tune.
     """
     path = out / "tune.json"
     if not path.is_file():
-        return
+        return []
     before = read_document(TuneDocument, path)
     same = ("sha256", "grid", "slo", "input_tokens", "output_tokens")
     if any(getattr(before, k) != getattr(doc, k) for k in same):
         raise ServelabError(f"--output {out} holds a tune of another recipe, grid, SLO or load; give a new --output, or the same command to resume it")
     doc.wall_s = before.wall_s
+    return [launch.label for launch in before.launches]
 
 
 @dataclass
@@ -139,7 +141,9 @@ class Tuner:
     """One tune (module docstring): ``measure(server, directory, start)`` runs capacity's search
     against a started server into ``directory`` (its probes there), ``say`` prints one line,
     ``waiting`` shows that a server is starting, ``write(path, text)`` writes the winner's recipe
-    (the command's one output writer)."""
+    (the command's one output writer); ``history``: a resumed tune's launches in order (``earlier``),
+    launched again in that order (read back where finished), whatever the rules would choose now
+    with another ``--launches``."""
 
     recipe: Recipe
     out: Path
@@ -149,6 +153,7 @@ class Tuner:
     say: Callable[[str], None]
     waiting: Callable[[str], AbstractContextManager]
     write: Callable[[Path, str], None]
+    history: list[str] = field(default_factory=list)
 
     def run(self) -> TuneDocument:
         """Launch, measure, recalibrate and prune until the budget is spent (module docstring).
@@ -211,6 +216,10 @@ class Tuner:
         candidates = [p for p in candidates if p.status != "pruned"]
         if not candidates:
             return None
+        if len(self.doc.launches) < len(self.history):  # resumed: what this tune launched before, in order
+            again = next((p for p in candidates if p.label == self.history[len(self.doc.launches)]), None)
+            if again is not None:
+                return again
         if not self.pricer:
             return candidates[0]
         doc = self.doc
