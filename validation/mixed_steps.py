@@ -23,7 +23,8 @@ the steps that carry prompts (issue 38).
 
 Last, the cohorts of the MoE runs' steady state: the prompts whose first tokens came out of one engine
 step (first tokens within ``COHORT_S`` of each other), per such step, beside the level's output tok/s;
-``servelab predict`` assumes k ÷ min(k, ``MIXED_SHARE``) of them, k = (streams − 1) ÷ output tokens.
+``servelab predict`` assumes k ÷ min(k, ``MIXED_SHARE``) of them, k = (streams − 1) ÷ output tokens, where
+the token budget splits no cohort (``servelab.plan.predict.cohorts``).
 
 Usage: ``python validation/mixed_steps.py`` (no GPU).
 """

@@ -35,10 +35,10 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
   b = (budget − the other sequences' decode tokens) ÷ P prompts, a cohort of X prompts takes ⌈X ÷ b⌉
   mixed steps (chunked prefill), so with X exponential about m₀ a cohort takes 1 + 1 ÷ (e^(b ÷ m₀) − 1)
   steps, each carrying m = m₀ ÷ that, and a share f = min(1, k ÷ m) of the steps carries prompts (at
-  8,192 tokens and 512-token prompts nothing splits; at 2,048 a third of the steps carried prompts
-  on vLLM 0.25, H100, Qwen3-30B-A3B FP8, and the point served a third of the streams within a TPOT
-  objective, validation/RESULTS-tune.md: the split cohorts return split, which the rule does not
-  count, so it prices the direction, not the size). A mixed step reads the weights once for its decode and
+  8,192 tokens and 512-token prompts nothing splits; at 2,048, on vLLM 0.25, H100, Qwen3-30B-A3B
+  FP8, 26–45 % of the steps carried prompts at 20–42 streams, and the points served 26–37 streams
+  within a TPOT objective where 8,192's served 50–114, validation/RESULTS-tune.md: the split cohorts
+  return split, which the rule does not count, so it prices the direction, not the size). A mixed step reads the weights once for its decode and
   prompt tokens, taking max(weights ÷ bandwidth, FLOPs ÷ peak) of all of them, plus t_eager when
   its tokens exceed the largest capture size (vLLM 0.25 runs such a batch without CUDA graphs:
   ~80 ms for a 512-token prompt beside a MoE decode batch on H100, ~5 × the decode step), so
@@ -276,7 +276,7 @@ def cohorts(k: float, budget: float) -> tuple[float, float]:
     budget that holds ``budget`` prompts a step beside the decode batch (its free tokens ÷ the
     prompt's; ≤ 0: none). Cohorts of m₀ = k ÷ min(k, ``MIXED_SHARE``) prompts on average, exponential
     about it, each taking ⌈X ÷ budget⌉ steps: 1 + 1 ÷ (e^(budget ÷ m₀) − 1) on average; f = min(1, k ÷ m).
-    (0, 1) when k is 0."""
+    (0, 1) when k is 0. Defined in docs/metrics.md, "mixed step"."""
     if k <= 0:
         return 0.0, 1.0
     natural = k / min(k, MIXED_SHARE)
