@@ -10,14 +10,17 @@ servelab's needs on PYTHONPATH):
 
 Every grid point is measured once the way tune measures a launch: ``servelab tune`` over that
 one point with ``--launches 1`` (launch the recipe with the point's values, ``capacity`` started at
-predict's estimate, stop the server), in ``WORK/truth/<point>``. The tune itself runs in
+predict's estimate, stop the server), in ``WORK/truth/<point>``. A point the tune launches on the
+same machine is not measured twice: its launch (``WORK/tune/<point>``) is its truth, so the truth
+takes the max_num_batched_tokens 2048 points first (predicted lowest, the tune's least likely). The tune itself runs in
 ``WORK/tune`` on one GPU as a user runs it, ``--launches 3``, over as many calls of a lent machine as
 it takes: interrupted at the deadline, the same command with the same ``--output`` resumes it (its
 finished launches in their order and its finished probes read back; it ran ``--launches`` 1, 2, 3
 before, and a tune resumed with a larger budget then chose anew, validation/RESULTS-tune.md); its
-wall time is the sum of its invocations'. A job starts only while the time left before ``--deadline`` s can
-hold it; at the deadline every job is interrupted (a tune interrupted keeps its finished launches and
-stops its server) and a rerun with the same ``--work`` goes on. WORK is packed into OUT/tunework.tgz at the end.
+wall time is the sum of its invocations'. A job starts while at least ``MIN_START_S`` are left before
+``--deadline``; at the deadline every job is interrupted (a tune interrupted keeps its finished
+launches and probes and stops its server) and a rerun with the same ``--work`` goes on. WORK is packed
+into OUT/tunework.tgz at the end, the per-request records apart into OUT/records.tgz.NN (15 MB pieces).
 
 ``validation/tune_replay.py`` replays a tune over the measured grid without a GPU; the tables are in
 validation/RESULTS-tune.md.
@@ -42,11 +45,17 @@ RECIPE = ROOT / "validation" / "recipes" / "vllm-kit-qwen3-30b-a3b.yaml"
 GRID = {"max_num_seqs": ["64", "128", "256"], "max_num_batched_tokens": ["2048", "8192"], "max_cudagraph_capture_size": ["128", "512"]}
 LOAD = ["--slo", "ttft_p99=1s,tpot_p99=40ms", "--input-tokens", "512", "--output-tokens", "64"]
 TUNE_LAUNCHES = 3
-FIRST_ESTIMATE_S = 330.0  # a point's launch + capacity search before one has been timed here
+MIN_START_S = 200.0  # a job started later would spend its share on the server's start
 
 
 def labels() -> list[dict[str, str]]:
     return [dict(zip(GRID, combo)) for combo in itertools.product(*GRID.values())]
+
+
+def point_dir(work: Path, label: str) -> Path:
+    """Where a point's measured launch lies: its truth run, else the tune's launch of it."""
+    truth = work / "truth" / label / label
+    return truth if (truth / "launch.json").exists() else work / "tune" / label
 
 
 def label_of(values: dict[str, str]) -> str:
@@ -89,23 +98,21 @@ class Runner:
         ``tune``: run the tune's launches too."""
         self.work, self.env, self.deadline, self.gpus = work, env, deadline, gpus
         self.lock = threading.Lock()
-        self.truth = [v for v in labels() if truth is not None and truth in label_of(v) and tune_state(work / "truth" / label_of(v))[0] == 0]
+        picked = [v for v in labels() if truth is not None and truth in label_of(v) and tune_state(work / "truth" / label_of(v))[0] == 0]
+        self.truth = sorted(picked, key=lambda v: int(v["max_num_batched_tokens"]))  # stable: grid order within
         self.tune, self.tune_busy = tune, False
         self.procs: list[subprocess.Popen] = []
-        self.timed: list[float] = []
-
-    def estimate(self) -> float:
-        return max(self.timed) + 30 if self.timed else FIRST_ESTIMATE_S
 
     def next_job(self) -> tuple[str, list[str], Path] | None:
         with self.lock:
-            if self.deadline - time.time() < self.estimate():
+            if self.deadline - time.time() < MIN_START_S:
                 return None
             tune_out = self.work / "tune"
             done, left = tune_state(tune_out)
             if self.tune and not self.tune_busy and done < TUNE_LAUNCHES and left:
                 self.tune_busy = True
                 return "tune", tune_argv({k: v for k, v in GRID.items()}, tune_out, TUNE_LAUNCHES), tune_out
+            self.truth = [v for v in self.truth if not (tune_out / label_of(v)).exists()]  # the tune's launch is its truth
             if self.truth:
                 values = self.truth.pop(0)
                 out = self.work / "truth" / label_of(values)
@@ -127,8 +134,6 @@ class Runner:
             record = {"job": name, "gpu": gpu, "start": t0, "seconds": round(took, 1), "rc": rc}
             with self.lock, open(self.work / "jobs.jsonl", "a") as f:
                 f.write(json.dumps(record) + "\n")
-                if rc == 0 and name != "tune":
-                    self.timed.append(took)
                 if name == "tune":
                     self.tune_busy = False
             print(json.dumps(record), flush=True)
@@ -169,7 +174,8 @@ def main() -> None:
     Runner(args.work, env, time.time() + args.deadline, gpus(), None if args.tune_only else args.only or "", not args.no_tune).run()
     if args.out:  # one archive: a lent machine hands back a few files only
         args.out.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["tar", "-czf", str(args.out / "tunework.tgz"), "--exclude=*.runs.db*", "-C", str(args.work), "."], check=True)
+        subprocess.run(["tar", "-czf", str(args.out / "tunework.tgz"), "--exclude=*.runs.db*", "--exclude=records.jsonl", "-C", str(args.work), "."], check=True)
+        subprocess.run(f"cd {args.work} && find . -name records.jsonl | tar -czf - -T - | split -b 15000000 -d - {args.out / 'records.tgz.'}", shell=True, check=True)
 
 
 if __name__ == "__main__":

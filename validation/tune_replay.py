@@ -2,7 +2,8 @@
 """Replay ``servelab tune`` on a measured grid, without a GPU (issue 52).
 
 ``validation/tune_gpu.py`` measured every point of a grid once by launching it (the truth, in
-``TRUTH/truth/<point>/<point>``: the launch's ``launch.json`` and capacity's probes). A tune whose
+``TRUTH/truth/<point>/<point>``, or the tune's own launch of it in ``TRUTH/tune/<point>``: the
+launch's ``launch.json`` and capacity's probes). A tune whose
 ``--output`` holds a point's directory with its ``launch.json`` reads that launch back instead of
 starting a server (a resumed tune), so a tune run over a folder holding every truth point makes the
 choices the same code would make on the GPU, and its refits read the same probes: which points it
@@ -28,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tune_gpu import GRID, LOAD, ROOT, labels, label_of, tune_argv  # noqa: E402
+from tune_gpu import GRID, LOAD, ROOT, labels, label_of, point_dir, tune_argv  # noqa: E402
 
 
 def truth(folder: Path) -> dict[str, float | None]:
@@ -36,7 +37,7 @@ def truth(folder: Path) -> dict[str, float | None]:
     found = {}
     for values in labels():
         label = label_of(values)
-        launch = json.loads((folder / "truth" / label / label / "launch.json").read_text())
+        launch = json.loads((point_dir(folder, label) / "launch.json").read_text())
         found[label] = launch["capacity"]
     return found
 
@@ -48,7 +49,7 @@ def replay(folder: Path, launches: int, grid: dict[str, list[str]] = GRID) -> di
         work = Path(tmp)
         for values in labels():
             label = label_of(values)
-            shutil.copytree(folder / "truth" / label / label, work / label)
+            shutil.copytree(point_dir(folder, label), work / label)
         proc = subprocess.run(tune_argv(grid, work, launches), capture_output=True, text=True,
                               env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "SERVELAB_DB": str(work / "runs.db")})  # fmt: skip
     if proc.returncode != 0:
