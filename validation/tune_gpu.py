@@ -45,6 +45,7 @@ RECIPE = ROOT / "validation" / "recipes" / "vllm-kit-qwen3-30b-a3b.yaml"
 GRID = {"max_num_seqs": ["64", "128", "256"], "max_num_batched_tokens": ["2048", "8192"], "max_cudagraph_capture_size": ["128", "512"]}
 LOAD = ["--slo", "ttft_p99=1s,tpot_p99=40ms", "--input-tokens", "512", "--output-tokens", "64"]
 TUNE_LAUNCHES = 3
+HARDWARE: tuple[str, ...] = ()  # set in main() from the GPUs' name
 MIN_START_S = 200.0  # a job started later would spend its share on the server's start
 
 
@@ -75,9 +76,10 @@ def prepare(kit: Path) -> dict[str, str]:
     return {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": f"{ROOT / 'src'}:{os.environ.get('PYTHONPATH', '')}"}
 
 
-def tune_argv(values: dict[str, list[str]], out: Path, launches: int) -> list[str]:
+def tune_argv(values: dict[str, list[str]], out: Path, launches: int, hardware: tuple[str, ...] = ()) -> list[str]:
+    """``hardware``: ("--hardware", NAME) where the GPUs are not the recipe's H100s."""
     vary = [a for k, v in values.items() for a in ("--vary", f"{k}={','.join(v)}")]
-    return [sys.executable, "-m", "servelab", "tune", str(RECIPE), *LOAD, *vary, "--launches", str(launches), "--output", str(out), "--json"]
+    return [sys.executable, "-m", "servelab", "tune", str(RECIPE), *LOAD, *vary, *hardware, "--launches", str(launches), "--output", str(out), "--json"]
 
 
 def tune_state(out: Path) -> tuple[int, bool]:
@@ -111,12 +113,12 @@ class Runner:
             done, left = tune_state(tune_out)
             if self.tune and not self.tune_busy and done < TUNE_LAUNCHES and left:
                 self.tune_busy = True
-                return "tune", tune_argv({k: v for k, v in GRID.items()}, tune_out, TUNE_LAUNCHES), tune_out
+                return "tune", tune_argv({k: v for k, v in GRID.items()}, tune_out, TUNE_LAUNCHES, HARDWARE), tune_out
             self.truth = [v for v in self.truth if not (tune_out / label_of(v)).exists()]  # the tune's launch is its truth
             if self.truth:
                 values = self.truth.pop(0)
                 out = self.work / "truth" / label_of(values)
-                return label_of(values), tune_argv({k: [v] for k, v in values.items()}, out, 1), out
+                return label_of(values), tune_argv({k: [v] for k, v in values.items()}, out, 1, HARDWARE), out
             return None
 
     def worker(self, gpu: str) -> None:
@@ -156,6 +158,11 @@ def gpus() -> list[str]:
     return out.split()
 
 
+def hardware(gpu_names: str) -> tuple[str, ...]:
+    """--hardware h200 on H200s (the recipe prices H100s); ``gpu_names``: nvidia-smi's names, or host.txt."""
+    return ("--hardware", "h200") if "H200" in gpu_names else ()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kit", type=Path, required=True)
@@ -166,11 +173,13 @@ def main() -> None:
     ap.add_argument("--no-tune", action="store_true", help="Measure truth points only.")
     ap.add_argument("--tune-only", action="store_true", help="Run the tune only (against a truth measured before, e.g. on another machine).")
     args = ap.parse_args()
+    global HARDWARE
     env = prepare(args.kit)
     args.work.mkdir(parents=True, exist_ok=True)
     host = subprocess.run(["bash", "-c", "lscpu | grep -E 'Model name|^CPU\\(s\\)'; nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv"],
                           capture_output=True, text=True).stdout  # fmt: skip
     (args.work / "host.txt").write_text(host)
+    HARDWARE = hardware(host)
     Runner(args.work, env, time.time() + args.deadline, gpus(), None if args.tune_only else args.only or "", not args.no_tune).run()
     if args.out:  # one archive: a lent machine hands back a few files only
         args.out.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tune_gpu import GRID, LOAD, ROOT, labels, label_of, point_dir, tune_argv  # noqa: E402
+from tune_gpu import GRID, LOAD, ROOT, hardware, labels, label_of, point_dir, tune_argv  # noqa: E402
 
 
 def truth(folder: Path) -> dict[str, float | None]:
@@ -50,7 +50,8 @@ def replay(folder: Path, launches: int, grid: dict[str, list[str]] = GRID) -> di
         for values in labels():
             label = label_of(values)
             shutil.copytree(point_dir(folder, label), work / label)
-        proc = subprocess.run(tune_argv(grid, work, launches), capture_output=True, text=True,
+        hw = hardware((folder / "host.txt").read_text())  # priced as the machine that measured it
+        proc = subprocess.run(tune_argv(grid, work, launches, hw), capture_output=True, text=True,
                               env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "SERVELAB_DB": str(work / "runs.db")})  # fmt: skip
     if proc.returncode != 0:
         raise SystemExit(f"tune failed: {proc.stderr[-3000:]}")
