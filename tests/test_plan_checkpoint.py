@@ -109,6 +109,23 @@ def test_plan_reads_the_checkpoints_config_and_the_modelopt_sidecar(tmp_path):
     assert json.loads(res.output)["weights_gib"] == pytest.approx(load_model("qwen3.5-122b-a10b").total_params * 2 / GIB)
 
 
+def test_a_catalog_model_plans_its_published_checkpoint_without_quant():
+    """Issue 53: gpt-oss-120b's only checkpoint is MXFP4 (60.8 GiB published, the catalog's
+    published_checkpoint_sizes); planned without --quant it was BF16 (217.6 GiB, "does not fit" on a
+    DGX Spark). DeepSeek-V3's is block FP8. A catalog model without a quantization_config stays BF16;
+    --quant bf16 still overrides."""
+    res = cli.invoke(app, ["plan", "--model", "openai/gpt-oss-120b", "--hardware", "dgx-spark", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["quant"] == "mxfp4" and doc["weights_gib"] == pytest.approx(60.8, rel=0.01) and doc["fits"]
+    assert "published checkpoint openai/gpt-oss-120b" in doc["weights_format_source"]
+    bf16 = json.loads(cli.invoke(app, ["plan", "--model", "gpt-oss-120b", "--hardware", "dgx-spark", "--quant", "bf16", "--json"]).output)
+    assert bf16["quant"] == "bf16" and bf16["weights_gib"] > 200
+    deepseek = json.loads(cli.invoke(app, ["plan", "--model", "deepseek-v3", "--hardware", "h200", "--tp", "8", "--json"]).output)
+    assert deepseek["quant"] == "fp8-block"
+    assert json.loads(cli.invoke(app, ["plan", "--model", "qwen3-8b", "--hardware", "h100-sxm", "--json"]).output)["quant"] == "bf16"
+
+
 def test_mtp_drafter_adds_its_bf16_weights_and_one_attention_layer_of_kv():
     spec, hw = load_model("qwen3-next-80b-a3b"), load_hardware("h200")
     d = parse_drafter("mtp:2", spec, 2.0)

@@ -17,6 +17,7 @@ runs of validation/predict_loo.py); tests/test_predict.py holds its summary to t
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from dataclasses import dataclass
@@ -185,6 +186,21 @@ CAPTURE = [  # (folder, model, its run with larger graphs, in words): each serve
     ("capture-h100-machine7", "qwen3-14b", "qwen3-14b-max2048", "Qwen3-14B bf16, dense (--max-cudagraph-capture-size 2048), the seventh machine"),
 ]
 DENSE = "vllm-0.25-h100-dense-bf16"
+CLASSES = {"dense": ("Qwen3-14B", "Qwen3-32B bf16", "Gemma", "Llama", "Qwen3-8B"), "moe": ("Mixtral", "Qwen2-57B", "Qwen3-30B-A3B")}  # title → family class
+
+
+def bands(results: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float | int]]:
+    """Per family class (servelab.plan.band): the held-out points (the blocks that leave something
+    out) and the smallest tok/s and TTFT errors (%) that ≥ 90 % of them fall within."""
+    out = {}
+    for name, marks in CLASSES.items():
+        held = [e for title, e in results.items() if title.startswith("leave") and any(m in title.split(";")[0] for m in marks)]
+        tok, ttft = sorted(v for e in held for v in e["tok_s"]), sorted(v for e in held for v in e["ttft"])
+        out[name] = {"points": len(tok), "tok_s": tok[math.ceil(0.9 * len(tok)) - 1], "ttft": ttft[math.ceil(0.9 * len(ttft)) - 1]}
+    print("\n| family class | held-out points | tok/s error 90 % of them fall within | TTFT error, the same |\n|---|---|---|---|")
+    for name, b in out.items():
+        print(f"| {name} | {b['points']} | {b['tok_s']:.1f} % | {b['ttft']:.1f} % |")
+    return out
 
 
 def main() -> dict[str, dict[str, list[float]]]:
@@ -202,6 +218,7 @@ def main() -> dict[str, dict[str, list[float]]]:
         print(f"| {title.split(';')[0]} | {summary(errs)} |")
     every = {k: [v for title, e in results.items() if title.startswith("leave") for v in e[k]] for k in ("tok_s", "ttft", "single")}
     print(f"| all held out (the calibrations predict picks) | {summary(every)} |")
+    bands(results)
     capture_gain(fits[None, True])
     power_cap(fits[None, True])
     return results

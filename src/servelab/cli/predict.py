@@ -19,7 +19,8 @@ from servelab.engines import plan_engine
 from servelab.engines.cudagraph import prompt_step_graph
 from servelab.errors import ServelabError
 from servelab.rules.explain import explain, repeatability
-from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, calibration
+from servelab.plan.band import Band, band_for
+from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, Calibration, calibration
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.drafter import parse_drafter
 from servelab.plan.fit import error_summary, fit, leave_one_out, measured_levels
@@ -111,20 +112,22 @@ def predict_cmd(
     variants = _variants(vary or [], base)
     if sizes and any(v["max-capture-size"] for v in variants):
         raise ServelabError("--capture-sizes and --max-capture-size: give one (a list's largest size is its largest capture size)")
-    cal = calibration(calibration_name, spec, weight_format(variants[0]["quant"], spec, checkpoint_config))  # one for all variants: their Δ% is the model's
+    fmt = weight_format(variants[0]["quant"], spec, checkpoint_config)
+    cal, band = calibration(calibration_name, spec, fmt), band_for(spec, fmt.name)  # one for all variants: their Δ% is the model's
     asked = PredictedLoad(input_tokens, output_tokens, levels, rates, closed_loop, sizes)
     curves, unfit = price(spec, hw, cal, variants, asked, checkpoint_config=checkpoint_config, drafter=drafter)
     results = [(c.settings, c.limits, c.points) for c in curves]
     if not results:
         raise ServelabError(unfit[0][1])
     compared = bool(sizes) or any(item.startswith("max-capture-size=") for item in vary or [])  # the capture sizes given or compared already
-    _render(spec, hw, cal, asked, results, unfit, routing, plot=plot, overlay=overlay or [], json_out=json_out, compared=compared)
+    _render(spec, hw, (cal, band), asked, results, unfit, routing, plot=plot, overlay=overlay or [], json_out=json_out, compared=compared)
 
 
-def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, routing: float, *, plot: Path | None, overlay: list[Path], json_out: bool,
-            compared: bool) -> None:  # fmt: skip
+def _render(spec, hw, priced: tuple[Calibration, Band], asked: PredictedLoad, results: list, unfit: list, routing: float, *, plot: Path | None,
+            overlay: list[Path], json_out: bool, compared: bool) -> None:  # fmt: skip
     """predict's output: the plot, then JSON or the table(s), the variants that do not fit and the capture-size hint."""
     rates, levels, input_tokens, output_tokens, closed_loop = asked.rates, asked.levels, asked.input_tokens, asked.output_tokens, asked.mode
+    cal, band = priced
     labels = [f"{r:g} req/s" for r in rates] if rates else [f"{c} stream" + ("s" if c > 1 else "") for c in levels]
     if plot is not None:
         if rates:
@@ -135,12 +138,14 @@ def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, rou
         write_file(plot, plots.prediction(curves, runs), "--plot")
     if json_out:
         print(jsonfile.dumps({"model": spec.name, "hardware": hw.name, "closed_loop": closed_loop, "calibration": cal.model_dump(), "assumptions": _assumptions(routing),
-                          "variants": [{"settings": v, "limits": asdict(lim), "points": [asdict(p) for p in pts]} for v, lim, pts in results],
+                          "band": band.model_dump(),
+                          "variants": [{"settings": v, "limits": asdict(lim), "points": [{**asdict(p), "band": _band(p, band)} for p in pts]} for v, lim, pts in results],
                           "not_fitting": [{"settings": v, "why": why} for v, why in unfit]}, indent=2, default=str))  # fmt: skip
         return
     moe = f", a MoE layer {cal.moe_layer_us} µs more in BF16 ({cal.moe_eager_layer_ms} ms without CUDA graphs)" if spec.moe_layers and (cal.moe_layer_us or cal.moe_eager_layer_ms) else ""
     caption = (f"calibration {cal.name} (η_bw {cal.bw_efficiency}, η_c {cal.compute_efficiency}, {cal.layer_overhead_us} µs per layer per step{moe}, {cal.eager_step_ms} ms more without CUDA graphs; {cal.source}). "
-               f"Measured error: {cal.error} Assumes {_assumptions(routing)}.")  # fmt: skip
+               f"Measured error: {cal.error} Band ({band.family_class}): ± {band.tok_s:.0%} on tok/s and TPOT, ± {band.ttft:.0%} on TTFT; {band.evidence}. "
+               f"Assumes {_assumptions(routing)}.")  # fmt: skip
     title = f"predicted: {spec.name} · {hw.name} · {input_tokens:,} in / {output_tokens:,} out · " + ("open loop" if rates else closed_loop)
     title, caption = escape(title), escape(caption)  # model names and calibration files are the user's text, not markup
     console.print(_compare_table(results, labels, title, caption) if len(results) > 1 else _curve_table(*results[0], title, caption))
@@ -148,6 +153,13 @@ def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, rou
         console.print(f"[yellow]{escape(f'{_label(v)}: {why}')}[/]", soft_wrap=True, highlight=False)
     if not compared and (hint := _capture_hint(results, input_tokens)):
         console.print(escape(hint), soft_wrap=True, highlight=False)
+
+
+def _band(point: Point | RatePoint, band: Band) -> dict[str, list[float]]:
+    """A point's interval (docs/metrics.md, "predict's band"): aggregate tok/s, TTFT and TPOT × (1 ± the class's band)."""
+    p = point.point if isinstance(point, RatePoint) else point
+    return {"aggregate_tok_s": [p.aggregate_tok_s * (1 - band.tok_s), p.aggregate_tok_s * (1 + band.tok_s)],
+            "ttft_s": [p.ttft_s * (1 - band.ttft), p.ttft_s * (1 + band.ttft)], "tpot_s": [p.tpot_s * (1 - band.tok_s), p.tpot_s * (1 + band.tok_s)]}
 
 
 def _capture_hint(results: list, input_tokens: int) -> str | None:

@@ -21,7 +21,8 @@ from servelab.recipes import Recipe, load_recipe, parse_assignments
 from servelab.report.tune_table import ledger_table, points_table, verdict
 from servelab.run.capacity import Capacity, Prober, probe_load, search
 from servelab.run.measure import Served, bench_options
-from servelab.plan.pricing import ASSUMPTIONS, PRIOR_BAND, Pricer, price_points, unreachable
+from servelab.plan.band import band_for
+from servelab.plan.pricing import ASSUMPTIONS, FLOOR_BAND, PRIOR_BAND, Pricer, price_points, unreachable
 from servelab.run.tune import Tuner, document_json, earlier, grid, points
 from servelab.store.results import write_document
 from servelab.settings import Load, Target
@@ -63,7 +64,7 @@ def tune_cmd(
     pricer = _pricer(recipe, recipe_file, grid_points[0].settings["quantization"], load, hardware, model, calibration_name)
     doc = TuneDocument(recipe=recipe.name, sha256=recipe.sha256(), slo={o.key: o.target_ms for o in load.slo}, input_tokens=load.input_tokens,
                        output_tokens=load.output_tokens, grid=[p.label for p in grid_points], status="running", priced=pricer is not None,
-                       assumptions=ASSUMPTIONS if pricer else None, calibration=pricer.cal.model_dump() if pricer else None, band=PRIOR_BAND,
+                       assumptions=ASSUMPTIONS if pricer else None, calibration=pricer.cal.model_dump() if pricer else None, band=pricer.prior_band if pricer else PRIOR_BAND,
                        launches_budget=launches, points=grid_points)  # fmt: skip
     _price(doc, pricer)
     out = output_dir(output, "tune", f"tune-{recipe.name}")
@@ -98,8 +99,9 @@ def _pricer(recipe: Recipe, recipe_file: Path, quant: str | None, load: Load, ha
     if not (hardware and model):
         return None
     spec, hw = read_model(model), load_hardware(hardware)
-    cal = calibration(name, spec, weight_format(quant, spec))
-    return Pricer(spec, hw, cal, PredictedLoad(load.input_tokens, load.output_tokens, [1]), load.slo)
+    fmt = weight_format(quant, spec)
+    band = max(FLOOR_BAND, band_for(spec, fmt.name).tok_s)  # predict's honest band for the model's family class
+    return Pricer(spec, hw, calibration(name, spec, fmt), PredictedLoad(load.input_tokens, load.output_tokens, [1]), load.slo, prior_band=band)
 
 
 def _price(doc: TuneDocument, pricer: Pricer | None) -> None:

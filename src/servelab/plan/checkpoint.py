@@ -184,7 +184,8 @@ def weight_format(quant: str | None, spec: ModelSpec, checkpoint_config: Path | 
     shared experts and MTP in BF16), else the format on every linear layer; else, for a model read
     from a config.json (a user's file or the Hugging Face cache's copy, ``spec.config_path``), the
     checkpoint's own quantization config (:func:`read_quant_config`, :func:`checkpoint_format`);
-    else BF16.
+    else a catalog model's own (``spec.native_quant``: its published checkpoint, e.g. gpt-oss's
+    MXFP4 experts, DeepSeek-V3's block FP8); else BF16.
 
     Raises:
         ServelabError: an unknown ``quant``, an unreadable quantization config, or a
@@ -209,5 +210,10 @@ def weight_format(quant: str | None, spec: ModelSpec, checkpoint_config: Path | 
             fmt = checkpoint_format(spec, published["quantization_config"])
             return replace(fmt, source=f"the published checkpoint {published['repo']}: {fmt.source} ({published['source']})")
         return base
-    qc = read_quant_config(Path(spec.config_path)) if spec.config_path else None
-    return checkpoint_format(spec, qc) if qc else get_format("bf16", spec)
+    if spec.config_path:
+        qc = read_quant_config(Path(spec.config_path))
+        return checkpoint_format(spec, qc) if qc else get_format("bf16", spec)
+    if spec.native_quant:
+        fmt = checkpoint_format(spec, spec.native_quant)
+        return replace(fmt, source=f"the published checkpoint {spec.name}: {fmt.source}; --quant bf16 for BF16 weights")
+    return get_format("bf16", spec)

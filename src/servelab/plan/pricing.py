@@ -25,7 +25,7 @@ from servelab.store.results import load_run
 from servelab.store.tuning import TuneDocument, TunePoint
 from servelab.values.specs import Hardware, ModelSpec
 
-PRIOR_BAND = 0.3  # before any launch, each predicted time × (1 ± 0.3): predict's held-out worst tok/s error was 14 % on known families and 45 % on an unseen MoE (issue 53); a capacity within TTFT/TPOT objectives moves with it
+PRIOR_BAND = 0.3  # before any launch, each predicted time × (1 ± 0.3) where the model's family class has no band (servelab.plan.band gives one: Pricer.prior_band); a capacity within TTFT/TPOT objectives moves with it
 FLOOR_BAND = 0.1  # the band never narrows below ± 10 %: capacity's own search stops within 10 % (servelab.run.capacity.PRECISION)
 EFFECT_PRIOR = 1.0  # value_effects' ridge λ: a launch's log residual is spread over its values and this prior, so one launch moves a value it holds by at most 1 ÷ (values + 1) of it
 ACCEPTANCE = 0.7  # speculative decoding's acceptance rate where a point drafts tokens (predict's default)
@@ -61,6 +61,7 @@ class Pricer:
     load: PredictedLoad
     objectives: list[Objective]
     factors: dict[str, float] = field(default_factory=dict)  # objective key → measured percentile ÷ predicted mean (refit)
+    prior_band: float = PRIOR_BAND  # before any launch: the family class's tok/s band (servelab.plan.band), at least FLOOR_BAND
 
     def curve(self, settings: dict[str, str | None]) -> Curve | str:
         """The point's curve, or why it does not fit (plan's one line).

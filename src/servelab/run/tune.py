@@ -21,8 +21,8 @@ few launches.
    factor, its measured percentile ÷ the calibrated mean at the same probe (median over the
    probes: a TPOT p99 sits above the mean TPOT predict models), divides its target when the points
    are priced again (``TuneDocument.factors``). The band becomes the largest relative error of the
-   launched points' capacities so predicted (at least ``FLOOR_BAND``; after one launch
-   ``PRIOR_BAND`` ÷ 2), and every point whose band's top is below the best measured capacity is
+   launched points' capacities so predicted (at least ``FLOOR_BAND``; after one launch half the
+   prior band, the model's family class's from ``servelab.plan.band``), and every point whose band's top is below the best measured capacity is
    pruned. What the refit still cannot explain is attributed to the grid's values
    (``servelab.plan.pricing.value_effects``) and scales the candidates' predictions. The next
    launch is the best predicted candidate, except after a launch measured further from its
@@ -55,7 +55,7 @@ from servelab import engines
 from servelab.errors import ServelabError
 from servelab.guards import jsonfile
 from servelab.launch.server import RecipeServer
-from servelab.plan.pricing import FLOOR_BAND, PRIOR_BAND, Pricer, apply_effects, price_points, value_effects
+from servelab.plan.pricing import FLOOR_BAND, Pricer, apply_effects, price_points, value_effects
 from servelab.recipes import Recipe, Resolved, expand, variant_dir, variant_label
 from servelab.recipes.flags import flag_args
 from servelab.recipes.format import parse_recipe
@@ -278,7 +278,7 @@ class Tuner:
             if p.measured and not p.capped and not isinstance(got, str) and got.streams:
                 errors.append(abs(got.streams / p.measured - 1))
         doc.factors = self.pricer.factors
-        doc.band = round(max(FLOOR_BAND, *errors) if len(errors) > 1 else PRIOR_BAND / 2, 3)
+        doc.band = round(max(FLOOR_BAND, *errors) if len(errors) > 1 else self.pricer.prior_band / 2, 3)
         doc.calibration = self.pricer.cal.model_dump()
         price_points(doc, self.pricer)
         for p in launched:  # their own prediction, after the calibration, beside what was measured

@@ -61,6 +61,7 @@ class ModelSpec:
     reference: dict = field(default_factory=dict)
     published_sizes: dict = field(default_factory=dict)
     published: dict = field(default_factory=dict)  # format → its published checkpoint: repo, source, quantization_config (catalog models)
+    native_quant: dict | None = None  # the config's own quantization_config: a catalog model's published checkpoint format
     family: str = ""  # the model_type servelab read it as, or "generic" (servelab.plan.families)
     family_source: str = ""  # the modeling file the formulas follow, or the generic reading's summary
     assumptions: list[str] = field(default_factory=list)  # what a generic reading assumed

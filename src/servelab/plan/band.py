@@ -1,0 +1,58 @@
+"""predict's honest band (issue 53): a model's family class, and the interval its predictions carry,
+from the held-out error of that class (docs/metrics.md, "predict's band").
+
+The classes: ``dense``; ``moe`` (routed experts with grouped-query attention: Mixtral, Qwen2/Qwen3
+MoE); ``mla`` (multi-head latent attention, the DeepSeek-V3 architecture: fine-grained routed experts
+and a shared one); ``hybrid`` (Gated DeltaNet or Mamba layers beside attention). The numbers are
+``servelab/data/bands.yaml``: for dense and MoE, validation/predict_cold.py's "family class" table
+(≥ 90 % of the held-out points within the band); a class without held-out evidence across models
+gets a wide band that says so.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib.resources import files
+
+import yaml
+from pydantic import BaseModel, Field
+
+from servelab.values.specs import ModelSpec
+
+
+class Band(BaseModel):
+    """One family class's interval: a prediction × (1 ± ``tok_s``) holds the measured tok/s (and step
+    times), × (1 ± ``ttft``) the TTFT, for ≥ 90 % of the class's held-out points."""
+
+    family_class: str
+    tok_s: float = Field(gt=0, lt=1, description="Relative half-width for tok/s, TPOT and step times (fraction).")
+    ttft: float = Field(gt=0, lt=1, description="Relative half-width for TTFT (fraction).")
+    points: int = Field(ge=0, description="Held-out points behind it (0: no evidence, a wide band).")
+    evidence: str
+
+
+def family_class(spec: ModelSpec) -> str:
+    """``hybrid``, ``mla``, ``moe`` or ``dense`` (module docstring), in that order of precedence."""
+    if spec.count("linear") or spec.count("mamba"):
+        return "hybrid"
+    if spec.count("mla"):
+        return "mla"
+    return "moe" if spec.moe_layers else "dense"
+
+
+@cache
+def _bands() -> dict[str, dict]:
+    return yaml.safe_load(files("servelab.data").joinpath("bands.yaml").read_text(encoding="utf-8"))
+
+
+def band_for(spec: ModelSpec, fmt: str) -> Band:
+    """The band of ``spec``'s family class in weight format ``fmt`` (a servelab format name;
+    servelab/data/bands.yaml): the class's own where ``fmt`` is among its held-out formats, else the
+    wide ``unseen`` band, saying so."""
+    name, data = family_class(spec), _bands()
+    entry = data[name]
+    if fmt in entry["formats"]:
+        return Band(family_class=name, tok_s=entry["tok_s"], ttft=entry["ttft"], points=entry["points"], evidence=entry["evidence"])
+    wide = data["unseen"]
+    evidence = entry["evidence"] if not entry["formats"] else f"no held-out evidence for {fmt} weights ({name} held out in {', '.join(entry['formats'])} only): wide"
+    return Band(family_class=name, tok_s=wide["tok_s"], ttft=wide["ttft"], points=0, evidence=evidence)
