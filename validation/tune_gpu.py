@@ -45,7 +45,6 @@ RECIPE = ROOT / "validation" / "recipes" / "vllm-kit-qwen3-30b-a3b.yaml"
 GRID = {"max_num_seqs": ["64", "128", "256"], "max_num_batched_tokens": ["2048", "8192"], "max_cudagraph_capture_size": ["128", "512"]}
 LOAD = ["--slo", "ttft_p99=1s,tpot_p99=40ms", "--input-tokens", "512", "--output-tokens", "64"]
 TUNE_LAUNCHES = 3
-HARDWARE: tuple[str, ...] = ()  # set in main() from the GPUs' name
 MIN_START_S = 200.0  # a job started later would spend its share on the server's start
 
 
@@ -95,10 +94,10 @@ def tune_state(out: Path) -> tuple[int, bool]:
 class Runner:
     """Jobs on GPUs until the deadline: the tune's launches on one GPU, truth points on every GPU."""
 
-    def __init__(self, work: Path, env: dict[str, str], deadline: float, gpus: list[str], truth: str | None, tune: bool) -> None:
+    def __init__(self, work: Path, env: dict[str, str], deadline: float, gpus: list[str], truth: str | None, tune: bool, hw: tuple[str, ...]) -> None:
         """``truth``: measure the truth points whose label holds this text ("" for all, None for none);
-        ``tune``: run the tune's launches too."""
-        self.work, self.env, self.deadline, self.gpus = work, env, deadline, gpus
+        ``tune``: run the tune's launches too; ``hw``: tune's --hardware for these GPUs (:func:`hardware`)."""
+        self.work, self.env, self.deadline, self.gpus, self.hw = work, env, deadline, gpus, hw
         self.lock = threading.Lock()
         picked = [v for v in labels() if truth is not None and truth in label_of(v) and tune_state(work / "truth" / label_of(v))[0] == 0]
         self.truth = sorted(picked, key=lambda v: int(v["max_num_batched_tokens"]))  # stable: grid order within
@@ -113,12 +112,12 @@ class Runner:
             done, left = tune_state(tune_out)
             if self.tune and not self.tune_busy and done < TUNE_LAUNCHES and left:
                 self.tune_busy = True
-                return "tune", tune_argv({k: v for k, v in GRID.items()}, tune_out, TUNE_LAUNCHES, HARDWARE), tune_out
+                return "tune", tune_argv({k: v for k, v in GRID.items()}, tune_out, TUNE_LAUNCHES, self.hw), tune_out
             self.truth = [v for v in self.truth if not (tune_out / label_of(v)).exists()]  # the tune's launch is its truth
             if self.truth:
                 values = self.truth.pop(0)
                 out = self.work / "truth" / label_of(values)
-                return label_of(values), tune_argv({k: [v] for k, v in values.items()}, out, 1, HARDWARE), out
+                return label_of(values), tune_argv({k: [v] for k, v in values.items()}, out, 1, self.hw), out
             return None
 
     def worker(self, gpu: str) -> None:
@@ -173,14 +172,12 @@ def main() -> None:
     ap.add_argument("--no-tune", action="store_true", help="Measure truth points only.")
     ap.add_argument("--tune-only", action="store_true", help="Run the tune only (against a truth measured before, e.g. on another machine).")
     args = ap.parse_args()
-    global HARDWARE
     env = prepare(args.kit)
     args.work.mkdir(parents=True, exist_ok=True)
     host = subprocess.run(["bash", "-c", "lscpu | grep -E 'Model name|^CPU\\(s\\)'; nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv"],
                           capture_output=True, text=True).stdout  # fmt: skip
     (args.work / "host.txt").write_text(host)
-    HARDWARE = hardware(host)
-    Runner(args.work, env, time.time() + args.deadline, gpus(), None if args.tune_only else args.only or "", not args.no_tune).run()
+    Runner(args.work, env, time.time() + args.deadline, gpus(), None if args.tune_only else args.only or "", not args.no_tune, hardware(host)).run()
     if args.out:  # one archive: a lent machine hands back a few files only
         args.out.mkdir(parents=True, exist_ok=True)
         subprocess.run(["tar", "-czf", str(args.out / "tunework.tgz"), "--exclude=*.runs.db*", "--exclude=records.jsonl", "-C", str(args.work), "."], check=True)

@@ -20,7 +20,7 @@ from servelab.engines.cudagraph import prompt_step_graph
 from servelab.errors import ServelabError
 from servelab.rules.explain import explain, repeatability
 from servelab.plan.band import Band, band_for
-from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, Calibration, calibration
+from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, calibration
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.drafter import parse_drafter
 from servelab.plan.fit import error_summary, fit, leave_one_out, measured_levels
@@ -120,14 +120,13 @@ def predict_cmd(
     if not results:
         raise ServelabError(unfit[0][1])
     compared = bool(sizes) or any(item.startswith("max-capture-size=") for item in vary or [])  # the capture sizes given or compared already
-    _render(spec, hw, (cal, band), asked, results, unfit, routing, plot=plot, overlay=overlay or [], json_out=json_out, compared=compared)
+    _render(spec, hw, cal, asked, results, unfit, routing, band=band, plot=plot, overlay=overlay or [], json_out=json_out, compared=compared)
 
 
-def _render(spec, hw, priced: tuple[Calibration, Band], asked: PredictedLoad, results: list, unfit: list, routing: float, *, plot: Path | None,
-            overlay: list[Path], json_out: bool, compared: bool) -> None:  # fmt: skip
+def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, routing: float, *, band: Band, plot: Path | None, overlay: list[Path],
+            json_out: bool, compared: bool) -> None:  # fmt: skip
     """predict's output: the plot, then JSON or the table(s), the variants that do not fit and the capture-size hint."""
     rates, levels, input_tokens, output_tokens, closed_loop = asked.rates, asked.levels, asked.input_tokens, asked.output_tokens, asked.mode
-    cal, band = priced
     labels = [f"{r:g} req/s" for r in rates] if rates else [f"{c} stream" + ("s" if c > 1 else "") for c in levels]
     if plot is not None:
         if rates:
