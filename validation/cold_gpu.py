@@ -80,6 +80,13 @@ MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tok
     "mixtral-8x7b-bf16": (("--max-model-len", "2048"), UNIFORM, 32000),  # 94 GB in BF16 (H200): FP8's MoE term held out, one stream beside mixtral-8x7b
     "qwen3-30b-a3b-top2": (("--max-model-len", "2048", "--quantization", "fp8"), UNIFORM, None),  # Qwen3-30B-A3B routing each token to 2 experts, not 8
     "qwen3-30b-a3b-top4": (("--max-model-len", "2048", "--quantization", "fp8"), UNIFORM, None),  # … to 4 (validation/configs/qwen3-30b-a3b-topK)
+    # issue 53: MLA with fine-grained experts (the kit serves MLA with FlashMLA, its README), a sliding-window MoE, a new dense family
+    "deepseek-v2-lite": (("--max-model-len", "2048", "--attention-backend", "FLASHMLA"), UNIFORM, 102400),  # real config, BF16: 64 experts of 1,408, top 6, 2 shared
+    "deepseek-v2-lite-triton": (("--max-model-len", "2048", "--attention-backend", "TRITON_MLA"), UNIFORM, 102400),  # the same on Triton MLA
+    "kimi-k2-6l": (("--max-model-len", "2048", "--attention-backend", "FLASHMLA"), UNIFORM, 163840),  # Kimi-K2 cut to 6 layers, its block FP8: 384 experts of 2,048
+    "deepseek-v3-8l": (("--max-model-len", "2048", "--attention-backend", "FLASHMLA"), UNIFORM, 129280),  # DeepSeek-V3 cut to 8 layers (3 dense), block FP8
+    "gpt-oss-20b": (("--max-model-len", "2048"), UNIFORM, 201088),  # BF16 (the kit has no MXFP4 kernels for Hopper): sliding window 128 on half the layers, sinks
+    "phi-4": (("--max-model-len", "2048"), {}, 100352),  # dense, a family no calibration has seen
 }
 JIT = "Triton kernel JIT compilation during inference"
 
@@ -90,7 +97,7 @@ def kit_with(kit: Path, model: str, vocab: int | None) -> Path:
     shutil.copytree(kit, tmp)
     (tmp / "configs").chmod(0o755)
     if not (tmp / "configs" / model).exists():  # MODEL-fp8, MODEL-bf16: MODEL's config (the kit's or ours), in another format
-        base = model.removesuffix("-fp8").removesuffix("-bf16")
+        base = model.removesuffix("-fp8").removesuffix("-bf16").removesuffix("-triton")
         shutil.copytree(tmp / "configs" / base if (tmp / "configs" / base).exists() else HERE / "configs" / base, tmp / "configs" / model)
     if vocab:
         (tmp / "tokenizer").chmod(0o755)
@@ -158,11 +165,12 @@ def model_args(description: str, *extra: tuple[str, dict], many: bool = False) -
 
 
 def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS, capture: tuple[int, ...] = (), bursts: bool = True,
-              max_capture: int | None = None, repeats: int = 1) -> None:  # fmt: skip
+              max_capture: int | None = None, repeats: int = 1, stagger_levels: tuple[int, ...] | None = None, duration: str = "20s") -> None:  # fmt: skip
     """The run of the module docstring; ``capture``: CUDA-graph capture sizes added to vLLM's defaults (the files then named
     MODEL-captureN, N the largest); ``max_capture``: vLLM's own sizes up to it (--max-cudagraph-capture-size, MODEL-maxN);
     ``bursts`` False: the steady state alone; ``repeats`` > 1: each steady-state level measured that many times on the one
-    server (servelab bench --repeats; files MODEL-repeatsN): how far a level moves between measurements on one machine."""
+    server (servelab bench --repeats; files MODEL-repeatsN): how far a level moves between measurements on one machine;
+    ``stagger_levels``: the steady state's levels when not ``levels``, each measured for ``duration``."""
     name = f"{model}-capture{max(capture)}" if capture else f"{model}-max{max_capture}" if max_capture else model
     name += f"-repeats{repeats}" if repeats > 1 else ""
     log = out / f"{name}-boot.log"
@@ -189,8 +197,8 @@ def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS
         if bursts:
             (out / f"{name}-bursts.json").write_text(json.dumps({"model": model, "input_tokens": INPUT, "output_tokens": OUTPUT, "levels": rows}, indent=1))
         reset(url)
-        run, _ = bench(url, out / f"{name}-stagger", ",".join(map(str, levels)), "--input-tokens", str(INPUT), "--output-tokens", str(OUTPUT),
-                       "--duration", "20s", "--server-log", str(log), "--repeats", str(repeats))  # fmt: skip
+        run, _ = bench(url, out / f"{name}-stagger", ",".join(map(str, stagger_levels or levels)), "--input-tokens", str(INPUT), "--output-tokens",
+                       str(OUTPUT), "--duration", duration, "--server-log", str(log), "--repeats", str(repeats))  # fmt: skip
     finally:
         stop(pgid)
     shutil.copy(out / f"{name}-stagger" / "run.json", out / f"{name}-stagger-run.json")
@@ -206,10 +214,13 @@ def main() -> None:
                       ("--capture-sizes", {"default": "", "help": "CUDA-graph capture sizes to add to vLLM's defaults, comma-separated"}),
                       ("--max-capture-size", {"type": int, "help": "vLLM's --max-cudagraph-capture-size: its own capture sizes up to it"}),
                       ("--stagger-only", {"action": "store_true", "help": "no bursts: the steady state alone"}),
-                      ("--repeats", {"type": int, "default": 1, "help": "measure each steady-state level this many times (servelab bench --repeats)"}))  # fmt: skip
+                      ("--repeats", {"type": int, "default": 1, "help": "measure each steady-state level this many times (servelab bench --repeats)"}),
+                      ("--stagger-levels", {"default": "", "help": "the steady state's levels when not --levels, comma-separated"}),
+                      ("--duration", {"default": "20s", "help": "each steady-state window (MoE at >= 64 streams: 60s, three repeats)"}))  # fmt: skip
     capture = tuple(int(c) for c in args.capture_sizes.split(",") if c)
+    stagger = tuple(int(c) for c in args.stagger_levels.split(",") if c) or None
     run_model(args.kit, args.out, args.model, tuple(int(c) for c in args.levels.split(",")), capture, not args.stagger_only, args.max_capture_size,
-              args.repeats)  # fmt: skip
+              args.repeats, stagger, args.duration)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Issue 53's cold truth, one model per GPU of one host, in parallel (validation/cold_gpu.py does each model).
+# usage: validation/arch_gpu.sh OUT LIMIT_S TAG "MODEL cold_gpu-options..." ...   (the Nth job on GPU N-1)
+# Each job is stopped with SIGINT after LIMIT_S (its server stopped, its records kept); writes OUT/host.txt
+# (the host's CPU model and GPUs, recorded beside every truth file) and OUT/MODEL-TAG.tar.xz (the job's files and log).
+set -uo pipefail
+OUT=$1; LIMIT=$2; TAG=$3; shift 3
+mkdir -p /tmp/r
+{ lscpu | grep -i "model name"; nproc; nvidia-smi -L; } > "$OUT/host.txt"
+i=0
+for job in "$@"; do
+  read -r model opts <<<"$job"
+  # shellcheck disable=SC2086
+  CUDA_VISIBLE_DEVICES=$i timeout -s INT -k 30 "$LIMIT" python3 validation/cold_gpu.py --kit .gpu-vllm --out "/tmp/r/$model" \
+    --model "$model" $opts > "/tmp/r/$model.log" 2>&1 &
+  i=$((i + 1))
+done
+wait
+pkill -INT -f vllm.entrypoints; sleep 5; pkill -9 -f vllm.entrypoints
+for job in "$@"; do
+  read -r model _ <<<"$job"
+  grep -E "ready in|burst c=|stagger c=|Error|error" "/tmp/r/$model.log" | tail -20
+  tar -cJf "$OUT/$model-$TAG.tar.xz" -C /tmp/r "$model" "$model.log"
+done
