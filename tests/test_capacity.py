@@ -152,8 +152,11 @@ def test_capacity_json_is_the_only_thing_on_stdout(tmp_path):
     env = {**os.environ, "SERVELAB_DB": str(tmp_path / "runs.db")}
     with batch_server(0.002, 0.001) as url:
         out = subprocess.run([sys.executable, "-m", "servelab", "capacity", "--url", url, "--slo", "tpot_p99=42ms", "--input-tokens", "64",
-                              "--output-tokens", "8", "--requests", "16", "--repeats", "0", "--start", "16", "--output", str(tmp_path / "cap"), "--json"],
+                              "--output-tokens", "8", "--requests", "16", "--repeats", "0", "--start", "16", "--output", str(tmp_path / "cap"), "--json",
+                              "--hardware", "h100-sxm", "--model-config", "qwen3-8b"],
                              capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["max_concurrency"] and doc["probes"] and "probe 01-c16" in out.stderr
+    band = doc["predicted_band"]  # predict's capacity for --hardware's Qwen3-8B, with its family class's band (issue 53)
+    assert band["family_class"] == "dense" and band["streams"][0] <= doc["predicted"] <= band["streams"][1] and band["streams"][0] < band["streams"][1]

@@ -20,7 +20,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from servelab import __version__
-from servelab.cli import bench, capacity, grid, plan, predict, recipes, results, server, tune
+from servelab.cli import bench, calibrate, capacity, grid, plan, predict, recipes, results, server, tune
 from servelab.cli.common import console, err_console, one_line_errors
 from servelab.guards.redaction import remember_environment
 
@@ -84,7 +84,7 @@ COMMANDS = {
     "bench": bench.bench, "serve-local": server.serve_local, "suite": bench.suite, "grid": grid.grid,
     "lint": recipes.lint, "launch": recipes.launch, "sweep": recipes.sweep, "compare": recipes.compare,
     "import": results.import_, "runs": results.runs, "show": results.show, "export": results.export, "report": results.report,
-    "ui": results.ui, "bootlog": server.bootlog, "predict": predict.predict_cmd, "explain": predict.explain_cmd, "calibrate": predict.calibrate_cmd,
+    "ui": results.ui, "bootlog": server.bootlog, "predict": predict.predict_cmd, "explain": predict.explain_cmd, "calibrate": calibrate.calibrate_cmd,
     "capacity": capacity.capacity_cmd, "tune": tune.tune_cmd,
 }  # fmt: skip
 for name, command in COMMANDS.items():

@@ -10,7 +10,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.run.capacity import Capacity, Prober, dimension, predicted_start, probe_load, search, slowest_rate
+from servelab.run.capacity import Capacity, Predicted, Prober, dimension, predicted_start, probe_load, search, slowest_rate
+from servelab.plan.pricing import FLOOR_BAND
 from servelab.cli.bind import CAPACITY_LOAD, TARGET_ALL, bind
 from servelab.cli.common import console, err_console, event_loop_runner, measured, output_dir, remember, sigterm_as_sigint
 from servelab.errors import ServelabError
@@ -45,11 +46,11 @@ def capacity_cmd(
     with ExitStack() as stack, event_loop_runner() as runner:
         served = serve(stack, target, base, shown.status)
         # predict models single requests in a closed loop: no start for sessions, a rate or a trace
-        guess, point = predicted_start(target, load) if target.hardware and kind == "streams" else (None, None)
+        guess = predicted_start(target, load) if target.hardware and kind == "streams" else None
         probed = target.model_copy(update={"hardware": None})  # --hardware feeds the prediction; the probes need no roofline
         prober = Prober(base, load, kind, served.embedded, lambda options, out: measured(runner, served, probed, options, out, load.api_key_env, shown)[0],
                         lambda line: shown.print(line, markup=False), max_load)  # fmt: skip
-        found = search(prober, closed_loop=kind in ("streams", "sessions"), start=start or guess or 1.0, repeats=repeats,
+        found = search(prober, closed_loop=kind in ("streams", "sessions"), start=start or (guess and guess.streams) or 1.0, repeats=repeats,
                        minimum=slowest_rate(load, kind), maximum=prober.bound)  # fmt: skip
     remember(base, shown)
     unit = {"trace": "× trace speed", "sessions": "sessions", "rate": "req/s", "streams": "streams"}[kind]
@@ -58,11 +59,13 @@ def capacity_cmd(
         print(jsonfile.dumps({key: found.capacity, "converged": found.converged, "bracket": found.bracket, "spread_goodput_rps": found.spread,
                           "capped": found.capped, "capped_by": prober.bound_reason() if found.capped else None,
                           "boundary_passes": found.boundary_passes,
-                          "slo": {o.key: o.target_ms for o in load.slo}, "predicted": guess, "bottleneck": point.bottleneck if point else None,
+                          "slo": {o.key: o.target_ms for o in load.slo}, "predicted": guess and guess.streams, "bottleneck": guess and guess.bottleneck,
+                          "predicted_band": guess and {"streams": guess.bracket, "family_class": guess.band.family_class, "tok_s": guess.band.tok_s,
+                                                       "evidence": guess.band.evidence},
                           "probes": [p.model_dump() for p in found.probes]}, indent=1))  # fmt: skip
         return
     console.print(_table(found, load.slo, unit))
-    console.print(_answer(found, guess, point.bottleneck if point else None, unit, prober.bound_reason()), soft_wrap=True)
+    console.print(_answer(found, guess, unit, prober.bound_reason()), soft_wrap=True)
 
 
 def _table(found: Capacity, objectives: list, unit: str) -> Table:
@@ -78,7 +81,7 @@ def _table(found: Capacity, objectives: list, unit: str) -> Table:
     return t
 
 
-def _answer(found: Capacity, guess: int | None, bottleneck: str | None, unit: str, bound: str) -> str:
+def _answer(found: Capacity, guess: Predicted | None, unit: str, bound: str) -> str:
     what = unit.removesuffix("s") if found.capacity == 1 and unit in ("streams", "sessions") else unit
     if found.capacity is None:
         return f"[red]no load meets the SLOs[/]: even {found.bracket[1]:g} {what} missed"
@@ -91,8 +94,11 @@ def _answer(found: Capacity, guess: int | None, bottleneck: str | None, unit: st
         text += f"; goodput at the boundary {found.spread[0]:.2f}–{found.spread[1]:.2f} req/s over {measured} measurements"
         if passed < measured:
             text += f", [yellow]{passed} of {measured} met the SLOs[/]: the boundary is within the run-to-run noise"
-    if guess is not None:
-        text += f"; predicted {guess} streams ({100 * (guess / found.capacity - 1):+.0f} %)" + (f", bottleneck there: {escape(bottleneck)}" if bottleneck else "")
+    if guess is not None and guess.streams is not None:
+        lo, hi = guess.bracket
+        text += (f"; predicted {guess.streams} streams ({100 * (guess.streams / found.capacity - 1):+.0f} %; band {lo}–{hi}, the {guess.band.family_class} "
+                 f"class's ± {max(FLOOR_BAND, guess.band.tok_s):.0%}: {'inside' if lo <= found.capacity <= hi else 'outside'})")
+        text += f", bottleneck there: {escape(guess.bottleneck)}" if guess.bottleneck else ""
     if not found.converged:
         text += " [yellow](not converged: see the probes)[/]"
     return text

@@ -1,6 +1,5 @@
 """``servelab predict``: a closed-loop curve before launching anything (``servelab.plan.predict``);
-``servelab explain RUN``: a measured run beside it (``servelab.rules.explain``); ``servelab calibrate
-RUN...``: the model's efficiencies fitted on your own runs."""
+``servelab explain RUN``: a measured run beside it (``servelab.rules.explain``)."""
 
 from __future__ import annotations
 
@@ -9,24 +8,23 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
-import yaml
 from rich.markup import escape
 from rich.table import Table
 
-from servelab.cli.common import DbOpt, console, read_model, store_at, write_file
+from servelab.cli.common import console, read_model, write_file
 from servelab.settings import parse_float_list, parse_int_list
 from servelab.engines import plan_engine
 from servelab.engines.cudagraph import prompt_step_graph
 from servelab.errors import ServelabError
 from servelab.rules.explain import explain, repeatability
 from servelab.plan.band import Band, band_for
-from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, calibration
+from servelab.plan.calibration import calibration
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.drafter import parse_drafter
-from servelab.plan.fit import error_summary, fit, leave_one_out, measured_levels
 from servelab.plan.hardware import load_hardware, profiles
 from servelab.plan.model_spec import load_model
 from servelab.plan.curves import PredictedLoad, price
+from servelab.plan.planner import moe_kernel_case
 from servelab.plan.predict import NO_GRAPH, Point
 from servelab.plan.rate import RatePoint
 from servelab.report import plots
@@ -120,28 +118,34 @@ def predict_cmd(
     if not results:
         raise ServelabError(unfit[0][1])
     compared = bool(sizes) or any(item.startswith("max-capture-size=") for item in vary or [])  # the capture sizes given or compared already
-    _render(spec, hw, cal, asked, results, unfit, routing, band=band, plot=plot, overlay=overlay or [], json_out=json_out, compared=compared)
+    kernel = moe_kernel_case(spec, fmt, hw, int(variants[0]["tp"] or 1))
+    _render(spec, hw, cal, asked, results, unfit, routing, band=band, kernel=kernel, plot=plot, overlay=overlay or [], json_out=json_out, compared=compared)
 
 
-def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, routing: float, *, band: Band, plot: Path | None, overlay: list[Path],
-            json_out: bool, compared: bool) -> None:  # fmt: skip
-    """predict's output: the plot, then JSON or the table(s), the variants that do not fit and the capture-size hint."""
+def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, routing: float, *, band: Band, kernel: tuple[str, bool] | None, plot: Path | None,
+            overlay: list[Path], json_out: bool, compared: bool) -> None:  # fmt: skip
+    """predict's output: the plot, then JSON or the table(s), the variants that do not fit and the capture-size hint
+    (``kernel``: the fused-MoE kernel case, ``servelab.plan.planner.moe_kernel_case``)."""
     rates, levels, input_tokens, output_tokens, closed_loop = asked.rates, asked.levels, asked.input_tokens, asked.output_tokens, asked.mode
     labels = [f"{r:g} req/s" for r in rates] if rates else [f"{c} stream" + ("s" if c > 1 else "") for c in levels]
     if plot is not None:
         if rates:
             raise ServelabError("--plot draws closed-loop curves; leave out --rate, or --plot")
         curves = [(_label(v), [(p.concurrency, p.aggregate_tok_s, 1 / p.tpot_s) for p in pts]) for v, _, pts in results]
-        runs = [(str(r), [(lv.concurrency, lv.output_throughput_tok_s, lv.decode_tok_s.p50) for lv in _run(r).levels
+        runs = [(str(r), [(lv.concurrency, lv.output_throughput_tok_s, lv.decode_tok_s.p50) for lv in read_run(r).levels
                           if lv.rate_rps is None and lv.ok and lv.decode_tok_s.p50]) for r in overlay]  # fmt: skip
         write_file(plot, plots.prediction(curves, runs), "--plot")
     if json_out:
         print(jsonfile.dumps({"model": spec.name, "hardware": hw.name, "closed_loop": closed_loop, "calibration": cal.model_dump(), "assumptions": _assumptions(routing),
-                          "band": band.model_dump(),
+                          "band": band.model_dump(), "moe_kernel": kernel and kernel[0],
                           "variants": [{"settings": v, "limits": asdict(lim), "points": [{**asdict(p), "band": _band(p, band)} for p in pts]} for v, lim, pts in results],
                           "not_fitting": [{"settings": v, "why": why} for v, why in unfit]}, indent=2, default=str))  # fmt: skip
         return
     moe = f", a MoE layer {cal.moe_layer_us} µs more in BF16 ({cal.moe_eager_layer_ms} ms without CUDA graphs)" if spec.moe_layers and (cal.moe_layer_us or cal.moe_eager_layer_ms) else ""
+    moe += f", an MLA layer {cal.mla_layer_us} µs more" if spec.count("mla") and cal.mla_layer_us else ""
+    if kernel:
+        untuned = f" ({cal.untuned_moe_layer_us} µs more a MoE layer)" if not kernel[1] and cal.untuned_moe_layer_us else ""
+        moe += f"; MoE kernel: {kernel[0]}{untuned}"
     caption = (f"calibration {cal.name} (η_bw {cal.bw_efficiency}, η_c {cal.compute_efficiency}, {cal.layer_overhead_us} µs per layer per step{moe}, {cal.eager_step_ms} ms more without CUDA graphs; {cal.source}). "
                f"Measured error: {cal.error} Band ({band.family_class}): ± {band.tok_s:.0%} on tok/s and TPOT, ± {band.ttft:.0%} on TTFT; {band.evidence}. "
                f"Assumes {_assumptions(routing)}.")  # fmt: skip
@@ -223,7 +227,7 @@ def _compare_table(results: list, labels: list[str], title: str, caption: str) -
     return table
 
 
-def _run(run_dir: Path) -> RunResult:
+def read_run(run_dir: Path) -> RunResult:
     """A run document from a run directory or its run.json.
 
     Raises:
@@ -235,7 +239,7 @@ def _run(run_dir: Path) -> RunResult:
     return read_document(RunResult, path)
 
 
-def _setup(run: RunResult, where: str, model: str | None, quant: str | None, hardware: str | None) -> tuple:
+def setup_for(run: RunResult, where: str, model: str | None, quant: str | None, hardware: str | None) -> tuple:
     """(spec, format, hardware) of a run: the options given, else what its ceiling named (else the
     served model name, bf16).
 
@@ -270,62 +274,10 @@ def explain_cmd(
 ) -> None:
     """A measured run beside servelab predict's curve, with the cause of each gap (and, given repeats, how far they disagree)."""
     run_dir = run_dirs[0]
-    run = _run(run_dir)
-    spec, fmt, hw = _setup(run, str(run_dir), model, quant, hardware)
+    run = read_run(run_dir)
+    spec, fmt, hw = setup_for(run, str(run_dir), model, quant, hardware)
     cal = calibration(calibration_name, spec, fmt)
     rows = explain(run, spec, fmt, hw, cal, tp=tp)
     console.print(explain_table(rows, f"measured {run_dir} vs predicted: {spec.name} · {fmt.name} · {hw.name} · {run.load.closed_loop}", cal))
     if len(run_dirs) > 1:
-        console.print(repeat_table(repeatability([run, *(_run(r) for r in run_dirs[1:])])))
-
-
-STORED_KEYS = ("model", "engine", "hardware")
-
-
-def _stored(db: str | None, filters: list[str]) -> list[tuple[str, RunResult]]:
-    """(label, run) of the servelab runs in the runs database matching every ``KEY=TEXT`` filter.
-
-    Raises:
-        ServelabError: a filter that is not KEY=TEXT with a known key; the database cannot be read.
-    """
-    wanted = {}
-    for item in filters:
-        key, sep, value = item.partition("=")
-        if not sep or key not in STORED_KEYS or not value:
-            raise ServelabError(f"--stored {item!r}: give KEY=TEXT with KEY one of {', '.join(STORED_KEYS)} (e.g. --stored model=qwen3-8b)")
-        wanted[key] = value
-    return [(f"stored run {r.id}", r.result()) for r in store_at(db).runs(source="servelab", **wanted)]
-
-
-def calibrate_cmd(
-    runs: Annotated[list[Path] | None, typer.Argument(help="Run directories (servelab bench --output) or their run.json files.")] = None,
-    stored: Annotated[list[str] | None, typer.Option(help="Also fit on the servelab runs in the runs database whose KEY contains TEXT: KEY=TEXT with KEY model, engine or hardware (repeatable, all must hold).")] = None,
-    db: DbOpt = None,
-    hardware: HardwareOpt = None,
-    model: ModelOpt = None,
-    quant: QuantOpt = None,
-    tp: TpOpt = 1,
-    name: Annotated[str, typer.Option(help="The calibration's name.")] = "mine",
-    out: Annotated[Path | None, typer.Option(help="Write it as YAML here (use with servelab predict/explain --calibration FILE).")] = None,
-) -> None:
-    """Fit servelab predict's efficiencies on your own runs (one engine × hardware × format family), with its leave-one-out error."""
-    found = [(str(r), _run(r)) for r in runs or []] + (_stored(db, stored) if stored else [])
-    if not found:
-        raise ServelabError("calibrate needs runs: give run directories, or --stored KEY=TEXT for runs in the runs database (servelab runs lists them)")
-    measured = []
-    for label, run in found:
-        levels = measured_levels(run, *_setup(run, label, model, quant, hardware), tp=tp)
-        if levels:
-            measured.append(levels)
-    if sum(len(levels) for levels in measured) < 3:
-        raise ServelabError("calibrate needs at least 3 closed-loop levels with successful requests (to fit, and to hold one out)")
-    error = "leave-one-out: " + error_summary(leave_one_out(measured, name))
-    cal = fit([m for levels in measured for m in levels], name, f"servelab calibrate on {', '.join(label for label, _ in found)}").model_copy(update={"error": error})
-    drafting = f", draft_overhead_ms {cal.draft_overhead_ms}" if cal.draft_overhead_ms else ""
-    moe = f", moe_layer_us {cal.moe_layer_us}, moe_eager_layer_ms {cal.moe_eager_layer_ms}" if cal.moe_layer_us or cal.moe_eager_layer_ms else ""
-    console.print(escape(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}, layer_overhead_us {cal.layer_overhead_us}, eager_step_ms {cal.eager_step_ms}{moe}{drafting}\n{error}"))
-    if cal.bw_efficiency in BW_RANGE or cal.compute_efficiency in COMPUTE_RANGE:
-        console.print("[yellow]an efficiency sits at the edge of its range: these runs do not pin it down; add levels at other concurrencies (1 stream fixes the prefill efficiency)[/]")
-    if out is not None:
-        write_file(out, yaml.safe_dump({cal.name: cal.model_dump(exclude={"name"})}, sort_keys=False, allow_unicode=True), "--out")
-        console.print(escape(f"written to {out}: servelab predict --calibration {out}"))
+        console.print(repeat_table(repeatability([run, *(read_run(r) for r in run_dirs[1:])])))

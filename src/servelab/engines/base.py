@@ -78,6 +78,16 @@ class RuntimeMemory:
 
 
 @dataclass(frozen=True)
+class MoeKernel:
+    """Which kernel configuration an engine's fused MoE layer runs for one model, format and GPU:
+    ``config`` the tuned file it looks up (its name), ``tuned`` whether the engine ships it (False:
+    its default configuration, priced from measurement: ``Calibration.untuned_moe_layer_us``)."""
+
+    config: str
+    tuned: bool
+
+
+@dataclass(frozen=True)
 class LintFinding:
     """One pitfall found in a recipe: rule id, severity, what in this recipe, and why it matters."""
 
@@ -326,6 +336,18 @@ class Engine:
         calibration's ``moe_layer_us``), s, for a model of ``hidden`` hidden size whose routed experts
         are ``width`` wide on one GPU; 0 unless measured."""
         return 0.0
+
+    def moe_kernel(self, spec: ModelSpec, fmt: str, hw: Hardware, tp: int = 1) -> MoeKernel | None:
+        """The kernel configuration its fused MoE layers of ``spec`` in weight format ``fmt`` (a
+        servelab format name) run on ``hw`` at ``tp`` GPUs, known before launch (None: no routed
+        experts, a kernel without tuned configurations, or unknown)."""
+        return None
+
+    def mla_heads(self, spec: ModelSpec, hw: Hardware, tp: int = 1) -> int:
+        """Query heads (all ``tp`` ranks together) its MLA decode kernel computes for a model of
+        ``spec.num_heads`` heads (a kernel that tiles heads pads them up), for ``servelab predict``'s
+        attention FLOPs."""
+        return spec.num_heads
 
     def runtime_memory(self, spec: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1) -> RuntimeMemory:
         """Memory per GPU the engine takes before its KV cache, besides the weights.

@@ -14,12 +14,13 @@ import math
 import re
 
 from servelab.values.argv import flag_value, flag_values, has_flag
-from servelab.engines.base import Engine, Flags, Gauges, JsonGet, JsonPost, LintFinding, RuntimeMemory
+from servelab.engines.base import Engine, Flags, Gauges, JsonGet, JsonPost, LintFinding, MoeKernel, RuntimeMemory
 from servelab.engines.counters import Scrapes, ServerStats
 from servelab.engines.cudagraph import padding, recommend
 from servelab.engines.vllm_bootlog import NOTABLE, READY, RULES, strip_prefix
 from servelab.engines.kv_layout import HybridLayout
 from servelab.engines.vllm_kv import hybrid_layout, kv_tokens, rules_for
+from servelab.engines import vllm_moe
 from servelab.values.specs import GIB, Hardware, ModelSpec
 
 NAME = "vllm"
@@ -316,6 +317,14 @@ class VLLM(Engine):
             cuda_graphs_gib=graphs,
             runner=f"vLLM {runner.upper()} model runner",
         )
+
+    def moe_kernel(self, spec: ModelSpec, fmt: str, hw: Hardware, tp: int = 1) -> MoeKernel | None:
+        """Its tuned fused-MoE configuration or its default (``servelab.engines.vllm_moe``)."""
+        return vllm_moe.moe_kernel(spec, fmt, hw, tp)
+
+    def mla_heads(self, spec: ModelSpec, hw: Hardware, tp: int = 1) -> int:
+        """FlashMLA's 64-head tile on Hopper (``servelab.engines.vllm_moe``)."""
+        return vllm_moe.mla_heads(spec, hw, tp)
 
     def compute_peak(self, hw: Hardware, dtype: str, moe: bool) -> float | None:
         """FP8 (online ``--quantization fp8``: Fp8PerTensorOnlineLinearMethod, CUTLASS scaled_mm;

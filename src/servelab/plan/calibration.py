@@ -41,11 +41,20 @@ class Calibration(BaseModel):
     eager_step_ms: float = Field(
         0.0, ge=0, description="Time a step adds when it runs without CUDA graphs (more tokens than the largest capture size: vLLM's piecewise-compiled or eager forward), ms; 0 in calibrations fitted before it existed."
     )
+    mla_layer_us: float = Field(
+        0.0, ge=0, description="Time an MLA attention layer adds per step beyond t_ℓ (its latent projections, norms and absorbed up-projections: ~2 × the kernels of a GQA layer), µs; 0 where no MLA run was fitted."
+    )
+    untuned_moe_layer_us: float = Field(
+        0.0, ge=0, description="Time a MoE layer adds per step when the engine ships no tuned fused-MoE config for its experts on this GPU (Engine.moe_kernel: its default kernel config), µs; 0 where no such run was fitted."
+    )
     draft_overhead_ms: float = Field(
         0.0, ge=0, description="Time a speculative step adds for drafting (n-gram: CPU matching and the host sync it needs), ms; 0 when no speculative run was fitted."
     )
     source: str = Field(description="The runs it was fitted on.")
     error: str = Field("", description="Measured error (leave-one-run-out), in words.")
+    uncertainty: dict[str, tuple[float, float]] = Field(
+        default_factory=dict, description="A fit with a prior (servelab calibrate): each fitted parameter's interval, (low, high) in its own unit, "
+        "where the fit's objective rises by 1 (one standard deviation; servelab.plan.fit).")  # fmt: skip
 
 
 def calibrations() -> dict[str, Calibration]:

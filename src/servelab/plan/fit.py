@@ -16,7 +16,7 @@ import numpy as np
 from servelab.errors import ServelabError
 from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, Calibration
 from servelab.plan.drafter import parse_drafter
-from servelab.plan.predict import Point, Terms, limits_for, predict, step_times, terms
+from servelab.plan.predict import Point, Terms, fitted_extras, limits_for, predict, step_times, terms
 from servelab.plan.quant import QuantFormat
 from servelab.plan.roofline import spec_tokens_per_step
 from servelab.store.results import RunResult
@@ -62,7 +62,7 @@ def measured_levels(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardw
     ]  # figures that are not positive and finite (a hand-edited run.json) are no level to explain
 
 
-def fit(rows: list[Measured], name: str, source: str) -> Calibration:
+def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None = None) -> Calibration:
     """Calibration from measured steady-state levels (bursts are held out: ``servelab.plan.burst``
     predicts them step by step): the efficiencies (η_bw in ``BW_RANGE`` — the datasheet bandwidth is
     the ceiling —, η_c in ``COMPUTE_RANGE``, steps of 0.01), the time per layer t_ℓ ≥ 0 and the
@@ -80,6 +80,14 @@ def fit(rows: list[Measured], name: str, source: str) -> Calibration:
     models among at least two of dense ones, the dense ones fit the above and the MoE ones then
     the MoE layer times (:func:`fit_moe`); a MoE model alone folds its layers' times into the rest.
 
+    With a ``prior`` (``servelab calibrate``: the shipped calibration of the model's class), the fit
+    is a posterior mode instead: each parameter is pulled toward the prior's by a Gaussian of width
+    ``PRIOR_WIDTH`` against the levels' noise ``LEVEL_NOISE``, so a design that does not pin a
+    parameter leaves it near the prior instead of at the edge of its range, and each parameter's
+    interval (``Calibration.uncertainty``) is where the objective (squared relative errors ÷
+    LEVEL_NOISE², plus the prior's terms) rises by 1 above its minimum (the efficiencies profiled
+    over the grid, the times from the linear least squares' covariance).
+
     Args:
         rows: the measured levels.
 
@@ -92,12 +100,12 @@ def fit(rows: list[Measured], name: str, source: str) -> Calibration:
     dense = [m for m in rows if not m.terms.moe_layers]
     moe = [m for m in rows if m.terms.moe_layers]
     if moe and len([m for m in dense if not m.terms.draft_tokens]) >= 2:
-        return fit_moe(moe, fit(dense, name, source))
+        return fit_moe(moe, fit(dense, name, source, prior))
     plain = [m for m in rows if not m.terms.draft_tokens]
     drafted = [m for m in rows if m.terms.draft_tokens]
     if len(plain) < 2 or not drafted:
-        return _fit_base(rows, name, source)
-    cal = _fit_base(plain, name, source)
+        return _fit_base(rows, name, source, prior)
+    cal = _fit_base(plain, name, source, prior)
     # the drafting time per step, in closed form on the speculative levels' TPOT (relative errors), the rest fixed
     per = [(predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance),
             spec_tokens_per_step(m.acceptance, m.terms.draft_tokens), m.tpot_s) for m in drafted]  # fmt: skip
@@ -154,29 +162,72 @@ def _least_squares_terms(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[n
     return np.where(both, x, np.where(first_better, x1, 0.0)), np.where(both, y, np.where(first_better, 0.0, y1))
 
 
-def _fit_base(rows: list[Measured], name: str, source: str) -> Calibration:
-    """η_bw, η_c, t_ℓ and the eager step time of :func:`fit` (a speculative level's drafting time folded into t_ℓ)."""
+def _fit_base(rows: list[Measured], name: str, source: str, prior: Calibration | None = None) -> Calibration:
+    """η_bw, η_c, t_ℓ and the eager step time of :func:`fit` (a speculative level's drafting time folded into t_ℓ); with
+    ``prior``, the posterior mode and each parameter's interval (:func:`fit`). A prior's own per-step times (MoE, MLA, drafting)
+    are kept: these rows cannot tell them from t_ℓ."""
     bw = np.linspace(*BW_RANGE, round((BW_RANGE[1] - BW_RANGE[0]) * 100) + 1)[:, None]
     cmp = np.linspace(*COMPUTE_RANGE, round((COMPUTE_RANGE[1] - COMPUTE_RANGE[0]) * 100) + 1)[None, :]
     shape = np.broadcast_shapes(bw.shape, cmp.shape)
+    extra = {k: v for k, v in prior.model_dump().items() if k in PRIOR_KEPT} if prior else {}
+    base = Calibration(name=name, bw_efficiency=1, compute_efficiency=1, layer_overhead_us=0, source=source, **extra)
     ratios: list[tuple] = []  # (predicted ÷ measured without t_ℓ and the eager time, what one second of t_ℓ adds, … of the eager time)
     weights: list[float] = []  # a load measured n times weighs as one (repeated runs would outvote the others)
     same = Counter(_load(m) for m in rows)
     for m in rows:
         per_step = spec_tokens_per_step(m.acceptance, m.terms.draft_tokens)
-        tpot, ttft, _, (o_tpot, o_ttft), (e_tpot, e_ttft), _ = step_times(m.terms, bw, cmp, per_step)
+        tpot, ttft, _, (o_tpot, o_ttft), (e_tpot, e_ttft), (s_tpot, s_ttft) = step_times(m.terms, bw, cmp, per_step)
+        fixed, fixed_eager = fitted_extras(m.terms, base)  # the prior's MoE/MLA times, on top of the roofline
+        tpot, ttft = tpot + fixed * s_tpot + fixed_eager * e_tpot, ttft + fixed * s_ttft + fixed_eager * e_ttft
         ratios.append((tpot / m.tpot_s, o_tpot / m.tpot_s, e_tpot / m.tpot_s))
         waiting, cycle, o = m.concurrency / m.terms.running, m.concurrency * m.output_tokens / m.tok_s, m.output_tokens
         ratios.append((waiting * (ttft + (o - 1) * tpot) / cycle, waiting * (o_ttft + (o - 1) * o_tpot) / cycle, waiting * (e_ttft + (o - 1) * e_tpot) / cycle))
         weights += [1 / math.sqrt(same[_load(m)])] * 2
+    if prior:  # the prior's times as two more rows (w · (t − t₀)), the residuals' unit the levels' noise
+        w_l, w_e = LEVEL_NOISE / _width("layer_overhead_us", prior), LEVEL_NOISE / _width("eager_step_ms", prior)
+        ratios += [(1 - w_l * prior.layer_overhead_us / 1e6, w_l, 0.0), (1 - w_e * prior.eager_step_ms / 1e3, 0.0, w_e)]
+        weights += [1.0, 1.0]
     a, b, c = (np.stack([np.broadcast_to(np.asarray(r[n], dtype=float), shape) for r in ratios], axis=-1) for n in range(3))
     w = np.array(weights)  # weighted rows w · (a + t_ℓ · b + t_eager · c − 1): the same least squares on 1 + w · (a − 1), w · b, w · c
     a, b, c = 1 + w * (a - 1), w * b, w * c
     layer, eager = _least_squares_terms(a, b, c)
     sse = ((a + layer[..., None] * b + eager[..., None] * c - 1) ** 2).sum(-1)
+    if prior:
+        sse = sse + (LEVEL_NOISE * (bw - prior.bw_efficiency) / PRIOR_WIDTH["bw_efficiency"]) ** 2
+        sse = sse + (LEVEL_NOISE * (cmp - prior.compute_efficiency) / PRIOR_WIDTH["compute_efficiency"]) ** 2
     i, j = np.unravel_index(np.argmin(sse), sse.shape)
-    return Calibration(name=name, bw_efficiency=round(float(bw[i, 0]), 3), compute_efficiency=round(float(cmp[0, j]), 3),
-                       layer_overhead_us=round(float(layer[i, j]) * 1e6, 2), eager_step_ms=round(float(eager[i, j]) * 1e3, 3), source=source)  # fmt: skip
+    cal = base.model_copy(update={"bw_efficiency": round(float(bw[i, 0]), 3), "compute_efficiency": round(float(cmp[0, j]), 3),
+                                  "layer_overhead_us": round(float(layer[i, j]) * 1e6, 2), "eager_step_ms": round(float(eager[i, j]) * 1e3, 3)})  # fmt: skip
+    if not prior:
+        return cal
+    return cal.model_copy(update={"uncertainty": _intervals(sse / LEVEL_NOISE**2, bw[:, 0], cmp[0], b[i, j], c[i, j], cal)})
+
+
+LEVEL_NOISE = 0.05  # a level's relative noise in a fit with a prior: one server's levels measured again moved 4–14 % (validation/RESULTS-predict.md, repeats)
+PRIOR_WIDTH = {"bw_efficiency": 0.15, "compute_efficiency": 0.3, "layer_overhead_us": 0.5, "eager_step_ms": 1.0}  # σ of the prior: absolute for the efficiencies, relative (× the prior's) for the times
+PRIOR_FLOOR = {"layer_overhead_us": 10.0, "eager_step_ms": 1.0}  # … at least this (µs, ms): a prior time of 0 still lets the levels move it
+PRIOR_KEPT = ("moe_layer_us", "moe_eager_layer_ms", "mla_layer_us", "untuned_moe_layer_us", "draft_overhead_ms")  # the prior's times a base fit keeps
+
+
+def _width(key: str, prior: Calibration) -> float:
+    """The prior's σ for time ``key``, s (``PRIOR_WIDTH`` × the prior's value, at least ``PRIOR_FLOOR``)."""
+    scale = 1e6 if key.endswith("_us") else 1e3
+    return max(PRIOR_WIDTH[key] * getattr(prior, key), PRIOR_FLOOR[key]) / scale
+
+
+def _intervals(objective: np.ndarray, bw: np.ndarray, cmp: np.ndarray, b: np.ndarray, c: np.ndarray, cal: Calibration) -> dict[str, tuple[float, float]]:
+    """Each parameter's interval where ``objective`` (on the η_bw × η_c grid, times at their best) is within 1 of its
+    minimum; the times' from the covariance of their least squares at the optimum (columns ``b``, ``c``), in µs and ms."""
+    near = objective <= objective.min() + 1
+    rows, cols = np.nonzero(near)
+    out = {"bw_efficiency": (round(float(bw[rows].min()), 3), round(float(bw[rows].max()), 3)),
+           "compute_efficiency": (round(float(cmp[cols].min()), 3), round(float(cmp[cols].max()), 3))}
+    cov = np.linalg.pinv(np.array([[b @ b, b @ c], [b @ c, c @ c]])) * LEVEL_NOISE**2
+    for k, (key, scale) in enumerate((("layer_overhead_us", 1e6), ("eager_step_ms", 1e3))):
+        sd = math.sqrt(max(float(cov[k, k]), 0.0)) * scale
+        value = getattr(cal, key)
+        out[key] = (round(max(0.0, value - sd), 3), round(value + sd, 3))
+    return out
 
 
 def _load(m: Measured) -> tuple:
@@ -184,8 +235,8 @@ def _load(m: Measured) -> tuple:
     return (round(m.terms.decode_bytes_s, 9), m.terms.input_tokens, m.output_tokens, m.concurrency, m.terms.mode, m.terms.draft_tokens)
 
 
-def leave_one_out(runs: list[list[Measured]], name: str) -> list[tuple[int, Measured, Point]]:
-    """Every level predicted with the calibration fitted on the *other* runs (one run: on its other
+def leave_one_out(runs: list[list[Measured]], name: str, prior: Calibration | None = None) -> list[tuple[int, Measured, Point]]:
+    """Every level predicted with the calibration fitted (with ``prior``, :func:`fit`) on the *other* runs (one run: on its other
     levels): (run index, measured, predicted) per level; a run without which fewer than two
     steady-state levels remain (the only steady-state run beside bursts) is not scored.
 
@@ -201,7 +252,7 @@ def leave_one_out(runs: list[list[Measured]], name: str) -> list[tuple[int, Meas
         train = [m for k, levels in enumerate(runs) for n, m in enumerate(levels) if (k != i if j is None else n != j)]
         if sum(m.terms.mode != "burst" for m in train) < 2 and len(held) > 1:
             continue  # without it, too few steady-state levels to fit: its levels are not scored
-        cal = fit(train, name, "leave-one-out")
+        cal = fit(train, name, "leave-one-out", prior)
         for n, m in enumerate(runs[i]):
             if j is None or n == j:
                 out.append((i, m, predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance)))

@@ -55,6 +55,7 @@ class Plan(BaseModel):
     published_checkpoint_sizes: dict = Field(default_factory=dict)
     weights_format_source: str = Field("", description="Where the weight format comes from: --quant's format, the catalog's published checkpoint, or a checkpoint's quantization config.")
     engine_version: str = Field("", description="The engine release whose KV accounting the plan follows (vLLM: 0.25 or 0.19 rules).")
+    moe_kernel: str | None = Field(None, description="Which fused-MoE kernel configuration the engine runs for these experts, format and GPU: its tuned file, or its default (moe_kernel_case); None without routed experts or where unknown.")
     kv_bytes_per_token: float = Field(description="Per GPU, layers whose cache grows with context.")
     state_bytes_per_seq: float = Field(description="Recurrent state per sequence per GPU (linear attention, Mamba).")
     gpu_memory_utilization: float = Field(description="Memory share planned (given, or the engine's default capped on unified memory).")
@@ -147,8 +148,22 @@ def make_plan(
         overhead_gib=mem.overhead_gib, kv_budget_gib=mem.budget_gib, kv_capacity_tokens=mem.kv_capacity_tokens,
         max_model_len=mem.max_model_len, gpu_memory_utilization=mem.gpu_memory_utilization, max_concurrency=mem.max_concurrency, longest_context=mem.longest_context,
         decode_tok_s_ceiling=single, ceilings=rows, prefill_tok_s_ceiling=PREFILL_TOKENS / pf.time_s, speculative=speculative,
-        kv_layout=mem.layout, runtime=mem.runtime, fits=mem.fits, notes=notes,
+        kv_layout=mem.layout, runtime=mem.runtime, fits=mem.fits, notes=notes, moe_kernel=(case := moe_kernel_case(spec, fmt, hw, tp)) and case[0],
     )  # fmt: skip
+
+
+def moe_kernel_case(spec: ModelSpec, fmt: QuantFormat, hw: Hardware, tp: int) -> tuple[str, bool] | None:
+    """Which case of the plan engine's fused-MoE kernel applies (``Engine.moe_kernel``): (in words,
+    tuned), the tuned configuration it ships, or its default one, which ``servelab predict`` prices
+    from measurement (``Calibration.untuned_moe_layer_us``); None without routed experts or where
+    the engine, format or GPU says nothing."""
+    engine = plan_engine()
+    case = engine.moe_kernel(spec, fmt.name, hw, tp)
+    if case is None:
+        return None
+    if case.tuned:
+        return f"{engine.title} ships a tuned config ({case.config})", True
+    return f"{engine.title} ships no tuned config ({case.config}): its default kernel config, priced from measurement", False
 
 
 def _ceilings(spec: ModelSpec, fmt: QuantFormat, hw: Hardware, conc: list[int], kv_dtype_bytes: float, tp: int, draft_tokens: int, acceptance: float,

@@ -208,6 +208,8 @@ class Terms:
     moe_extra_s: float = 0.0  # what the MoE layers add to every step in this format beyond the calibration's moe_layer_us (Engine.moe_layer_extra_s)
     power_clock: float = 1.0  # a burst's prompts after its first step with prompts compute at this share of the clock (Engine.sustained_clock)
     mixed_share: float = 0.0  # f: the share of the steps that carry prompts, k ÷ f prompts each (:func:`cohorts`)
+    mla_layers: int = 0  # MLA attention layers: a step pays Calibration.mla_layer_us for each
+    untuned_moe_layers: int = 0  # MoE layers whose fused-MoE kernel runs the engine's default config (Engine.moe_kernel): Calibration.untuned_moe_layer_us each
 
 
 @dataclass(frozen=True)
@@ -237,10 +239,11 @@ def terms(
     per_seq = 1 + draft_tokens
     padded = next((s for s in sorted(limits.capture_sizes) if s >= running * per_seq), running * per_seq)  # tokens
     context = input_tokens + output_tokens // 2
-    step = decode_step(spec, fmt, hw, batch=running, context=context, tp=tp, tokens_per_seq=per_seq, routing=routing)
-    pad = decode_step(spec, fmt, hw, batch=padded, context=context, tp=tp, routing=routing)
-    padded_bytes = weights_touched(spec, fmt, padded, routing) / tp  # padding tokens reach experts too
     engine, dtype = plan_engine(), compute_dtype(fmt)
+    heads = engine.mla_heads(spec, hw, tp) if spec.count("mla") else None
+    step = decode_step(spec, fmt, hw, batch=running, context=context, tp=tp, tokens_per_seq=per_seq, routing=routing, mla_heads=heads)
+    pad = decode_step(spec, fmt, hw, batch=padded, context=context, tp=tp, routing=routing, mla_heads=heads)
+    padded_bytes = weights_touched(spec, fmt, padded, routing) / tp  # padding tokens reach experts too
     peak = engine.compute_peak(hw, dtype, bool(spec.moe_layers)) or float("inf")  # the rate the engine's kernels reach
     pf = prefill(spec, fmt, hw, tokens=input_tokens, tp=tp)
     bw = hw.bandwidth_gbs * 1e9
@@ -267,7 +270,8 @@ def terms(
                  mode, k, mixed_bytes / bw, (step.flops + m * pf.flops) / peak, running * kv_seq, running * per_seq > largest, mixed_tokens > largest,
                  step_at, input_tokens, max_running, limits.max_num_batched_tokens, len(spec.layers), spec.moe_layers,
                  engine.eager_extra_s(dtype, len(spec.layers)), engine.moe_layer_extra_s(dtype, spec.hidden_size, spec.moe_intermediate_size // tp) * spec.moe_layers,
-                 engine.sustained_clock(hw, dtype, bool(spec.moe_layers)), share)  # fmt: skip
+                 engine.sustained_clock(hw, dtype, bool(spec.moe_layers)), share, spec.count("mla"),
+                 spec.moe_layers if (case := engine.moe_kernel(spec, fmt.name, hw, tp)) and not case.tuned else 0)  # fmt: skip
 
 
 def cohorts(k: float, budget: float) -> tuple[float, float]:
@@ -326,12 +330,14 @@ def step_times(t: Terms, bw, cmp, per_step: float):
     return tpot, ttft, decode, (layers / per_step, wait * layers + t.layers), (eager_tpot, eager_ttft), (1 / per_step, wait + 1)
 
 
-def _fitted_extras(t: Terms, cal: Calibration) -> tuple[float, float]:
+def fitted_extras(t: Terms, cal: Calibration) -> tuple[float, float]:
     """The calibration's share of what a step pays beyond its roofline terms and its layers' t_ℓ, s: its
-    MoE layers' time (every step: ``moe_layer_us`` each), and what a step without CUDA graphs adds (t_eager
-    and ``moe_eager_layer_ms`` for each MoE layer). The format's own (``Terms.moe_extra_s``,
-    ``Terms.eager_extra_s``) come on top."""
-    return cal.moe_layer_us / 1e6 * t.moe_layers, cal.eager_step_ms / 1e3 + cal.moe_eager_layer_ms / 1e3 * t.moe_layers
+    MoE layers' time (every step: ``moe_layer_us`` each, and ``untuned_moe_layer_us`` each where the engine's
+    fused-MoE kernel runs its default config), its MLA layers' (``mla_layer_us`` each), and what a step
+    without CUDA graphs adds (t_eager and ``moe_eager_layer_ms`` for each MoE layer). The format's own
+    (``Terms.moe_extra_s``, ``Terms.eager_extra_s``) come on top."""
+    every = cal.moe_layer_us * t.moe_layers + cal.untuned_moe_layer_us * t.untuned_moe_layers + cal.mla_layer_us * t.mla_layers
+    return every / 1e6, cal.eager_step_ms / 1e3 + cal.moe_eager_layer_ms / 1e3 * t.moe_layers
 
 
 def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int, acceptance: float = 0.0) -> Point:
@@ -340,7 +346,7 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     if t.mode == "burst" and t.step_at and not t.draft_tokens:
         return _burst(t, cal, concurrency=concurrency, output_tokens=output_tokens)
     layer, draft = cal.layer_overhead_us / 1e6, (cal.draft_overhead_ms / 1e3 if t.draft_tokens else 0.0)
-    fitted_moe, fitted_eager = _fitted_extras(t, cal)  # step_times adds the format's own to tpot and ttft
+    fitted_moe, fitted_eager = fitted_extras(t, cal)  # step_times adds the format's own to tpot and ttft
     moe, eager = fitted_moe + t.moe_extra_s, fitted_eager + t.eager_extra_s  # all told
     overhead = layer * (t.layers + t.draft_passes) + moe + draft  # a step's: its layers', its MoE layers', each draft pass's, the drafting time
     per_step = spec_tokens_per_step(acceptance, t.draft_tokens)
@@ -383,7 +389,7 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
     validation/clocks-h100/, validation/cold-h200/qwen3-8b-clocks.json), else 1: the wave's first step
     keeps the calibration's rate, an empirical rule (docs/metrics.md, "burst"). Aggregate tok/s: every
     output token ÷ first send to last token."""
-    fitted_moe, fitted_eager = _fitted_extras(t, cal)
+    fitted_moe, fitted_eager = fitted_extras(t, cal)
     eager = fitted_eager + t.eager_extra_s
     t0 = cal.layer_overhead_us / 1e6 * t.layers + fitted_moe + t.moe_extra_s
 

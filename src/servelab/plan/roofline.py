@@ -12,8 +12,10 @@ Decode step at batch B (sequences) and context L, per GPU of a ``tp`` group:
                       ``servelab predict --routing γ``, 0.5 fitted on published gpt-oss-120b DGX Spark
                       runs, validation/RESULTS-predict.md)
     FLOPs = 2 · B · active parameters + attention: 4 · L_eff · heads · head_dim per attention
-            layer per token (QKᵀ and AV; L_eff = min(L, window) on sliding layers; MLA attends in
-            its latent space, 2 · L · heads · (2·kv_lora + rope))
+            layer per token (QKᵀ and AV; L_eff = min(L, window) on sliding layers; MLA decodes with
+            its up-projections absorbed, attending in its latent space: 2 · L · heads · 2 · (kv_lora + rope),
+            heads as the engine's kernel pads them, ``Engine.mla_heads``; its prefill takes the
+            non-absorbed path, heads · (nope + rope) per query as full attention)
 
 per-stream tok/s = 1 / time; aggregate tok/s = B / time. Prefill of P tokens: FLOPs =
 2 · P · active + 2 · P² · heads · head_dim per full layer (causal half of 4·P²), bytes = all
@@ -69,10 +71,10 @@ class StepCost:
     bound: str
 
 
-def _attention_flops_per_token(spec: ModelSpec, context: int) -> float:
+def _attention_flops_per_token(spec: ModelSpec, context: int, mla_heads: int | None = None) -> float:
     heads_dim = spec.num_heads * spec.head_dim
     window = min(context, spec.sliding_window or context)
-    mla = spec.count("mla") * 2 * context * spec.num_heads * (2 * spec.mla_latent)
+    mla = spec.count("mla") * 2 * context * (mla_heads or spec.num_heads) * (2 * spec.mla_latent)
     return 4 * heads_dim * (spec.count("full") * context + spec.count("sliding") * window) + mla
 
 
@@ -95,13 +97,14 @@ def weights_touched(spec: ModelSpec, fmt: QuantFormat, tokens: int, routing: flo
 
 def decode_step(
     spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, batch: int, context: int, kv_dtype_bytes: float = 2.0,
-    tp: int = 1, tokens_per_seq: int = 1, routing: float = 1.0,
+    tp: int = 1, tokens_per_seq: int = 1, routing: float = 1.0, mla_heads: int | None = None,
 ) -> StepCost:  # fmt: skip
     """Cost of one decode step of ``batch`` sequences at ``context`` tokens (``tokens_per_seq`` > 1
-    for a speculative verify step; ``routing`` γ of the MoE experts reached)."""
+    for a speculative verify step; ``routing`` γ of the MoE experts reached; ``mla_heads``: the query
+    heads an MLA decode kernel computes, padded, ``Engine.mla_heads``; default the model's)."""
     tokens = batch * tokens_per_seq
     kv = batch * spec.seq_bytes(context, kv_dtype_bytes)
-    flops = tokens * (2 * spec.active_params + _attention_flops_per_token(spec, context))
+    flops = tokens * (2 * spec.active_params + _attention_flops_per_token(spec, context, mla_heads))
     return _cost(weights_touched(spec, fmt, tokens, routing) + kv, flops, hw, compute_dtype(fmt), tp)
 
 

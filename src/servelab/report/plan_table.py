@@ -27,6 +27,7 @@ def plan_table(plan: Plan) -> Table:
         ("read as", escape(plan.family or "–")),
         ("weights per GPU", _gib(plan.weights_gib) + (f" (of {_gib(plan.weights_total_gib)})" if plan.tp > 1 else "")),
         ("weight format", escape(plan.weights_format_source or plan.quant)),
+        *([("MoE kernel", escape(plan.moe_kernel))] if plan.moe_kernel else []),
         *_checkpoint_rows(plan),
         *[(f"published checkpoint ({k})", str(v)) for k, v in plan.published_checkpoint_sizes.items()],
         ("allowed (memory × utilization)", f"{_gib(plan.usable_gib)} ({plan.gpu_memory_utilization:g})"),

@@ -28,8 +28,9 @@ from servelab.plan.calibration import calibration
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
-from servelab.plan.curves import GROWTH, PredictedLoad, predicted, price
-from servelab.plan.predict import Point
+from servelab.plan.band import Band, band_for
+from servelab.plan.curves import GROWTH, PredictedLoad, price, within
+from servelab.plan.pricing import FLOOR_BAND
 from servelab.store.results import RunResult, load_run
 from servelab.settings import Load, Target
 
@@ -238,9 +239,21 @@ class Prober:
         return result
 
 
-def predicted_start(target: Target, load: Load) -> tuple[int | None, Point | None]:
+class Predicted(BaseModel):
+    """``servelab predict``'s capacity for a search's start: the largest concurrency within the
+    objectives (None: not even one stream), the bottleneck there, and its band: the capacity were every
+    predicted time (1 ± the family class's tok/s half-width, at least ``FLOOR_BAND``) times itself
+    (``servelab.plan.band``, ``servelab.plan.curves.within``)."""
+
+    streams: int | None
+    bottleneck: str | None
+    bracket: tuple[int, int]
+    band: Band
+
+
+def predicted_start(target: Target, load: Load) -> Predicted:
     """``servelab predict``'s largest concurrency within the load's objectives for the target's
-    model and hardware, and its point there (module docstring: where the search starts).
+    model and hardware, its bottleneck there and its band (module docstring: where the search starts).
 
     Raises:
         ServelabError: no model to predict (``--model-config`` or ``--model``), one that cannot be
@@ -252,8 +265,11 @@ def predicted_start(target: Target, load: Load) -> tuple[int | None, Point | Non
     spec = load_model(model)
     one = {"quant": target.quant, "tp": 1, "draft-tokens": 0, "acceptance": 0.0, "max-num-seqs": None, "max-num-batched-tokens": None, "routing": 1.0,
            "max-capture-size": None}  # the engine's defaults at TP 1  # fmt: skip
-    curves, unfit = price(spec, load_hardware(target.hardware), calibration(None, spec, weight_format(target.quant, spec)), [one],
+    fmt = weight_format(target.quant, spec)
+    curves, unfit = price(spec, load_hardware(target.hardware), calibration(None, spec, fmt), [one],
                           PredictedLoad(load.input_tokens, load.output_tokens, [1]))  # fmt: skip
     if not curves:
         raise ServelabError(unfit[0][1])
-    return predicted(curves[0].at, load.slo, most=4 * curves[0].limits.max_num_seqs)
+    band = band_for(spec, fmt.name)
+    got = within(curves[0], load.slo, max(FLOOR_BAND, band.tok_s))
+    return Predicted(streams=got.streams, bottleneck=got.bottleneck, bracket=got.band, band=band)

@@ -125,6 +125,7 @@ class Hardware(BaseModel):
     memory_gib: float = Field(gt=0, le=1e6, description="Device memory as the runtime sees it, GiB.")
     unified: bool = False
     compute_capability: str | None = Field(None, description="CUDA compute capability (\"12.1\" for GB10), where the engine's kernels depend on it; None off CUDA.")
+    device_name: str | None = Field(None, description="The CUDA device name (torch.cuda.get_device_name), which names an engine's tuned kernel files; None off CUDA.")
     os_reserved_gib: float = Field(0.0, ge=0, description="Memory the OS keeps on a unified machine (GiB).")
     bandwidth_gbs: float = Field(gt=0, le=1e7, description="Memory bandwidth, GB/s.")
     tflops: dict[str, float] = Field(default_factory=dict, description="Dense peak TFLOP/s by dtype (bf16, fp8, fp4).")
