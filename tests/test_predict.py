@@ -482,7 +482,7 @@ def test_calibrate_on_your_own_runs_then_predict_with_it(tmp_path):
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(old))
     stale = cli.invoke(app, ["predict", "--model", "qwen3-8b", "--calibration", str(tmp_path / "old.yaml")])
     assert stale.exit_code == 2 and "run servelab calibrate --out on its runs again" in " ".join(stale.output.split())
-    (tmp_path / "range.yaml").write_text(out.read_text().replace("bw_efficiency:", "bw_efficiency: 7 #"))
+    (tmp_path / "range.yaml").write_text(out.read_text().replace("bw_efficiency:", "bw_efficiency: 7 #", 1))
     ranged = cli.invoke(app, ["predict", "--model", "qwen3-8b", "--calibration", str(tmp_path / "range.yaml")])
     assert ranged.exit_code == 2 and "bw_efficiency: Input should be less than or equal to 1.5" in " ".join(ranged.output.split())
 

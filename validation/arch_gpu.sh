@@ -5,6 +5,10 @@
 # (the host's CPU model and GPUs, recorded beside every truth file) and OUT/MODEL-TAG.tar.xz (the job's files and log).
 set -uo pipefail
 OUT=$1; LIMIT=$2; TAG=$3; shift 3
+if [ "$TAG" = r3 ]; then  # the third call's jobs, decided after the first: block FP8 without DeepGEMM, gpt-oss on /v1/completions
+  set -- "kimi-k2-6l --levels 1,16,64,128 --stagger-levels 1,16 --long-levels 64" "deepseek-v3-8l --levels 1,16,64,128 --stagger-levels 1,16 --long-levels 64" \
+    "phi-4 --levels 1,4,16,64,128" "gpt-oss-20b --levels 1,16,64,128 --stagger-levels 1,16 --long-levels 64"
+fi
 mkdir -p /tmp/r
 { lscpu | grep -i "model name"; nproc; nvidia-smi -L; } > "$OUT/host.txt"
 i=0

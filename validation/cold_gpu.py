@@ -83,12 +83,14 @@ MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tok
     # issue 53: MLA with fine-grained experts (the kit serves MLA with FlashMLA, its README), a sliding-window MoE, a new dense family
     "deepseek-v2-lite": (("--max-model-len", "2048", "--attention-backend", "FLASHMLA"), UNIFORM, 102400),  # real config, BF16: 64 experts of 1,408, top 6, 2 shared
     "deepseek-v2-lite-triton": (("--max-model-len", "2048", "--attention-backend", "TRITON_MLA"), UNIFORM, 102400),  # the same on Triton MLA
-    "kimi-k2-6l": (("--max-model-len", "2048", "--attention-backend", "FLASHMLA"), UNIFORM, 163840),  # Kimi-K2 cut to 6 layers, its block FP8: 384 experts of 2,048
-    "deepseek-v3-8l": (("--max-model-len", "2048", "--attention-backend", "FLASHMLA"), UNIFORM, 129280),  # DeepSeek-V3 cut to 8 layers (3 dense), block FP8
+    # block FP8 without DeepGEMM (VLLM_USE_DEEP_GEMM=0: CUTLASS block-scaled linears): its warm-up JIT-compiles 2,096 kernels, 4.5 min on an H200
+    "kimi-k2-6l": (("--max-model-len", "2048", "--attention-backend", "FLASHMLA"), {**UNIFORM, "VLLM_USE_DEEP_GEMM": "0"}, 163840),  # Kimi-K2 cut to 6 layers: 384 experts of 2,048
+    "deepseek-v3-8l": (("--max-model-len", "2048", "--attention-backend", "FLASHMLA"), {**UNIFORM, "VLLM_USE_DEEP_GEMM": "0"}, 129280),  # DeepSeek-V3 cut to 8 layers (3 dense)
     "gpt-oss-20b": (("--max-model-len", "2048"), UNIFORM, 201088),  # BF16 (the kit has no MXFP4 kernels for Hopper): sliding window 128 on half the layers, sinks
     "phi-4": (("--max-model-len", "2048"), {}, 100352),  # dense, a family no calibration has seen
 }
 JIT = "Triton kernel JIT compilation during inference"
+COMPLETIONS = {"gpt-oss-20b"}  # benched on /v1/completions: its chat endpoint renders harmony, whose special tokens the kit's tokenizer lacks (HTTP 500 '<|end|>')
 
 
 def kit_with(kit: Path, model: str, vocab: int | None) -> Path:
@@ -126,8 +128,9 @@ def reset(url: str) -> None:
 
 
 def vllm_bench(url: str, model: str, out: Path, concurrency: int, prompts: int, output: int, seed: int, input_len: int = INPUT) -> dict:
-    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "openai-chat", "--base-url", url,
-           "--endpoint", "/v1/chat/completions", "--model", model, "--tokenizer", f"/tmp/models/{model}", "--dataset-name", "random",
+    api = ("openai", "/v1/completions") if model in COMPLETIONS else ("openai-chat", "/v1/chat/completions")
+    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", api[0], "--base-url", url,
+           "--endpoint", api[1], "--model", model, "--tokenizer", f"/tmp/models/{model}", "--dataset-name", "random",
            "--random-input-len", str(input_len), "--random-output-len", str(output), "--num-prompts", str(prompts),
            "--max-concurrency", str(concurrency), "--request-rate", "inf", "--seed", str(seed), "--ignore-eos",
            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
@@ -165,12 +168,14 @@ def model_args(description: str, *extra: tuple[str, dict], many: bool = False) -
 
 
 def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS, capture: tuple[int, ...] = (), bursts: bool = True,
-              max_capture: int | None = None, repeats: int = 1, stagger_levels: tuple[int, ...] | None = None, duration: str = "20s") -> None:  # fmt: skip
+              max_capture: int | None = None, repeats: int = 1, stagger_levels: tuple[int, ...] | None = None, duration: str = "20s",
+              long_levels: tuple[int, ...] = ()) -> None:  # fmt: skip
     """The run of the module docstring; ``capture``: CUDA-graph capture sizes added to vLLM's defaults (the files then named
     MODEL-captureN, N the largest); ``max_capture``: vLLM's own sizes up to it (--max-cudagraph-capture-size, MODEL-maxN);
     ``bursts`` False: the steady state alone; ``repeats`` > 1: each steady-state level measured that many times on the one
     server (servelab bench --repeats; files MODEL-repeatsN): how far a level moves between measurements on one machine;
-    ``stagger_levels``: the steady state's levels when not ``levels``, each measured for ``duration``."""
+    ``stagger_levels``: the steady state's levels when not ``levels``, each measured for ``duration``; ``long_levels``: then
+    these, three times 60 s each (files MODEL-repeats3-stagger*: the truth rule for MoE steady state at >= 64 streams)."""
     name = f"{model}-capture{max(capture)}" if capture else f"{model}-max{max_capture}" if max_capture else model
     name += f"-repeats{repeats}" if repeats > 1 else ""
     log = out / f"{name}-boot.log"
@@ -197,8 +202,14 @@ def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS
         if bursts:
             (out / f"{name}-bursts.json").write_text(json.dumps({"model": model, "input_tokens": INPUT, "output_tokens": OUTPUT, "levels": rows}, indent=1))
         reset(url)
+        api = ("--endpoint", "completions") if model in COMPLETIONS else ()
         run, _ = bench(url, out / f"{name}-stagger", ",".join(map(str, stagger_levels or levels)), "--input-tokens", str(INPUT), "--output-tokens",
-                       str(OUTPUT), "--duration", duration, "--server-log", str(log), "--repeats", str(repeats))  # fmt: skip
+                       str(OUTPUT), "--duration", duration, "--server-log", str(log), "--repeats", str(repeats), *api)  # fmt: skip
+        if long_levels:
+            reset(url)
+            bench(url, out / f"{name}-repeats3-stagger", ",".join(map(str, long_levels)), "--input-tokens", str(INPUT), "--output-tokens", str(OUTPUT),
+                  "--duration", "60s", "--server-log", str(log), "--repeats", "3", *api)  # fmt: skip
+            shutil.copy(out / f"{name}-repeats3-stagger" / "run.json", out / f"{name}-repeats3-stagger-run.json")
     finally:
         stop(pgid)
     shutil.copy(out / f"{name}-stagger" / "run.json", out / f"{name}-stagger-run.json")
@@ -216,11 +227,12 @@ def main() -> None:
                       ("--stagger-only", {"action": "store_true", "help": "no bursts: the steady state alone"}),
                       ("--repeats", {"type": int, "default": 1, "help": "measure each steady-state level this many times (servelab bench --repeats)"}),
                       ("--stagger-levels", {"default": "", "help": "the steady state's levels when not --levels, comma-separated"}),
-                      ("--duration", {"default": "20s", "help": "each steady-state window (MoE at >= 64 streams: 60s, three repeats)"}))  # fmt: skip
+                      ("--duration", {"default": "20s", "help": "each steady-state window (MoE at >= 64 streams: 60s, three repeats)"}),
+                      ("--long-levels", {"default": "", "help": "then these steady-state levels three times 60 s each, comma-separated"}))  # fmt: skip
     capture = tuple(int(c) for c in args.capture_sizes.split(",") if c)
     stagger = tuple(int(c) for c in args.stagger_levels.split(",") if c) or None
     run_model(args.kit, args.out, args.model, tuple(int(c) for c in args.levels.split(",")), capture, not args.stagger_only, args.max_capture_size,
-              args.repeats, stagger, args.duration)  # fmt: skip
+              args.repeats, stagger, args.duration, tuple(int(c) for c in args.long_levels.split(",") if c))  # fmt: skip
 
 
 if __name__ == "__main__":

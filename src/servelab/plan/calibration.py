@@ -44,6 +44,9 @@ class Calibration(BaseModel):
     mla_layer_us: float = Field(
         0.0, ge=0, description="Time an MLA attention layer adds per step beyond t_ℓ (its latent projections, norms and absorbed up-projections: ~2 × the kernels of a GQA layer), µs; 0 where no MLA run was fitted."
     )
+    mla_eager_layer_ms: float = Field(
+        0.0, ge=0, description="Time an MLA attention layer adds to a step without CUDA graphs (its kernels launched one by one, the prefill's non-absorbed path), ms; 0 where no MLA run was fitted."
+    )
     untuned_moe_layer_us: float = Field(
         0.0, ge=0, description="Time a MoE layer adds per step when the engine ships no tuned fused-MoE config for its experts on this GPU (Engine.moe_kernel: its default kernel config), µs; 0 where no such run was fitted."
     )

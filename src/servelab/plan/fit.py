@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -124,22 +125,41 @@ def fit_moe(rows: list[Measured], cal: Calibration) -> Calibration:
     Raises:
         ServelabError: no steady-state level of a MoE model among ``rows``.
     """
-    rows = [m for m in rows if m.terms.mode != "burst" and m.terms.moe_layers]
+    return _fit_layer_times(rows, cal, ("moe_layer_us", "moe_eager_layer_ms"), lambda t: t.moe_layers, "a MoE model")
+
+
+def fit_mla(rows: list[Measured], cal: Calibration) -> Calibration:
+    """``cal`` with the times of an MLA layer fitted on MLA models' steady-state levels, everything
+    else held (their MoE layers priced by ``cal``'s MoE times): ``mla_layer_us`` (every step) and
+    ``mla_eager_layer_ms`` (steps without CUDA graphs), both ≥ 0, as :func:`fit_moe` fits a MoE layer's
+    (issue 53: an MLA layer runs its latent projections, their norms and the absorbed up-projections,
+    ~2 × the kernels of a GQA layer; its prefill takes the non-absorbed path).
+
+    Raises:
+        ServelabError: no steady-state level of an MLA model among ``rows``.
+    """
+    return _fit_layer_times(rows, cal, ("mla_layer_us", "mla_eager_layer_ms"), lambda t: t.mla_layers, "an MLA model")
+
+
+def _fit_layer_times(rows: list[Measured], cal: Calibration, keys: tuple[str, str], count: Callable[[Terms], int], what: str) -> Calibration:
+    """``cal`` with ``keys`` (a per-layer time every step pays, µs, and one a step without CUDA graphs pays, ms) fitted
+    on the steady-state levels of models with ``count(terms)`` such layers, the rest held (:func:`fit_moe`)."""
+    rows = [m for m in rows if m.terms.mode != "burst" and count(m.terms)]
     if not rows:
-        raise ServelabError("fitting the MoE layer times needs steady-state levels of a MoE model (servelab bench, --closed-loop stagger)")
-    cal = cal.model_copy(update={"moe_layer_us": 0.0, "moe_eager_layer_ms": 0.0})  # fitted afresh, not on top of ``cal``'s own
+        raise ServelabError(f"fitting {keys[0]} needs steady-state levels of {what} (servelab bench, --closed-loop stagger)")
+    cal = cal.model_copy(update={keys[0]: 0.0, keys[1]: 0.0})  # fitted afresh, not on top of ``cal``'s own
     a, b, c = [], [], []
     for m in rows:
         per_step = spec_tokens_per_step(m.acceptance, m.terms.draft_tokens)
         p = predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance)
         _, _, _, _, (e_tpot, e_ttft), (s_tpot, s_ttft) = step_times(m.terms, cal.bw_efficiency, cal.compute_efficiency, per_step)
-        n, o, waiting = m.terms.moe_layers, m.output_tokens, m.concurrency / m.terms.running
+        n, o, waiting = count(m.terms), m.output_tokens, m.concurrency / m.terms.running
         cycle = m.concurrency * o / m.tok_s
         a += [p.tpot_s / m.tpot_s, m.tok_s / p.aggregate_tok_s]
         b += [n * s_tpot / m.tpot_s, n * waiting * (s_ttft + (o - 1) * s_tpot) / cycle]
         c += [n * e_tpot / m.tpot_s, n * waiting * (e_ttft + (o - 1) * e_tpot) / cycle]
-    layer, eager = _least_squares_terms(np.array(a), np.array(b, dtype=float), np.array(c, dtype=float))
-    return cal.model_copy(update={"moe_layer_us": round(float(layer) * 1e6, 2), "moe_eager_layer_ms": round(float(eager) * 1e3, 3)})
+    every, eager = _least_squares_terms(np.array(a), np.array(b, dtype=float), np.array(c, dtype=float))
+    return cal.model_copy(update={keys[0]: round(float(every) * 1e6, 2), keys[1]: round(float(eager) * 1e3, 3)})
 
 
 def _least_squares_term(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -206,7 +226,7 @@ def _fit_base(rows: list[Measured], name: str, source: str, prior: Calibration |
 LEVEL_NOISE = 0.05  # a level's relative noise in a fit with a prior: one server's levels measured again moved 4–14 % (validation/RESULTS-predict.md, repeats)
 PRIOR_WIDTH = {"bw_efficiency": 0.15, "compute_efficiency": 0.3, "layer_overhead_us": 0.5, "eager_step_ms": 1.0}  # σ of the prior: absolute for the efficiencies, relative (× the prior's) for the times
 PRIOR_FLOOR = {"layer_overhead_us": 10.0, "eager_step_ms": 1.0}  # … at least this (µs, ms): a prior time of 0 still lets the levels move it
-PRIOR_KEPT = ("moe_layer_us", "moe_eager_layer_ms", "mla_layer_us", "untuned_moe_layer_us", "draft_overhead_ms")  # the prior's times a base fit keeps
+PRIOR_KEPT = ("moe_layer_us", "moe_eager_layer_ms", "mla_layer_us", "mla_eager_layer_ms", "untuned_moe_layer_us", "draft_overhead_ms")  # the prior's times a base fit keeps
 
 
 def _width(key: str, prior: Calibration) -> float:

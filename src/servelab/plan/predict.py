@@ -244,6 +244,8 @@ def terms(
     step = decode_step(spec, fmt, hw, batch=running, context=context, tp=tp, tokens_per_seq=per_seq, routing=routing, mla_heads=heads)
     pad = decode_step(spec, fmt, hw, batch=padded, context=context, tp=tp, routing=routing, mla_heads=heads)
     padded_bytes = weights_touched(spec, fmt, padded, routing) / tp  # padding tokens reach experts too
+    case = engine.moe_kernel(spec, fmt.name, hw, tp)
+    untuned = bool(case and not case.tuned)
     peak = engine.compute_peak(hw, dtype, bool(spec.moe_layers)) or float("inf")  # the rate the engine's kernels reach
     pf = prefill(spec, fmt, hw, tokens=input_tokens, tp=tp)
     bw = hw.bandwidth_gbs * 1e9
@@ -270,8 +272,7 @@ def terms(
                  mode, k, mixed_bytes / bw, (step.flops + m * pf.flops) / peak, running * kv_seq, running * per_seq > largest, mixed_tokens > largest,
                  step_at, input_tokens, max_running, limits.max_num_batched_tokens, len(spec.layers), spec.moe_layers,
                  engine.eager_extra_s(dtype, len(spec.layers)), engine.moe_layer_extra_s(dtype, spec.hidden_size, spec.moe_intermediate_size // tp) * spec.moe_layers,
-                 engine.sustained_clock(hw, dtype, bool(spec.moe_layers)), share, spec.count("mla"),
-                 spec.moe_layers if (case := engine.moe_kernel(spec, fmt.name, hw, tp)) and not case.tuned else 0)  # fmt: skip
+                 engine.sustained_clock(hw, dtype, bool(spec.moe_layers)), share, spec.count("mla"), spec.moe_layers if untuned else 0)  # fmt: skip
 
 
 def cohorts(k: float, budget: float) -> tuple[float, float]:
@@ -334,10 +335,10 @@ def fitted_extras(t: Terms, cal: Calibration) -> tuple[float, float]:
     """The calibration's share of what a step pays beyond its roofline terms and its layers' t_ℓ, s: its
     MoE layers' time (every step: ``moe_layer_us`` each, and ``untuned_moe_layer_us`` each where the engine's
     fused-MoE kernel runs its default config), its MLA layers' (``mla_layer_us`` each), and what a step
-    without CUDA graphs adds (t_eager and ``moe_eager_layer_ms`` for each MoE layer). The format's own
+    without CUDA graphs adds (t_eager, ``moe_eager_layer_ms`` for each MoE layer, ``mla_eager_layer_ms`` for each MLA layer). The format's own
     (``Terms.moe_extra_s``, ``Terms.eager_extra_s``) come on top."""
     every = cal.moe_layer_us * t.moe_layers + cal.untuned_moe_layer_us * t.untuned_moe_layers + cal.mla_layer_us * t.mla_layers
-    return every / 1e6, cal.eager_step_ms / 1e3 + cal.moe_eager_layer_ms / 1e3 * t.moe_layers
+    return every / 1e6, (cal.eager_step_ms + cal.moe_eager_layer_ms * t.moe_layers + cal.mla_eager_layer_ms * t.mla_layers) / 1e3
 
 
 def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int, acceptance: float = 0.0) -> Point:

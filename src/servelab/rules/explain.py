@@ -91,7 +91,7 @@ def explain(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardware, cal
             cause = (f"speculative decoding ({m.terms.draft_tokens} draft tokens, acceptance {m.acceptance:.0%} from the server's counters): "
                      f"the drafting time per step is not {cal.draft_overhead_ms:g} ms as in {cal.name}")  # fmt: skip
         else:
-            cause = f"the calibration ({cal.name}) does not fit this engine × hardware × model"
+            cause = f"the calibration ({cal.name}) does not fit this engine × hardware × model" + _architecture_terms(m, cal)
         rows.append(Row(m.concurrency, m.tok_s, pt, m.tpot_s, m.ttft_s, cause, predicted_ttft(m, pt)))
     if not rows:
         raise ServelabError("the run has no closed-loop level with successful requests, TTFT and TPOT (token chunks that arrived apart) to explain")
@@ -106,6 +106,20 @@ def _wave(m: Measured) -> str:
         return ""
     return (f"a burst: the first wave's {tokens:,} prompt tokens prefill in {steps} steps of max_num_batched_tokens "
             f"{m.terms.max_num_batched_tokens:,}, so its TTFT ranges over them (compare TTFT mean and p99, not p50)")  # fmt: skip
+
+
+def _architecture_terms(m: Measured, cal: Calibration) -> str:
+    """The terms of predict's model for this architecture that a calibration fitted elsewhere may
+    misprice (issue 53), with what the calibration gives each, and the way to fit them; "" for none."""
+    terms = []
+    if m.terms.mla_layers:
+        terms.append(f"{m.terms.mla_layers} MLA layers ({f'{cal.mla_layer_us:g} µs a step each' if cal.mla_layer_us else 'no MLA layer time'} in {cal.name})")
+    if m.terms.untuned_moe_layers:
+        per = f"{cal.untuned_moe_layer_us:g} µs a step each" if cal.untuned_moe_layer_us else "no untuned-kernel time"
+        terms.append(f"{m.terms.untuned_moe_layers} MoE layers on the engine's default fused-MoE kernel config, no tuned one for this GPU ({per} in {cal.name})")
+    if not terms:
+        return ""
+    return f"; its {' and '.join(terms)}: servelab calibrate --url measures this server's time per step"
 
 
 def _ttft_terms(m: Measured) -> str:
