@@ -95,14 +95,17 @@ def main() -> dict[str, dict]:
     base = shipped()
     results: dict[str, dict] = {}
     for model, title in {**MLA, **OTHER}.items():
-        if not present(model):
+        if not present(model) and not (V / FOLDER / f"{model}-bursts.json").exists():
             print(f"\n({model}: no run in validation/{FOLDER})")
             continue
         cal = held_out(model, base)
         rows = steady(model)
         errs = pc.score(f"held out: {title}", cal, pc.bursts(FOLDER, model), scored(rows))
-        mine = on_server(model, cal)
         checks = [m for m in scored(rows) if m.concurrency not in DESIGN]
+        if not {m.concurrency for m in rows} >= set(DESIGN):
+            results[model] = {"held": errs, "server": {"tok_s": [], "ttft": [], "single": []}, "mla": (cal.mla_layer_us, cal.mla_eager_layer_ms)}
+            continue
+        mine = on_server(model, cal)
         server = pc.score(f"calibrated on its own steady state at {', '.join(map(str, DESIGN))} streams (prior: the held-out calibration): {title}",
                           mine, pc.bursts(FOLDER, model), checks)  # fmt: skip
         results[model] = {"held": errs, "server": server, "mla": (cal.mla_layer_us, cal.mla_eager_layer_ms)}
