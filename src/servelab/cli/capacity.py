@@ -11,7 +11,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from servelab.run.capacity import Capacity, Predicted, Prober, dimension, predicted_start, probe_load, search, slowest_rate
-from servelab.plan.pricing import FLOOR_BAND
 from servelab.cli.bind import CAPACITY_LOAD, TARGET_ALL, bind
 from servelab.cli.common import console, err_console, event_loop_runner, measured, output_dir, remember, sigterm_as_sigint
 from servelab.errors import ServelabError
@@ -97,7 +96,7 @@ def _answer(found: Capacity, guess: Predicted | None, unit: str, bound: str) -> 
     if guess is not None and guess.streams is not None:
         lo, hi = guess.bracket
         text += (f"; predicted {guess.streams} streams ({100 * (guess.streams / found.capacity - 1):+.0f} %; band {lo}–{hi}, the {guess.band.family_class} "
-                 f"class's ± {max(FLOOR_BAND, guess.band.tok_s):.0%}: {'inside' if lo <= found.capacity <= hi else 'outside'})")
+                 f"class's ± {guess.half_width:.0%}: {'inside' if lo <= found.capacity <= hi else 'outside'})")
         text += f", bottleneck there: {escape(guess.bottleneck)}" if guess.bottleneck else ""
     if not found.converged:
         text += " [yellow](not converged: see the probes)[/]"

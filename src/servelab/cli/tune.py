@@ -22,7 +22,7 @@ from servelab.report.tune_table import ledger_table, points_table, verdict
 from servelab.run.capacity import Capacity, Prober, probe_load, search
 from servelab.run.measure import Served, bench_options
 from servelab.plan.band import band_for
-from servelab.plan.pricing import ASSUMPTIONS, FLOOR_BAND, PRIOR_BAND, Pricer, price_points, unreachable
+from servelab.plan.pricing import ASSUMPTIONS, PRIOR_BAND, Pricer, class_band, price_points, unreachable
 from servelab.run.tune import Tuner, document_json, earlier, grid, points
 from servelab.store.results import write_document
 from servelab.settings import Load, Target
@@ -100,7 +100,7 @@ def _pricer(recipe: Recipe, recipe_file: Path, quant: str | None, load: Load, ha
         return None
     spec, hw = read_model(model), load_hardware(hardware)
     fmt = weight_format(quant, spec)
-    band = max(FLOOR_BAND, band_for(spec, fmt.name).tok_s)  # predict's honest band for the model's family class
+    band = class_band(band_for(spec, fmt.name))  # predict's honest band for the model's family class
     return Pricer(spec, hw, calibration(name, spec, fmt), PredictedLoad(load.input_tokens, load.output_tokens, [1]), load.slo, prior_band=band)
 
 

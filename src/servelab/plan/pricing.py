@@ -17,6 +17,7 @@ import numpy as np
 
 from servelab.errors import ServelabError
 from servelab.metrics.slo import Objective
+from servelab.plan.band import Band
 from servelab.plan.calibration import Calibration
 from servelab.plan.curves import Curve, PredictedLoad, Within, price, within
 from servelab.plan.fit import Measured, fit
@@ -27,6 +28,14 @@ from servelab.values.specs import Hardware, ModelSpec
 
 PRIOR_BAND = 0.3  # before any launch, each predicted time × (1 ± 0.3) where the model's family class has no band (servelab.plan.band gives one: Pricer.prior_band); a capacity within TTFT/TPOT objectives moves with it
 FLOOR_BAND = 0.1  # the band never narrows below ± 10 %: capacity's own search stops within 10 % (servelab.run.capacity.PRECISION)
+
+
+def class_band(band: Band) -> float:
+    """The half-width a capacity is priced with before any launch: the family class's tok/s band
+    (``servelab.plan.band``), at least ``FLOOR_BAND`` (servelab tune's prior, capacity's predicted start)."""
+    return max(FLOOR_BAND, band.tok_s)
+
+
 EFFECT_PRIOR = 1.0  # value_effects' ridge λ: a launch's log residual is spread over its values and this prior, so one launch moves a value it holds by at most 1 ÷ (values + 1) of it
 ACCEPTANCE = 0.7  # speculative decoding's acceptance rate where a point drafts tokens (predict's default)
 ASSUMPTIONS = ("a point's capacity is the largest closed-loop concurrency whose predicted means (TTFT with the queue's wait) meet the percentiles' targets; "

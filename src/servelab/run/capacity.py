@@ -30,7 +30,7 @@ from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
 from servelab.plan.band import Band, band_for
 from servelab.plan.curves import GROWTH, PredictedLoad, price, within
-from servelab.plan.pricing import FLOOR_BAND
+from servelab.plan.pricing import class_band
 from servelab.store.results import RunResult, load_run
 from servelab.settings import Load, Target
 
@@ -242,13 +242,14 @@ class Prober:
 class Predicted(BaseModel):
     """``servelab predict``'s capacity for a search's start: the largest concurrency within the
     objectives (None: not even one stream), the bottleneck there, and its band: the capacity were every
-    predicted time (1 ± the family class's tok/s half-width, at least ``FLOOR_BAND``) times itself
-    (``servelab.plan.band``, ``servelab.plan.curves.within``)."""
+    predicted time (1 ± ``half_width``, the family class's tok/s band at least ``FLOOR_BAND``:
+    ``servelab.plan.pricing.class_band``) times itself (``servelab.plan.band``, ``servelab.plan.curves.within``)."""
 
     streams: int | None
     bottleneck: str | None
     bracket: tuple[int, int]
     band: Band
+    half_width: float
 
 
 def predicted_start(target: Target, load: Load) -> Predicted:
@@ -271,5 +272,6 @@ def predicted_start(target: Target, load: Load) -> Predicted:
     if not curves:
         raise ServelabError(unfit[0][1])
     band = band_for(spec, fmt.name)
-    got = within(curves[0], load.slo, max(FLOOR_BAND, band.tok_s))
-    return Predicted(streams=got.streams, bottleneck=got.bottleneck, bracket=got.band, band=band)
+    half = class_band(band)
+    got = within(curves[0], load.slo, half)
+    return Predicted(streams=got.streams, bottleneck=got.bottleneck, bracket=got.band, band=band, half_width=half)
