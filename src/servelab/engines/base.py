@@ -81,7 +81,7 @@ class RuntimeMemory:
 class MoeKernel:
     """Which kernel configuration an engine's fused MoE layer runs for one model, format and GPU:
     ``config`` the tuned file it looks up (its name), ``tuned`` whether the engine ships it (False:
-    its default configuration, priced from measurement: ``Calibration.untuned_moe_layer_us``)."""
+    its default configuration, priced with ``Calibration.untuned_moe_layer_us``: 0 in the shipped calibrations)."""
 
     config: str
     tuned: bool
