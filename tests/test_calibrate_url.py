@@ -3,6 +3,12 @@ Gemma 3 270M), then the fit with priors and each parameter's interval (issue 53)
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import yaml
 from typer.testing import CliRunner
 
@@ -34,3 +40,21 @@ def test_calibrate_url_runs_its_design_and_fits_with_priors(llama, tmp_path, mon
 def test_calibrate_url_needs_hardware_and_model(tmp_path):
     res = CliRunner().invoke(app, ["calibrate", "--url", "http://127.0.0.1:9", "--hardware", "h100-sxm"])
     assert res.exit_code == 2 and "calibrate --url needs --hardware" in res.output and "Traceback" not in res.output
+
+
+def test_ctrl_c_during_the_design_leaves_the_partial_run_and_names_it(llama, tmp_path):
+    out = tmp_path / "design"
+    env = {**os.environ, "SERVELAB_DB": str(tmp_path / "runs.db")}
+    proc = subprocess.Popen([sys.executable, "-m", "servelab", "calibrate", "--url", llama.url, "--hardware", "h100-sxm", "--model", "gemma-3-270m",
+                             "--quant", "gguf-q4_k_m", "--input-tokens", "64", "--output-tokens", "8", "--duration", "60s", "--max-streams", "4",
+                             "--output", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)  # fmt: skip
+    records = out / "records.jsonl"
+    deadline = time.monotonic() + 120
+    while not (records.exists() and len(records.read_text().splitlines()) >= 4):  # wait for a condition
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else "timeout"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and f"the partial design run is in {out}" in " ".join(output.split()), output
+    result, recs = load_run(out)
+    assert result.status == "partial" and len(recs) >= 4

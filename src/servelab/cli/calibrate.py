@@ -13,7 +13,7 @@ import yaml
 from rich.markup import escape
 
 from servelab.cli.bind import bind
-from servelab.cli.common import DbOpt, console, event_loop_runner, measured, output_dir, remember, store_at, write_file
+from servelab.cli.common import DbOpt, console, event_loop_runner, fail, measured, output_dir, remember, sigterm_as_sigint, store_at, write_file
 from servelab.cli.predict import HardwareOpt, ModelOpt, QuantOpt, TpOpt, read_run, setup_for
 from servelab.errors import ServelabError
 from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, Calibration, calibration
@@ -89,9 +89,13 @@ def _design_run(load: Load, target: Target, roofline: tuple, output: Path | None
     console.print(escape(f"design: {', '.join(map(str, levels))} streams, steady state, cold prompts, {load.duration_s:g} s each"), soft_wrap=True)
     options = bench_options(load.model_copy(update={"concurrency": levels}), embedded=False)
     run_dir = output_dir(output, "run", "calibrate")
-    with ExitStack() as stack, event_loop_runner() as runner:
-        served = serve(stack, target, run_dir, console.status)
-        run, run_dir = measured(runner, served, target, options, run_dir, load.api_key_env)
+    sigterm_as_sigint()
+    try:
+        with ExitStack() as stack, event_loop_runner() as runner:
+            served = serve(stack, target, run_dir, console.status)
+            run, run_dir = measured(runner, served, target, options, run_dir, load.api_key_env)
+    except KeyboardInterrupt:
+        fail(f"interrupted; the partial design run is in {run_dir}" if (run_dir / "run.json").exists() else "interrupted", 130)
     remember(run_dir)
     if run.status != "complete" or run.failed:
         raise ServelabError(f"the design run did not complete ({run.partial_reason or 'failed requests'}): see {run_dir}")
