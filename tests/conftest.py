@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -75,6 +77,15 @@ def scrape_idle(url: str, timeout_s: float = 30.0) -> dict[str, float]:
 def run(coro):
     """Run a coroutine on a fresh event loop (tests stay synchronous)."""
     return asyncio.run(coro)
+
+
+def wait_for_records(proc: subprocess.Popen, records: Path, count: int, timeout_s: float) -> None:
+    """Wait until ``records`` (a run's records.jsonl) holds ``count`` lines, failing if ``proc`` exits first or
+    ``timeout_s`` passes: the condition a Ctrl-C test interrupts on (a condition, not a sleep)."""
+    deadline = time.monotonic() + timeout_s
+    while not (records.exists() and len(records.read_text().splitlines()) >= count):  # wait for a condition
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else "timeout"
+        time.sleep(0.05)
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import read_jsonl, run, scrape, scrape_idle
+from conftest import read_jsonl, run, scrape, scrape_idle, wait_for_records
 from servelab.run.bench import Bench, BenchOptions
 from servelab.cli import app
 from servelab.server.endpoint import discover
@@ -157,11 +157,7 @@ def test_ctrl_c_leaves_partial_run(llama, tmp_path):
          "--output-tokens", "8", "--input-tokens", "64", "--output", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
-    records = out / "records.jsonl"
-    deadline = time.monotonic() + 120
-    while not (records.exists() and len(records.read_text().splitlines()) >= 4):  # wait for a condition
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else "timeout"
-        time.sleep(0.05)
+    wait_for_records(proc, out / "records.jsonl", 4, 120)
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, output

@@ -7,11 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import yaml
 from typer.testing import CliRunner
 
+from conftest import wait_for_records
 from servelab.cli import app
 from servelab.plan.calibration import calibration
 from servelab.plan.design import design_levels
@@ -48,11 +48,7 @@ def test_ctrl_c_during_the_design_leaves_the_partial_run_and_names_it(llama, tmp
     proc = subprocess.Popen([sys.executable, "-m", "servelab", "calibrate", "--url", llama.url, "--hardware", "h100-sxm", "--model", "gemma-3-270m",
                              "--quant", "gguf-q4_k_m", "--input-tokens", "64", "--output-tokens", "8", "--duration", "60s", "--max-streams", "4",
                              "--output", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)  # fmt: skip
-    records = out / "records.jsonl"
-    deadline = time.monotonic() + 120
-    while not (records.exists() and len(records.read_text().splitlines()) >= 4):  # wait for a condition
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else "timeout"
-        time.sleep(0.05)
+    wait_for_records(proc, out / "records.jsonl", 4, 120)
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130 and f"the partial design run is in {out}" in " ".join(output.split()), output

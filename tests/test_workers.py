@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import read_jsonl, run, scrape, scrape_idle
+from conftest import read_jsonl, run, scrape, scrape_idle, wait_for_records
 from servelab.run.bench import BenchOptions
 from servelab.server.endpoint import discover
 from servelab.load import workers
@@ -110,11 +110,7 @@ def test_ctrl_c_with_workers_leaves_a_partial_run_and_no_traceback(tmp_path):
              "--input-tokens", "64", "--output-tokens", "4", "--client-procs", "2", "--output", str(out)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )  # fmt: skip  (its own process group: Ctrl-C in a terminal reaches the coordinator and its workers)
-        records = out / "records.jsonl"
-        deadline = time.monotonic() + 60
-        while not (records.exists() and len(records.read_text().splitlines()) >= 6):  # wait for a condition
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else "timeout"
-            time.sleep(0.05)
+        wait_for_records(proc, out / "records.jsonl", 6, 60)
         os.killpg(proc.pid, signal.SIGINT)
         output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in output, output
