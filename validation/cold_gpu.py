@@ -59,7 +59,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vllm_gpu import bench, serve, stop  # noqa: E402
+from vllm_gpu import ROOT, bench, serve, servelab, stop  # noqa: E402
 
 from servelab.engines.vllm import default_capture_sizes  # noqa: E402
 
@@ -169,9 +169,11 @@ def model_args(description: str, *extra: tuple[str, dict], many: bool = False) -
 
 def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS, capture: tuple[int, ...] = (), bursts: bool = True,
               max_capture: int | None = None, repeats: int = 1, stagger_levels: tuple[int, ...] | None = None, duration: str = "20s",
-              long_levels: tuple[int, ...] = ()) -> None:  # fmt: skip
+              long_levels: tuple[int, ...] = (), calibrate: str | None = None) -> None:  # fmt: skip
     """The run of the module docstring; ``capture``: CUDA-graph capture sizes added to vLLM's defaults (the files then named
     MODEL-captureN, N the largest); ``max_capture``: vLLM's own sizes up to it (--max-cudagraph-capture-size, MODEL-maxN);
+    ``calibrate``: a hardware profile, then ``servelab calibrate --url`` runs its own design on the server after the warm-up (its
+    calibration OUT/MODEL-calibration.yaml, its run OUT/MODEL-calibrate/), before the bursts and the steady state it is checked on;
     ``bursts`` False: the steady state alone; ``repeats`` > 1: each steady-state level measured that many times on the one
     server (servelab bench --repeats; files MODEL-repeatsN): how far a level moves between measurements on one machine;
     ``stagger_levels``: the steady state's levels when not ``levels``, each measured for ``duration``; ``long_levels``: then
@@ -185,6 +187,10 @@ def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS
     try:
         for c in levels:  # warm-up: every batch shape the levels reach, before any window
             vllm_bench(url, model, out, c, c, 16, 10_000 + c)
+        if calibrate:
+            reset(url)
+            servelab("calibrate", "--url", url, "--hardware", calibrate, "--model", str(ROOT / "validation" / "configs" / model), "--input-tokens",
+                     str(INPUT), "--output-tokens", str(OUTPUT), "--output", str(out / f"{name}-calibrate"), "--out", str(out / f"{name}-calibration.yaml"))  # fmt: skip
         rows = []
         for c in levels if bursts else ():
             reset(url)
@@ -228,11 +234,12 @@ def main() -> None:
                       ("--repeats", {"type": int, "default": 1, "help": "measure each steady-state level this many times (servelab bench --repeats)"}),
                       ("--stagger-levels", {"default": "", "help": "the steady state's levels when not --levels, comma-separated"}),
                       ("--duration", {"default": "20s", "help": "each steady-state window (MoE at >= 64 streams: 60s, three repeats)"}),
-                      ("--long-levels", {"default": "", "help": "then these steady-state levels three times 60 s each, comma-separated"}))  # fmt: skip
+                      ("--long-levels", {"default": "", "help": "then these steady-state levels three times 60 s each, comma-separated"}),
+                      ("--calibrate", {"help": "a hardware profile: servelab calibrate --url on the server first (its design, then the checks)"}))  # fmt: skip
     capture = tuple(int(c) for c in args.capture_sizes.split(",") if c)
     stagger = tuple(int(c) for c in args.stagger_levels.split(",") if c) or None
     run_model(args.kit, args.out, args.model, tuple(int(c) for c in args.levels.split(",")), capture, not args.stagger_only, args.max_capture_size,
-              args.repeats, stagger, args.duration, tuple(int(c) for c in args.long_levels.split(",") if c))  # fmt: skip
+              args.repeats, stagger, args.duration, tuple(int(c) for c in args.long_levels.split(",") if c), args.calibrate)  # fmt: skip
 
 
 if __name__ == "__main__":

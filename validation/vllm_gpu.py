@@ -102,12 +102,18 @@ def stop(pgid: int) -> None:
     os.killpg(pgid, signal.SIGKILL)
 
 
-def bench(url: str, out: Path, levels: str, *extra: str):
-    """Run ``servelab bench`` (the real CLI) and read the run back."""
-    cmd = [sys.executable, "-m", "servelab", "bench", "--url", url, "--concurrency", levels, "--output", str(out), *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{os.environ.get('PYTHONPATH', '')}"})
+def servelab(*args: str) -> None:
+    """Run the real ``servelab`` CLI with ``args`` (its ``--output`` directory gets its console as OUTPUT.stdout.txt)."""
+    out = Path(args[args.index("--output") + 1])
+    proc = subprocess.run([sys.executable, "-m", "servelab", *args], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{os.environ.get('PYTHONPATH', '')}"})  # fmt: skip
     (out.parent / f"{out.name}.stdout.txt").write_text(proc.stdout + proc.stderr)
     print(proc.stdout[-6000:], proc.stderr[-2000:], flush=True)
+
+
+def bench(url: str, out: Path, levels: str, *extra: str):
+    """Run ``servelab bench`` (the real CLI) and read the run back."""
+    servelab("bench", "--url", url, "--concurrency", levels, "--output", str(out), *extra)
     return load_run(out)
 
 
