@@ -39,6 +39,15 @@ def test_a_wave_is_prefilled_in_chunks_of_the_token_budget():
     assert run.ttft_s == pytest.approx([0.020, 0.020, 0.020 + 0.01998, 0.020 + 0.01998 + 0.01002])
 
 
+def test_a_batchs_decode_window_runs_from_the_first_first_token_to_the_last_token():
+    """tg t/s (total) of servelab grid and llama-benchy (docs/metrics.md, "Grid"): one stream's is 1 ÷ its decode step;
+    four prompts prefilled in one 30 ms step, then 3 decode steps of 10 ms: 4 × 3 tokens in 30 ms."""
+    one = simulate(flat, streams=1, requests_per_stream=1, input_tokens=500, output_tokens=4, max_num_seqs=8, max_num_batched_tokens=8192)
+    four = simulate(flat, streams=4, requests_per_stream=1, input_tokens=500, output_tokens=4, max_num_seqs=8, max_num_batched_tokens=8192)
+    assert one.first_token_s == pytest.approx(0.015) and one.tg_total_tok_s(4) == pytest.approx(100.0)
+    assert four.first_token_s == pytest.approx(0.030) and four.tg_total_tok_s(4) == pytest.approx(400.0)
+
+
 def test_a_prompt_larger_than_the_budget_spans_steps():
     run = simulate(flat, streams=1, requests_per_stream=1, input_tokens=2500, output_tokens=1, max_num_seqs=8, max_num_batched_tokens=1000)
     assert run.ttft_s == pytest.approx([0.020 + 0.020 + 0.015]) and run.steps == 3

@@ -22,7 +22,8 @@ from servelab.plan.calibration import Calibration, calibration
 from servelab.plan.fit import Measured, fit, fit_moe, leave_one_out
 from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
-from servelab.plan.predict import MIXED_SHARE, cohorts, limits_for, predict, terms
+from servelab.plan.limits import limits_for
+from servelab.plan.predict import MIXED_SHARE, cohorts, predict, terms
 from servelab.plan.quant import get_format
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -201,21 +202,28 @@ def test_padding_dip_on_a_spark_matches_the_published_one():
         assert padded.bottleneck == "CUDA-graph padding" and 0.17 <= 1 - padded.aggregate_tok_s / captured.aggregate_tok_s <= 0.25
 
 
-def test_routing_gamma_fits_the_published_spark_curve_and_holds_on_tp2():
-    """gpt-oss-120b MXFP4 on DGX Spark (kubis.ai, validation/spark_published.py): uniform routing cannot
-    reach the measured 5.5 × from 1 to 32 streams; γ fitted on one Spark follows it (median ≤ 10 %) and
-    keeps the held-out TP=2 curve within 25 % (uniform: 43 % worst)."""
+def test_the_spark_calibration_meets_the_published_curve_and_the_held_out_seed():
+    """gpt-oss-120b on a DGX Spark, llama-benchy's tg t/s (total) (validation/spark_published.py): with the
+    shipped vllm-dgx-spark calibration, --quant mxfp4-all and γ 0.46 the fitted one-Spark curve is within
+    8 % median and the seed's held-out table (issue 53, 2,048 / 128, 1–256 streams) within 10 % median and
+    15 % worst. The published checkpoint's BF16 attention and LM head (--quant mxfp4) cannot reach the
+    seed's one stream: its 5.0 GB a token at 273 GB/s is 54.6 tok/s at full bandwidth, the seed 58.3."""
     spec = importlib.util.spec_from_file_location("spark_published", ROOT / "validation" / "spark_published.py")
     sp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sp)
-    gamma = sp.fit_routing()
-    assert 0.3 <= gamma < 1
-    solo = [abs(e) for e in sp.errors(sp.decode_curve(gamma, 1, sp.SOLO), sp.SOLO)]
-    held = [abs(e) for e in sp.errors(sp.decode_curve(gamma, 2, sp.TP2), sp.TP2)]
-    uniform = [abs(e) for e in sp.errors(sp.decode_curve(1.0, 2, sp.TP2), sp.TP2)]
-    assert statistics.median(solo) <= 0.10 and max(held) <= 0.25 < max(uniform)
-    res = cli.invoke(app, ["predict", "--model", "gpt-oss-120b", "--hardware", "dgx-spark", "--quant", "mxfp4", "--routing", "0.5", "--json"])
-    assert res.exit_code == 0 and "B^0.5" in json.loads(res.output)["assumptions"]
+    cal = calibration("vllm-dgx-spark")
+    curve = {name: [abs(e) for e in sp.errors(sp.tg_curve(cal.bw_efficiency, cal.compute_efficiency, 0.46, tp, p, meas), meas)]
+             for name, (meas, tp, p) in sp.CURVES.items()}  # fmt: skip
+    fitted, seed = curve["one Spark (kubis.ai, fitted)"], curve["one Spark, 2,048 / 128 (the seed, held out)"]
+    assert statistics.median(fitted) <= 0.08 and statistics.median(seed) <= 0.10 and max(seed) <= 0.15
+    for quant in ("mxfp4", "mxfp4-all"):
+        res = cli.invoke(app, ["predict", "--model", "gpt-oss-120b", "--hardware", "dgx-spark", "--quant", quant, "--calibration", "vllm-dgx-spark",
+                               "--routing", "0.46", "--closed-loop", "batch", "--concurrency", "1,4", "--input-tokens", "2048", "--output-tokens", "128", "--json"])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        one = json.loads(res.output)["variants"][0]["points"][0]["tg_total_tok_s"]
+        assert (one < 0.8 * 58.3) if quant == "mxfp4" else (one > 0.9 * 58.3)
+    res = cli.invoke(app, ["predict", "--model", "gpt-oss-120b", "--hardware", "dgx-spark", "--quant", "mxfp4-all", "--closed-loop", "batch", "--concurrency", "4"])
+    assert res.exit_code == 0 and "tg tok/s (total)" in res.output
     res = cli.invoke(app, ["predict", "--model", "gpt-oss-120b", "--routing", "2"])
     assert res.exit_code == 2 and "--routing 2: give γ between 0.1 and 1" in res.output
 

@@ -87,8 +87,8 @@ def predict_cmd(
     speculative: Annotated[str | None, typer.Option(help="A speculative drafter: mtp:K (the model's MTP layers), eagle3:PATH or ngram:K; a model drafter's K passes per step read its weights.")] = None,
     draft_tokens: Annotated[int, typer.Option(min=0, help="Speculative decoding: draft tokens per step (default K of --speculative; without it, drafting costs only the calibrated time per step).")] = 0,
     acceptance: Annotated[float, typer.Option(min=0.0, max=1.0, help="Speculative decoding: acceptance rate, accepted ÷ drafted tokens (vLLM's; servelab bench reports it).")] = 0.7,
-    routing: Annotated[float, typer.Option(help="MoE routing γ: a decode step's B tokens reach the experts B^γ independent tokens would; 1 = uniform (default), 0.5 fitted on published gpt-oss-120b DGX Spark runs.")] = 1.0,
-    closed_loop: Annotated[Literal["stagger", "burst"], typer.Option(help="stagger: steady state (servelab bench's default); burst: the streams start together, 2 requests each (vllm bench serve --max-concurrency C --num-prompts 2C), run step by step through vLLM's scheduler; compare its TTFT mean and p99 (--json), not the p50.")] = "stagger",
+    routing: Annotated[float, typer.Option(help="MoE routing γ: a decode step's B tokens reach the experts B^γ independent tokens would; 1 = uniform (default), 0.46 fitted on a published gpt-oss-120b DGX Spark curve (validation/spark_published.py).")] = 1.0,
+    closed_loop: Annotated[Literal["stagger", "burst", "batch"], typer.Option(help="stagger: steady state (servelab bench's default); burst: the streams start together, 2 requests each (vllm bench serve --max-concurrency C --num-prompts 2C), run step by step through vLLM's scheduler; compare its TTFT mean and p99 (--json), not the p50; batch: the same with 1 request each (a servelab grid cell, llama-benchy), with its tg tok/s (total).")] = "stagger",
     plot: Annotated[Path | None, typer.Option(help="Also draw the curves to this PNG file.")] = None,
     overlay: Annotated[list[Path] | None, typer.Option(help="With --plot: a measured run (directory or run.json) drawn over the curves; repeatable.")] = None,
     vary: Annotated[list[str] | None, typer.Option(help="Compare alternatives: KEY=V1,V2 with KEY quant, tp, draft-tokens, acceptance, max-num-seqs, max-num-batched-tokens, routing or max-capture-size (repeatable); prints Δ% against the first.")] = None,
@@ -102,7 +102,7 @@ def predict_cmd(
     rates = parse_float_list(rate, "--rate") if rate else None
     sizes = parse_int_list(capture_sizes, "--capture-sizes") if capture_sizes else None
     if not 0.1 <= routing <= 1:
-        raise ServelabError(f"--routing {routing:g}: give γ between 0.1 and 1 (1 = uniform routing; 0.5 fitted on gpt-oss-120b)")
+        raise ServelabError(f"--routing {routing:g}: give γ between 0.1 and 1 (1 = uniform routing; 0.46 fitted on gpt-oss-120b)")
     drafter = parse_drafter(speculative, spec, 2.0, draft_tokens) if speculative else None
     draft_tokens = draft_tokens or (drafter.num_tokens if drafter else 0)
     base = {"quant": quant, "tp": tp, "draft-tokens": draft_tokens, "acceptance": acceptance, "max-num-seqs": max_num_seqs,
@@ -193,14 +193,16 @@ def _curve_table(v: dict, limits, points, title: str, caption: str) -> Table:
     open_loop = isinstance(points[0], RatePoint)
     for col in ("req/s", "in flight") if open_loop else ("streams",):
         table.add_column(col, justify="right")
-    for col in ("running", "decode tok/s per stream", "output tok/s per stream", "aggregate tok/s", "TTFT ms", "TPOT ms", "E2E s", "bottleneck"):
+    batch = "batch" in title.rsplit(" · ", 1)[-1]  # a batch's decode window (servelab grid's tg t/s total)
+    for col in ("running", "decode tok/s per stream", "output tok/s per stream", "aggregate tok/s", *(("tg tok/s (total)",) if batch else ()),
+                "TTFT ms", "TPOT ms", "E2E s", "bottleneck"):  # fmt: skip
         table.add_column(col, justify="left" if col == "bottleneck" else "right")
     for raw, p in zip(points, _points(points)):
         grows = open_loop and raw.saturated  # the queue grows while arrivals last
         level = (f"{raw.rate_rps:g}", str(p.concurrency)) if open_loop else (str(p.concurrency),)
         table.add_row(*level, str(p.running), f"{1 / p.tpot_s:,.1f}", f"{p.per_stream_tok_s:,.1f}", f"{p.aggregate_tok_s:,.0f}",
-                      "grows" if grows else f"{p.ttft_s * 1e3:,.0f}", f"{p.tpot_s * 1e3:,.2f}", "grows" if grows else f"{(p.e2e_s + p.queue_s):,.2f}",
-                      p.bottleneck)  # fmt: skip
+                      *((f"{p.tg_total_tok_s:,.1f}",) if batch else ()), "grows" if grows else f"{p.ttft_s * 1e3:,.0f}", f"{p.tpot_s * 1e3:,.2f}",
+                      "grows" if grows else f"{(p.e2e_s + p.queue_s):,.2f}", p.bottleneck)  # fmt: skip
     table.caption = caption + (f" max_num_seqs {limits.max_num_seqs}, max_num_batched_tokens {limits.max_num_batched_tokens}, "
                                f"KV cache for {limits.kv_requests:,.0f} such requests.")  # fmt: skip
     return table

@@ -34,6 +34,7 @@ requests: ``servelab.plan.predict`` caps the batch); no prefix-cache hits.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,12 +55,18 @@ class _Request:
 @dataclass(frozen=True)
 class Burst:
     """Per request (in completion order) TTFT and E2E latency, s; ``span_s`` from the first send to the
-    last token, s; ``steps`` run."""
+    last token, s; ``steps`` run; ``first_token_s`` from the first send to the first token of any request, s."""
 
     ttft_s: list[float] = field(default_factory=list)
     e2e_s: list[float] = field(default_factory=list)
     span_s: float = 0.0
     steps: int = 0
+    first_token_s: float = 0.0
+
+    def tg_total_tok_s(self, output_tokens: int) -> float:
+        """Decode throughput of the burst, tok/s: Σ (O − 1) over its requests ÷ (last token − first
+        first-token), servelab grid's and llama-benchy's "tg t/s (total)" (docs/metrics.md, "Grid")."""
+        return len(self.e2e_s) * (output_tokens - 1) / (self.span_s - self.first_token_s)
 
     def ttft(self, stat: str) -> float:
         """TTFT ``mean``, ``p50`` or ``p99``, s."""
@@ -102,7 +109,7 @@ def simulate(
     waiting: deque[_Request] = deque()
     running: list[_Request] = []
     ttft, e2e = [], []
-    now, steps, prompted = 0.0, 0, False  # prompted: the last step carried prompts
+    now, steps, prompted, first_token = 0.0, 0, False, math.inf  # prompted: the last step carried prompts
     scheduled_at = [0.0, 0.0]  # when the scheduler decided the previous step and this one (asynchronous scheduling)
     while arrivals or waiting or running:
         if not running and not waiting and arrivals[0].arrives > now:  # idle engine: the next arrival is scheduled at once
@@ -149,6 +156,7 @@ def simulate(
         for r in running:
             if r in done_prefill:
                 r.first, r.generated = now, 1
+                first_token = min(first_token, now)
             elif r in decoding:
                 r.generated += 1
             if r.generated >= output_tokens:
@@ -160,4 +168,4 @@ def simulate(
             if left[r.stream]:
                 left[r.stream] -= 1
                 arrivals.append(send(r.stream, now))
-    return Burst(ttft, e2e, now, steps)
+    return Burst(ttft, e2e, now, steps, first_token)

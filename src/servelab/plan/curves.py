@@ -19,7 +19,8 @@ from servelab.plan.calibration import Calibration
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.drafter import Drafter
 from servelab.metrics.slo import Objective
-from servelab.plan.predict import Limits, Point, Terms, limits_for, predict, terms
+from servelab.plan.limits import Limits, limits_for
+from servelab.plan.predict import Point, Terms, predict, terms
 from servelab.plan.rate import RatePoint, at_rate
 from servelab.values.specs import Hardware, ModelSpec
 
@@ -33,7 +34,7 @@ class PredictedLoad:
     output_tokens: int
     levels: list[int]
     rates: list[float] | None = None
-    mode: Literal["stagger", "burst"] = "stagger"
+    mode: Literal["stagger", "burst", "batch"] = "stagger"
     capture_sizes: list[int] | None = None  # the server's CUDA-graph capture sizes (None: vLLM's)
 
 

@@ -7,7 +7,7 @@ Three closed-loop levels, steady state (stagger), every prompt unique (cold), of
   batch of one: its time is the weights ÷ (bandwidth · η_bw) plus the layers' t_ℓ; its TTFT is one
   prompt's prefill (η_c), which the fit does not use but the error reports;
 - **the high level**, ``HIGH`` streams or the most the server runs at once (max_num_seqs, its KV
-  cache: ``servelab.plan.predict.limits_for``), whichever is fewer: prompts ride most steps and the
+  cache: ``servelab.plan.limits.limits_for``), whichever is fewer: prompts ride most steps and the
   steps that carry them exceed the largest CUDA-graph size, so the compute efficiency η_c and the
   step without graphs (t_eager) weigh there;
 - **a middle level**, a quarter of the high one (at least 2): the decode batch reads the KV cache of
@@ -21,7 +21,7 @@ from __future__ import annotations
 from servelab.plan.model_spec import load_model
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.hardware import load_hardware
-from servelab.plan.predict import limits_for
+from servelab.plan.limits import limits_for
 
 HIGH = 64  # streams: the MoE steady state's level of issue 53's truth rules, within most servers' max_num_seqs
 

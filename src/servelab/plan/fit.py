@@ -17,7 +17,8 @@ import numpy as np
 from servelab.errors import ServelabError
 from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, Calibration
 from servelab.plan.drafter import parse_drafter
-from servelab.plan.predict import Point, Terms, fitted_extras, limits_for, predict, step_times, terms
+from servelab.plan.limits import limits_for
+from servelab.plan.predict import Point, Terms, fitted_extras, predict, step_times, terms
 from servelab.plan.quant import QuantFormat
 from servelab.plan.roofline import spec_tokens_per_step
 from servelab.store.results import RunResult

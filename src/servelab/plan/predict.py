@@ -59,7 +59,8 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
   then the wave decodes at full batch with CUDA graphs; each stream's next request (``BURST_REQUESTS``
   per stream) arrives as its previous one ends. TTFT is bimodal: its mean and p99 are the figures
   to compare (``ttft_mean_s``, ``ttft_p99_s``); a burst with speculative decoding is priced as the
-  steady state (not step by step);
+  steady state (not step by step); **batch** (``--closed-loop batch``): the same with one request per
+  stream, a ``servelab grid`` cell or a llama-benchy batch, whose tg t/s (total) is ``tg_total_tok_s``;
 - E2E = TTFT + (O − 1) · TPOT; output tok/s per stream = O ÷ E2E, aggregate = c · O ÷ (E2E + queue wait).
 
 Tensor parallel over ``tp`` GPUs (or nodes): bytes and FLOPs per GPU come from the roofline; each
@@ -100,11 +101,10 @@ from functools import lru_cache
 import numpy as np
 
 from servelab.engines import plan_engine
-from servelab.errors import ServelabError
 from servelab.plan.burst import simulate
 from servelab.plan.calibration import Calibration
 from servelab.plan.drafter import Drafter
-from servelab.plan.memory import plan_memory
+from servelab.plan.limits import Limits
 from servelab.plan.quant import QuantFormat
 from servelab.plan.roofline import compute_dtype, decode_step, prefill, spec_tokens_per_step, weights_touched
 from servelab.values.specs import Hardware, ModelSpec
@@ -116,43 +116,7 @@ API_TTFT_S = 0.005  # TTFT's share outside the engine steps (HTTP, chat template
 ADMIT_S_PER_TOKEN = 2.0e-6  # the API server's time per request, per prompt token, one request after another (chat endpoint): a 256-stream burst of 1,024-token prompts ended 550 ms later than without it (validation/waves-h100/burst-*: TTFT p99 6.42–6.45 s measured, 5.88 s simulated), 2.1 ms a request
 ASYNC_WAIT_STEPS = 2  # steady state: the steps a new request waits for before the one that carries its prompt (module docstring; vLLM's asynchronous scheduling)
 NO_GRAPH = ("prefill, in steps without CUDA graphs", "no CUDA graph (batch above the largest capture size)")  # the bottlenecks a larger capture size lifts
-BURST_REQUESTS = 2  # a burst's requests per stream: vllm bench serve --max-concurrency C --num-prompts 2C (the way issue 38's truth was measured)
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The engine's scheduler limits for the prediction (vLLM's names)."""
-
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    capture_sizes: list[int]
-    kv_requests: float  # requests of P + O tokens the KV cache holds (servelab plan)
-
-
-def limits_for(
-    spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, tp: int, input_tokens: int, output_tokens: int,
-    max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None, capture_sizes: list[int] | None = None, draft_tokens: int = 0,
-    max_capture_size: int | None = None, kv_dtype_bytes: float = 2.0, gpu_memory_utilization: float | None = None,
-) -> Limits:  # fmt: skip
-    """The plan engine's limits (its defaults for the hardware where not given, its default
-    capture sizes for them and ``draft_tokens``, up to ``max_capture_size`` tokens where given) and the
-    requests of P + O tokens ``servelab plan`` fits in the KV cache (of ``kv_dtype_bytes`` per
-    element, in ``gpu_memory_utilization`` of the memory: ``servelab.plan.memory.plan_memory``).
-
-    Raises:
-        ServelabError: the model does not fit (no KV cache left, or not one request).
-    """
-    engine = plan_engine()
-    mbt_default, seqs_default = engine.batch_defaults(hw)
-    seqs, mbt = max_num_seqs or seqs_default, max_num_batched_tokens or mbt_default
-    mem = plan_memory(spec, fmt, hw, tp=tp, max_model_len=input_tokens + output_tokens, max_num_seqs=seqs, max_num_batched_tokens=mbt,
-                      kv_dtype_bytes=kv_dtype_bytes, gpu_memory_utilization=gpu_memory_utilization)  # fmt: skip
-    if not mem.fits:
-        raise ServelabError(f"{spec.name} in {fmt.name} does not fit {hw.name} at TP {tp} ({'; '.join(mem.notes) or 'no KV cache left'}): "
-                            "nothing to predict; `servelab plan` shows the memory, try another --quant or --tp")  # fmt: skip
-    kv = mem.max_concurrency
-    return Limits(max_num_seqs=seqs, max_num_batched_tokens=mbt, capture_sizes=capture_sizes or engine.capture_sizes(seqs, mbt, draft_tokens, largest=max_capture_size),
-                  kv_requests=kv)  # fmt: skip
+BURST_REQUESTS = {"burst": 2, "batch": 1}  # requests per stream: vllm bench serve --max-concurrency C --num-prompts 2C (issue 38's truth); a grid cell, llama-benchy's batch
 
 
 @dataclass(frozen=True)
@@ -173,6 +137,7 @@ class Point:
     bottleneck: str
     ttft_mean_s: float  # bursts: TTFT is bimodal (waves), so compare its mean and p99; the steady state: the p50 (``ttft_s``)
     ttft_p99_s: float
+    tg_total_tok_s: float = 0.0  # bursts and batches: Σ (O − 1) ÷ (last token − first first-token), servelab grid's tg t/s (total)
 
 
 @dataclass(frozen=True)
@@ -191,7 +156,7 @@ class Terms:
     draft_bytes_s: float = 0.0  # … the weights they read ÷ bandwidth
     allreduce_s: float = 0.0  # tensor parallel: the decode step's all-reduces (not scaled by the efficiencies)
     prefill_allreduce_s: float = 0.0  # … and one prompt's
-    mode: str = "stagger"  # how the streams send (module docstring): ``stagger`` or ``burst``
+    mode: str = "stagger"  # how the streams send (module docstring): ``stagger``, ``burst`` or ``batch``
     prompts_per_step: float = 0.0  # k: prompts prefilled beside a decoding request, per decode step
     mixed_bytes_s: float = 0.0  # a mixed step (the decode batch and its cohort of m prompts, :func:`cohorts`): weights ÷ bandwidth
     mixed_flops_s: float = 0.0  # … its FLOPs ÷ peak
@@ -344,7 +309,7 @@ def fitted_extras(t: Terms, cal: Calibration) -> tuple[float, float]:
 def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int, acceptance: float = 0.0) -> Point:
     """A level's prediction from its terms and a calibration; with draft tokens, ``acceptance`` the
     acceptance rate, accepted ÷ drafted tokens (module docstring)."""
-    if t.mode == "burst" and t.step_at and not t.draft_tokens:
+    if t.mode in BURST_REQUESTS and t.step_at and not t.draft_tokens:
         return _burst(t, cal, concurrency=concurrency, output_tokens=output_tokens)
     layer, draft = cal.layer_overhead_us / 1e6, (cal.draft_overhead_ms / 1e3 if t.draft_tokens else 0.0)
     fitted_moe, fitted_eager = fitted_extras(t, cal)  # step_times adds the format's own to tpot and ttft
@@ -382,7 +347,7 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
 
 
 def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) -> Point:
-    """A burst level (``BURST_REQUESTS`` per stream) from the step-by-step scheduler of
+    """A burst or batch level (``BURST_REQUESTS`` per stream) from the step-by-step scheduler of
     ``servelab.plan.burst``, each step's time the roofline with the calibration: max(weights ÷
     (bandwidth · η_bw), FLOPs ÷ (peak · η_c · clock)) + KV ÷ (bandwidth · η_bw) + all-reduces + L · t_ℓ (+ t_eager
     above the largest capture size), clock ``Terms.power_clock`` for a step with prompts right after another
@@ -399,7 +364,8 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
         clock = t.power_clock if sustained and prompt else 1.0  # a wave's prefill, step after step: at the power-capped clock
         return max(x.bytes_s / cal.bw_efficiency, x.flops_s / cal.compute_efficiency / clock) + x.kv_s / cal.bw_efficiency + x.allreduce_s + t0 + eager * x.eager
 
-    run = simulate(step_s, streams=concurrency, requests_per_stream=BURST_REQUESTS, input_tokens=t.input_tokens, output_tokens=output_tokens,
+    requests = BURST_REQUESTS[t.mode]
+    run = simulate(step_s, streams=concurrency, requests_per_stream=requests, input_tokens=t.input_tokens, output_tokens=output_tokens,
                    max_num_seqs=t.max_running, max_num_batched_tokens=t.max_num_batched_tokens, admit_s=ADMIT_S_PER_TOKEN * t.input_tokens)  # fmt: skip
     e2e, tpot, mean = API_TTFT_S + float(np.mean(run.e2e_s)), run.tpot_s(output_tokens), run.ttft("mean")
     decode, prefill = step_s(t.running, 0, False), step_s(0, t.input_tokens, False)
@@ -415,4 +381,5 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
     else:
         bottleneck = "bandwidth" if (x.bytes_s + x.kv_s) / cal.bw_efficiency >= x.flops_s / cal.compute_efficiency else "compute"
     return Point(concurrency, t.running, t.padded, decode, prefill, API_TTFT_S + run.ttft("p50"), tpot, e2e, 0.0, output_tokens / e2e,
-                 concurrency * BURST_REQUESTS * output_tokens / run.span_s, bottleneck, API_TTFT_S + mean, API_TTFT_S + run.ttft("p99"))  # fmt: skip
+                 concurrency * requests * output_tokens / run.span_s, bottleneck, API_TTFT_S + mean, API_TTFT_S + run.ttft("p99"),
+                 run.tg_total_tok_s(output_tokens))  # fmt: skip

@@ -10,6 +10,7 @@ Bits per weight, from ../shared/reference/models.yaml ``quantization_formats`` a
 | mxfp8 | 8.25 | e4m3 + E8M0 per 32 (OCP MX) |
 | nvfp4 | 4.5 | e2m1 + FP8 scale per 16 (+ fp32 per tensor) (NVIDIA / Intel NC NVFP4 table) |
 | mxfp4 | 4.25 | e2m1 + E8M0 per 32 (OCP MX; gpt-oss card) |
+| mxfp4-all | 4.25 | the same on the routed experts, attention (qkv, o) and the LM head: eugr/spark-vllm-docker's ``--exp-mxfp4`` build with ``--mxfp4-layers moe,qkv,o,lm_head`` (its canonical gpt-oss recipe; anchors-serving-ops.md), which quantizes the published checkpoint's BF16 attention and LM head at load |
 | gptq-int4 / awq-int4, group g | 4 + 16/g + 4/g | int4 + fp16 scale + packed int4 zero per group (AutoGPTQ layout); g = 128 → 4.156 |
 | gguf-q8_0 | 8.5 | 34 B / 32 (llama.cpp ``ggml-common.h``) |
 | gguf-q4_k_m | 4.89 | Q4_K (4.5) mixed with Q6_K on attn_v, half of ffn_down, output: ~4.8–4.9 over whole files (Llama-3.1-8B 4.92 GB / 8.03 B params = 4.90; Qwen3-32B 4.83; gemma-3-27b 4.89) |
@@ -17,7 +18,7 @@ Bits per weight, from ../shared/reference/models.yaml ``quantization_formats`` a
 What stays BF16 (conventions of the published checkpoints): embeddings, lm_head, norms and MoE
 routers for every non-GGUF format; ``mxfp4`` quantizes only the routed experts (gpt-oss), and so
 does ``nvfp4-experts`` (nvidia's Qwen3.5 NVFP4 exports keep attention, Gated DeltaNet and shared
-experts in BF16: models-notes.md); GGUF files quantize every tensor (embeddings and output
+experts in BF16: models-notes.md), and ``mxfp4-all`` only the embeddings, norms and routers; GGUF files quantize every tensor (embeddings and output
 included), so the whole-file average is used.
 """
 
@@ -65,6 +66,8 @@ FORMATS: dict[str, QuantFormat] = {
         QuantFormat("nvfp4", 4.5, LINEAR_KINDS, "e2m1 + FP8 E4M3 scale per 16 (+ fp32 per tensor)"),
         QuantFormat("nvfp4-experts", 4.5, ("experts",), "NVFP4 on routed experts only, attention/GDN/shared experts BF16 (nvidia Qwen3.5 NVFP4 exports)"),
         QuantFormat("mxfp4", 4.25, ("experts",), "OCP MX: e2m1 + E8M0 per 32; routed experts only (gpt-oss)"),
+        QuantFormat("mxfp4-all", 4.25, ("experts", "attn", "lm_head"),
+                    "OCP MX: e2m1 + E8M0 per 32 on the routed experts, attention and LM head (--mxfp4-layers moe,qkv,o,lm_head of the --exp-mxfp4 vLLM build)"),
         QuantFormat("gptq-int4", _gptq(128), LINEAR_KINDS, "int4 + fp16 scale + int4 zero per group of 128 (AutoGPTQ)"),
         QuantFormat("gptq-int4-g32", _gptq(32), LINEAR_KINDS, "int4 + fp16 scale + int4 zero per group of 32 (AutoGPTQ)"),
         QuantFormat("awq-int4", _gptq(128), LINEAR_KINDS, "int4 + fp16 scale + int4 zero per group of 128 (AutoAWQ)"),

@@ -9,8 +9,8 @@ Decode step at batch B (sequences) and context L, per GPU of a ``tp`` group:
                       + MoE layers × E[distinct experts] × one expert's bytes
     E[distinct experts] = E · (1 − (1 − k/E)^(B^γ))   (B tokens, each routed to k of E experts; γ = 1:
                       uniformly, the default; γ < 1: tokens share experts as B^γ independent ones would,
-                      ``servelab predict --routing γ``, 0.5 fitted on published gpt-oss-120b DGX Spark
-                      runs, validation/RESULTS-predict.md)
+                      ``servelab predict --routing γ``, 0.46 fitted on a published gpt-oss-120b DGX Spark
+                      curve, validation/spark_published.py)
     FLOPs = 2 · B · active parameters + attention: 4 · L_eff · heads · head_dim per attention
             layer per token (QKᵀ and AV; L_eff = min(L, window) on sliding layers; MLA decodes with
             its up-projections absorbed, attending in its latent space: 2 · L · heads · 2 · (kv_lora + rope),
