@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""``servelab calibrate --url`` on a GPU server, checked on the same server's bursts and other steady-state levels
+(issue 53: "after calibrate on a server's steady-state levels: its bursts within 15 %, its steady state at other
+concurrencies within 10 %").
+
+Data (validation/calibrate-h200/, one H200, 16-core Xeon host, vLLM 0.25 kit, dummy weights, uniform routing):
+``validation/cold_gpu.py --model deepseek-v2-lite --levels 1,16,64 --stagger-levels 4,32 --duration 15s --calibrate h200``
+started DeepSeek-V2-Lite (bf16, FlashMLA), warmed every level up, ran ``servelab calibrate --url`` (its design: 1, 16
+and 64 streams, 30 s each, steady state, cold; the shipped calibration as prior), then ``vllm bench serve`` bursts
+at 1, 16 and 64 streams (2 requests a stream, a seed and a prefix-cache reset a level) and ``servelab bench`` at 4 and
+32 streams (15 s). 512 / 128 tokens. Prefix-cache hits 0 everywhere; the one Triton JIT line came in the warm-up.
+
+Prints each check level, measured and predicted with the server's own calibration and with the shipped one.
+Usage: ``python validation/calibrate_check.py`` (no GPU).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "validation" / "calibrate-h200"
+MODEL = str(ROOT / "validation" / "configs" / "deepseek-v2-lite")
+
+
+def predicted(calibration: str, mode: str, levels: list[int]) -> dict[int, dict]:
+    """servelab predict's points (by concurrency) for the check's load with ``calibration``."""
+    cmd = [sys.executable, "-m", "servelab", "predict", "--model", MODEL, "--hardware", "h200", "--closed-loop", mode, "--input-tokens", "512",
+           "--output-tokens", "128", "--concurrency", ",".join(map(str, levels)), "--calibration", calibration, "--json"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+    return {p["concurrency"]: p for p in json.loads(out.stdout)["variants"][0]["points"]}
+
+
+def main() -> None:
+    bursts = {lv["concurrency"]: lv for lv in json.loads((DATA / "deepseek-v2-lite-bursts.json").read_text())["levels"]}
+    stagger = {lv["concurrency"]: lv for lv in json.loads((DATA / "deepseek-v2-lite-stagger-run.json").read_text())["levels"]}
+    own = str(DATA / "deepseek-v2-lite-calibration.yaml")
+    print("| level | measured tok/s | own calibration | shipped (vllm-0.25-h100-bf16) | measured TTFT ms | predicted (own) |\n|---|---|---|---|---|---|")
+    for mode, measured in (("burst", bursts), ("stagger", stagger)):
+        got = {cal: predicted(cal, mode, sorted(measured)) for cal in (own, "vllm-0.25-h100-bf16")}
+        for c, lv in sorted(measured.items()):
+            tok = lv["output_throughput"] if mode == "burst" else lv["output_throughput_tok_s"]
+            ttft = lv["mean_ttft_ms"] if mode == "burst" else lv["ttft_ms"]["p50"]
+            cells = [f"{p[c]['aggregate_tok_s']:,.0f} ({100 * (p[c]['aggregate_tok_s'] / tok - 1):+.1f} %)" for p in got.values()]
+            key = "ttft_mean_s" if mode == "burst" else "ttft_s"
+            print(f"| {mode} {c} | {tok:,.0f} | {cells[0]} | {cells[1]} | {ttft:,.0f} ({'mean' if mode == 'burst' else 'p50'}) | {got[own][c][key] * 1e3:,.0f} |")
+
+
+if __name__ == "__main__":
+    main()
