@@ -46,6 +46,8 @@ def test_a_batchs_decode_window_runs_from_the_first_first_token_to_the_last_toke
     four = simulate(flat, streams=4, requests_per_stream=1, input_tokens=500, output_tokens=4, max_num_seqs=8, max_num_batched_tokens=8192)
     assert one.first_token_s == pytest.approx(0.015) and one.tg_total_tok_s(4) == pytest.approx(100.0)
     assert four.first_token_s == pytest.approx(0.030) and four.tg_total_tok_s(4) == pytest.approx(400.0)
+    single = simulate(flat, streams=4, requests_per_stream=1, input_tokens=500, output_tokens=1, max_num_seqs=8, max_num_batched_tokens=8192)
+    assert single.tg_total_tok_s(1) == 0.0  # no token after the first: no decode window
 
 
 def test_a_prompt_larger_than_the_budget_spans_steps():

@@ -224,6 +224,7 @@ def test_the_spark_calibration_meets_the_published_curve_and_the_held_out_seed()
         assert (one < 0.8 * 58.3) if quant == "mxfp4" else (one > 0.9 * 58.3)
     res = cli.invoke(app, ["predict", "--model", "gpt-oss-120b", "--hardware", "dgx-spark", "--quant", "mxfp4-all", "--closed-loop", "batch", "--concurrency", "4"])
     assert res.exit_code == 0 and "tg tok/s (total)" in res.output
+    assert {"mlp", "lm_head"} <= set(get_format("mxfp4-all", load_model("qwen3-8b")).quantized)  # a dense model: every linear and the LM head
     res = cli.invoke(app, ["predict", "--model", "gpt-oss-120b", "--routing", "2"])
     assert res.exit_code == 2 and "--routing 2: give γ between 0.1 and 1" in res.output
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """``servelab predict`` against published DGX Spark measurements of gpt-oss-120b, and the DGX Spark
-calibration (``vllm-spark-gb10`` in servelab/data/calibration.yaml) fitted on them.
+calibration (``vllm-dgx-spark`` in servelab/data/calibration.yaml) fitted on them.
 
 Every figure here is llama-benchy's "tg t/s (total)": a batch of C requests started together, Σ (O − 1)
 ÷ (last token − first first-token) (``servelab predict --closed-loop batch``, ``Point.tg_total_tok_s``),

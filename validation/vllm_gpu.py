@@ -102,13 +102,16 @@ def stop(pgid: int) -> None:
     os.killpg(pgid, signal.SIGKILL)
 
 
-def servelab(*args: str) -> None:
-    """Run the real ``servelab`` CLI with ``args`` (its ``--output`` directory gets its console as OUTPUT.stdout.txt)."""
+def servelab(*args: str, check: bool = False) -> None:
+    """Run the real ``servelab`` CLI with ``args`` (its ``--output`` directory gets its console as OUTPUT.stdout.txt);
+    ``check``: raise RuntimeError when it exits non-zero (bench exits 1 on a run with failed requests, which is data)."""
     out = Path(args[args.index("--output") + 1])
     proc = subprocess.run([sys.executable, "-m", "servelab", *args], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{os.environ.get('PYTHONPATH', '')}"})  # fmt: skip
     (out.parent / f"{out.name}.stdout.txt").write_text(proc.stdout + proc.stderr)
     print(proc.stdout[-6000:], proc.stderr[-2000:], flush=True)
+    if check and proc.returncode:
+        raise RuntimeError(f"servelab {args[0]} failed ({proc.returncode}): {proc.stderr[-500:]}")
 
 
 def bench(url: str, out: Path, levels: str, *extra: str):

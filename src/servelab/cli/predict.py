@@ -193,7 +193,7 @@ def _curve_table(v: dict, limits, points, title: str, caption: str) -> Table:
     open_loop = isinstance(points[0], RatePoint)
     for col in ("req/s", "in flight") if open_loop else ("streams",):
         table.add_column(col, justify="right")
-    batch = "batch" in title.rsplit(" · ", 1)[-1]  # a batch's decode window (servelab grid's tg t/s total)
+    batch = any(p.tg_total_tok_s is not None for p in _points(points)) and "batch" in title.rsplit(" · ", 1)[-1]  # a batch's decode window
     for col in ("running", "decode tok/s per stream", "output tok/s per stream", "aggregate tok/s", *(("tg tok/s (total)",) if batch else ()),
                 "TTFT ms", "TPOT ms", "E2E s", "bottleneck"):  # fmt: skip
         table.add_column(col, justify="left" if col == "bottleneck" else "right")
@@ -201,7 +201,7 @@ def _curve_table(v: dict, limits, points, title: str, caption: str) -> Table:
         grows = open_loop and raw.saturated  # the queue grows while arrivals last
         level = (f"{raw.rate_rps:g}", str(p.concurrency)) if open_loop else (str(p.concurrency),)
         table.add_row(*level, str(p.running), f"{1 / p.tpot_s:,.1f}", f"{p.per_stream_tok_s:,.1f}", f"{p.aggregate_tok_s:,.0f}",
-                      *((f"{p.tg_total_tok_s:,.1f}",) if batch else ()), "grows" if grows else f"{p.ttft_s * 1e3:,.0f}", f"{p.tpot_s * 1e3:,.2f}",
+                      *((f"{p.tg_total_tok_s:,.1f}" if p.tg_total_tok_s is not None else "–",) if batch else ()), "grows" if grows else f"{p.ttft_s * 1e3:,.0f}", f"{p.tpot_s * 1e3:,.2f}",
                       "grows" if grows else f"{(p.e2e_s + p.queue_s):,.2f}", p.bottleneck)  # fmt: skip
     table.caption = caption + (f" max_num_seqs {limits.max_num_seqs}, max_num_batched_tokens {limits.max_num_batched_tokens}, "
                                f"KV cache for {limits.kv_requests:,.0f} such requests.")  # fmt: skip

@@ -66,7 +66,8 @@ class Burst:
     def tg_total_tok_s(self, output_tokens: int) -> float:
         """Decode throughput of the burst, tok/s: Σ (O − 1) over its requests ÷ (last token − first
         first-token), servelab grid's and llama-benchy's "tg t/s (total)" (docs/metrics.md, "Grid")."""
-        return len(self.e2e_s) * (output_tokens - 1) / (self.span_s - self.first_token_s)
+        window = self.span_s - self.first_token_s
+        return len(self.e2e_s) * (output_tokens - 1) / window if window > 0 else 0.0  # one output token: no decode window
 
     def ttft(self, stat: str) -> float:
         """TTFT ``mean``, ``p50`` or ``p99``, s."""

@@ -137,7 +137,7 @@ class Point:
     bottleneck: str
     ttft_mean_s: float  # bursts: TTFT is bimodal (waves), so compare its mean and p99; the steady state: the p50 (``ttft_s``)
     ttft_p99_s: float
-    tg_total_tok_s: float = 0.0  # bursts and batches: Σ (O − 1) ÷ (last token − first first-token), servelab grid's tg t/s (total)
+    tg_total_tok_s: float | None = None  # bursts and batches run step by step: Σ (O − 1) ÷ (last token − first first-token), servelab grid's tg t/s (total)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ Bits per weight, from ../shared/reference/models.yaml ``quantization_formats`` a
 What stays BF16 (conventions of the published checkpoints): embeddings, lm_head, norms and MoE
 routers for every non-GGUF format; ``mxfp4`` quantizes only the routed experts (gpt-oss), and so
 does ``nvfp4-experts`` (nvidia's Qwen3.5 NVFP4 exports keep attention, Gated DeltaNet and shared
-experts in BF16: models-notes.md), and ``mxfp4-all`` only the embeddings, norms and routers; GGUF files quantize every tensor (embeddings and output
+experts in BF16: models-notes.md), and ``mxfp4-all`` also attention and the LM head (a MoE's MLP and shared experts,
+a hybrid's recurrent layers stay BF16: the fork's ``moe,qkv,o,lm_head``); GGUF files quantize every tensor (embeddings and output
 included), so the whole-file average is used.
 """
 
@@ -79,7 +80,7 @@ KV_DTYPES = {"auto": 2.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0,
 
 
 def get_format(name: str, spec: ModelSpec | None = None) -> QuantFormat:
-    """A format by name (case-insensitive). ``mxfp4`` on a dense model quantizes all its linears.
+    """A format by name (case-insensitive). ``mxfp4`` and ``mxfp4-all`` on a dense model quantize all its linears (and the latter its LM head).
 
     Raises:
         ServelabError: unknown format, with the closest names.
@@ -89,8 +90,8 @@ def get_format(name: str, spec: ModelSpec | None = None) -> QuantFormat:
     if fmt is None:
         close = difflib.get_close_matches(name.lower(), FORMATS, n=3, cutoff=0.3)
         raise ServelabError(f"--quant {name!r} is not a known format; closest: {', '.join(close) or ', '.join(FORMATS)}")
-    if fmt.name == "mxfp4" and spec is not None and not spec.params.get("experts"):
-        return QuantFormat("mxfp4", fmt.bits, LINEAR_KINDS, fmt.source + "; all linears on a dense model")
+    if fmt.name in ("mxfp4", "mxfp4-all") and spec is not None and not spec.params.get("experts"):
+        return QuantFormat(fmt.name, fmt.bits, LINEAR_KINDS + (("lm_head",) if "lm_head" in fmt.quantized else ()), fmt.source + "; all linears on a dense model")
     return fmt
 
 
