@@ -151,7 +151,7 @@ def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, rou
                f"Assumes {_assumptions(routing)}.")  # fmt: skip
     title = f"predicted: {spec.name} · {hw.name} · {input_tokens:,} in / {output_tokens:,} out · " + ("open loop" if rates else closed_loop)
     title, caption = escape(title), escape(caption)  # model names and calibration files are the user's text, not markup
-    console.print(_compare_table(results, labels, title, caption) if len(results) > 1 else _curve_table(*results[0], title, caption))
+    console.print(_compare_table(results, labels, title, caption) if len(results) > 1 else _curve_table(*results[0], title, caption, batch=closed_loop == "batch"))
     for v, why in unfit:
         console.print(f"[yellow]{escape(f'{_label(v)}: {why}')}[/]", soft_wrap=True, highlight=False)
     if not compared and (hint := _capture_hint(results, input_tokens)):
@@ -187,13 +187,14 @@ def _points(points: list) -> list[Point]:
     return [p.point if isinstance(p, RatePoint) else p for p in points]
 
 
-def _curve_table(v: dict, limits, points, title: str, caption: str) -> Table:
+def _curve_table(v: dict, limits, points, title: str, caption: str, *, batch: bool = False) -> Table:
+    """One variant's curve; ``batch``: a --closed-loop batch prediction, with its tg tok/s (total) where the level ran step by step."""
     spec_note = f" · {v['draft-tokens']} draft tokens at α {v['acceptance']}" if v["draft-tokens"] else ""
     table = Table(title=f"{title} · {escape(v['quant'])}" + (f" × TP {v['tp']}" if v["tp"] > 1 else "") + spec_note)
     open_loop = isinstance(points[0], RatePoint)
     for col in ("req/s", "in flight") if open_loop else ("streams",):
         table.add_column(col, justify="right")
-    batch = any(p.tg_total_tok_s is not None for p in _points(points)) and "batch" in title.rsplit(" · ", 1)[-1]  # a batch's decode window
+    batch = batch and any(p.tg_total_tok_s is not None for p in _points(points))  # a batch's decode window (servelab grid's tg t/s total)
     for col in ("running", "decode tok/s per stream", "output tok/s per stream", "aggregate tok/s", *(("tg tok/s (total)",) if batch else ()),
                 "TTFT ms", "TPOT ms", "E2E s", "bottleneck"):  # fmt: skip
         table.add_column(col, justify="left" if col == "bottleneck" else "right")

@@ -168,7 +168,7 @@ def parse_config(cfg: dict, name: str = "model") -> ModelSpec:
         name=meta.get("id", name), model_type=mt, hidden_size=H, vocab_size=V, layers=[], num_heads=nh, num_kv_heads=nkv,
         head_dim=hd, tied_embeddings=tied, max_position_embeddings=cfg.get("max_position_embeddings"),
         reference=meta.get("reference", {}), published_sizes=meta.get("published_checkpoint_sizes", {}),
-        published=meta.get("published_checkpoints", {}), native_quant=native if isinstance(native, dict) else cfg.get("quantization_config"),
+        published=meta.get("published_checkpoints", {}), native_quant=native if isinstance(native, dict) else None,
         family=fam, family_source=source,
     )  # fmt: skip
     p = {"embed": V * H, "lm_head": 0 if tied else V * H, "attn": 0, "recurrent": 0, "mlp": 0, "experts": 0, "shared": 0, "router": 0, "norms": H, "mtp": 0}

@@ -18,7 +18,7 @@ from servelab.errors import ServelabError
 from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, Calibration
 from servelab.plan.drafter import parse_drafter
 from servelab.plan.limits import limits_for
-from servelab.plan.predict import Point, Terms, fitted_extras, predict, step_times, terms
+from servelab.plan.predict import BURST_REQUESTS, Point, Terms, fitted_extras, predict, step_times, terms
 from servelab.plan.quant import QuantFormat
 from servelab.plan.roofline import spec_tokens_per_step
 from servelab.store.results import RunResult
@@ -96,7 +96,7 @@ def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None 
     Raises:
         ServelabError: fewer than two steady-state levels.
     """
-    rows = [m for m in rows if m.terms.mode != "burst"]  # bursts are predicted step by step (servelab.plan.burst): held out of every fit
+    rows = [m for m in rows if m.terms.mode not in BURST_REQUESTS]  # bursts are predicted step by step (servelab.plan.burst): held out of every fit
     if len(rows) < 2:
         raise ServelabError("a calibration needs at least two measured steady-state levels (servelab bench, --closed-loop stagger)")
     dense = [m for m in rows if not m.terms.moe_layers]
@@ -145,7 +145,7 @@ def fit_mla(rows: list[Measured], cal: Calibration) -> Calibration:
 def _fit_layer_times(rows: list[Measured], cal: Calibration, keys: tuple[str, str], count: Callable[[Terms], int], what: str) -> Calibration:
     """``cal`` with ``keys`` (a per-layer time every step pays, µs, and one a step without CUDA graphs pays, ms) fitted
     on the steady-state levels of models with ``count(terms)`` such layers, the rest held (:func:`fit_moe`)."""
-    rows = [m for m in rows if m.terms.mode != "burst" and count(m.terms)]
+    rows = [m for m in rows if m.terms.mode not in BURST_REQUESTS and count(m.terms)]
     if not rows:
         raise ServelabError(f"fitting {keys[0]} needs steady-state levels of {what} (servelab bench, --closed-loop stagger)")
     cal = cal.model_copy(update={keys[0]: 0.0, keys[1]: 0.0})  # fitted afresh, not on top of ``cal``'s own
@@ -271,7 +271,7 @@ def leave_one_out(runs: list[list[Measured]], name: str, prior: Calibration | No
     out = []
     for i, j in held:
         train = [m for k, levels in enumerate(runs) for n, m in enumerate(levels) if (k != i if j is None else n != j)]
-        if sum(m.terms.mode != "burst" for m in train) < 2 and len(held) > 1:
+        if sum(m.terms.mode not in BURST_REQUESTS for m in train) < 2 and len(held) > 1:
             continue  # without it, too few steady-state levels to fit: its levels are not scored
         cal = fit(train, name, "leave-one-out", prior)
         for n, m in enumerate(runs[i]):
@@ -298,4 +298,4 @@ def error_summary(pairs: list[tuple[int, Measured, Point]]) -> str:
 
 def predicted_ttft(m: Measured, p: Point) -> float:
     """The predicted TTFT to set beside ``m.ttft_s``: the mean for a burst, the p50 otherwise, s."""
-    return p.ttft_mean_s if m.terms.mode == "burst" else p.ttft_s
+    return p.ttft_mean_s if m.terms.mode in BURST_REQUESTS else p.ttft_s

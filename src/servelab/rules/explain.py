@@ -27,7 +27,7 @@ from servelab.errors import ServelabError
 from servelab.metrics.repeats import RepeatStats, repeat_stats
 from servelab.plan.calibration import Calibration
 from servelab.plan.fit import Measured, measured_levels, predicted_ttft
-from servelab.plan.predict import API_TTFT_S, Point, predict
+from servelab.plan.predict import API_TTFT_S, BURST_REQUESTS, Point, predict
 from servelab.plan.quant import QuantFormat
 from servelab.store.results import RunResult
 from servelab.values.specs import Hardware, ModelSpec
@@ -102,7 +102,7 @@ def _wave(m: Measured) -> str:
     """A burst level whose first wave needs several prefill steps: how many (servelab.plan.burst)."""
     tokens = m.concurrency * m.terms.input_tokens
     steps = math.ceil(tokens / m.terms.max_num_batched_tokens)
-    if m.terms.mode != "burst" or steps < 2:
+    if m.terms.mode not in BURST_REQUESTS or steps < 2:
         return ""
     return (f"a burst: the first wave's {tokens:,} prompt tokens prefill in {steps} steps of max_num_batched_tokens "
             f"{m.terms.max_num_batched_tokens:,}, so its TTFT ranges over them (compare TTFT mean and p99, not p50)")  # fmt: skip
@@ -124,7 +124,7 @@ def _architecture_terms(m: Measured, cal: Calibration) -> str:
 
 def _ttft_terms(m: Measured) -> str:
     """What the model's TTFT is made of, for a level whose TTFT is off (docs/metrics.md, "predict")."""
-    if m.terms.mode == "burst":
+    if m.terms.mode in BURST_REQUESTS:
         return "the model's: its wave's chunked prefill, the API server taking a wave's requests in turn"
     if m.terms.running <= 1:
         return f"the model's: the prompt's step and {API_TTFT_S * 1e3:g} ms outside the engine"
