@@ -26,12 +26,20 @@ DATA = ROOT / "validation" / "calibrate-h200"
 MODEL = str(ROOT / "validation" / "configs" / "deepseek-v2-lite")
 
 
-def predicted(calibration: str, mode: str, levels: list[int]) -> dict[int, dict]:
-    """servelab predict's points (by concurrency) for the check's load with ``calibration``."""
-    cmd = [sys.executable, "-m", "servelab", "predict", "--model", MODEL, "--hardware", "h200", "--closed-loop", mode, "--input-tokens", "512",
+def predicted(calibration: str, mode: str, levels: list[int], input_tokens: int) -> dict[int, dict]:
+    """servelab predict's points (by concurrency) for the check's load with ``calibration``, at the prompt length the level sent."""
+    cmd = [sys.executable, "-m", "servelab", "predict", "--model", MODEL, "--hardware", "h200", "--closed-loop", mode, "--input-tokens", str(input_tokens),
            "--output-tokens", "128", "--concurrency", ",".join(map(str, levels)), "--calibration", calibration, "--json"]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
     return {p["concurrency"]: p for p in json.loads(out.stdout)["variants"][0]["points"]}
+
+
+def prompt_tokens(measured: dict[int, dict]) -> int:
+    """The levels' mean prompt length as the server counted it: vllm bench serve's random prompts of 512 tokens reach
+    it as 522 (its total_input_tokens), above the largest CUDA-graph capture size (512), so that a prompt's step runs
+    without graphs; servelab bench's are 512 (its prompt_tokens)."""
+    sent = [(lv["total_input_tokens"], lv["completed"]) if "completed" in lv else (lv["prompt_tokens"], lv["ok"]) for lv in measured.values()]
+    return round(sum(t for t, _ in sent) / sum(n for _, n in sent))
 
 
 def main() -> None:
@@ -40,7 +48,7 @@ def main() -> None:
     own = str(DATA / "deepseek-v2-lite-calibration.yaml")
     print("| level | measured tok/s | own calibration | shipped (vllm-0.25-h100-bf16) | measured TTFT ms | predicted (own) |\n|---|---|---|---|---|---|")
     for mode, measured in (("burst", bursts), ("stagger", stagger)):
-        got = {cal: predicted(cal, mode, sorted(measured)) for cal in (own, "vllm-0.25-h100-bf16")}
+        got = {cal: predicted(cal, mode, sorted(measured), prompt_tokens(measured)) for cal in (own, "vllm-0.25-h100-bf16")}
         for c, lv in sorted(measured.items()):
             tok = lv["output_throughput"] if mode == "burst" else lv["output_throughput_tok_s"]
             ttft = lv["mean_ttft_ms"] if mode == "burst" else lv["ttft_ms"]["p50"]

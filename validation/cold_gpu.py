@@ -187,10 +187,12 @@ def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS
     try:
         for c in levels:  # warm-up: every batch shape the levels reach, before any window
             vllm_bench(url, model, out, c, c, 16, 10_000 + c)
+        api = ("--endpoint", "completions") if model in COMPLETIONS else ()
         if calibrate:
             reset(url)
             servelab("calibrate", "--url", url, "--hardware", calibrate, "--model", str(ROOT / "validation" / "configs" / model), "--input-tokens",
-                     str(INPUT), "--output-tokens", str(OUTPUT), "--output", str(out / f"{name}-calibrate"), "--out", str(out / f"{name}-calibration.yaml"), check=True)  # fmt: skip
+                     str(INPUT), "--output-tokens", str(OUTPUT), "--output", str(out / f"{name}-calibrate"), "--out", str(out / f"{name}-calibration.yaml"),
+                     *api, check=True)  # fmt: skip
         rows = []
         for c in levels if bursts else ():
             reset(url)
@@ -208,7 +210,6 @@ def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS
         if bursts:
             (out / f"{name}-bursts.json").write_text(json.dumps({"model": model, "input_tokens": INPUT, "output_tokens": OUTPUT, "levels": rows}, indent=1))
         reset(url)
-        api = ("--endpoint", "completions") if model in COMPLETIONS else ()
         run, _ = bench(url, out / f"{name}-stagger", ",".join(map(str, stagger_levels or levels)), "--input-tokens", str(INPUT), "--output-tokens",
                        str(OUTPUT), "--duration", duration, "--server-log", str(log), "--repeats", str(repeats), *api)  # fmt: skip
         if long_levels:

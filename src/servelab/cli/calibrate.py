@@ -24,7 +24,7 @@ from servelab.settings import Load, Target
 from servelab.store.results import RunResult
 
 STORED_KEYS = ("model", "engine", "hardware")
-DESIGN_LOAD = ("input_tokens", "output_tokens", "duration_s", "api_key_env", "seed")  # the --url design's load settings
+DESIGN_LOAD = ("input_tokens", "output_tokens", "duration_s", "endpoint", "api_key_env", "seed")  # the --url design's load settings
 DESIGN_DURATION_S = 30.0  # each design level's window when --duration is not given: 3 levels and their ramps in about 2 minutes
 
 
