@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -224,6 +225,9 @@ def test_the_spark_calibration_meets_the_published_curve_and_the_held_out_seed()
         assert (one < 0.8 * 58.3) if quant == "mxfp4" else (one > 0.9 * 58.3)
     res = cli.invoke(app, ["predict", "--model", "gpt-oss-120b", "--hardware", "dgx-spark", "--quant", "mxfp4-all", "--closed-loop", "batch", "--concurrency", "4"])
     assert res.exit_code == 0 and "tg tok/s (total)" in res.output
+    varied = cli.invoke(app, ["predict", "--model", "gpt-oss-120b", "--hardware", "dgx-spark", "--quant", "mxfp4-all", "--closed-loop", "batch", "--concurrency", "4",
+                              "--vary", "max-num-batched-tokens=2048,8192"])  # fmt: skip
+    assert varied.exit_code == 0 and re.search(r"· tg [\d,]+ total ·", varied.output), varied.output  # each variant's tg tok/s (total) beside its tok/s
     assert {"mlp", "lm_head"} <= set(get_format("mxfp4-all", load_model("qwen3-8b")).quantized)  # a dense model: every linear and the LM head
     res = cli.invoke(app, ["predict", "--model", "gpt-oss-120b", "--routing", "2"])
     assert res.exit_code == 2 and "--routing 2: give γ between 0.1 and 1" in res.output
@@ -381,6 +385,20 @@ def test_cli_predicts_with_its_calibration_and_refuses_bad_input():
     assert res.exit_code == 2 and "--calibration 'nope' is not known" in res.output and "Traceback" not in res.output
 
 
+def test_a_grid_cell_is_priced_as_a_batch_not_a_burst():
+    """A level of one request a stream started together (servelab grid's cells: --closed-loop burst with --requests equal
+    to the streams) is fitted and explained as predict's batch (1 request a stream), not as vllm bench serve's burst (2)."""
+    from servelab.plan.fit import level_mode, measured_levels
+    from servelab.store.results import RunResult
+
+    run = RunResult.model_validate_json((ROOT / "tests/fixtures/runs/vllm-0.25-h100-qwen3-8b-run.json").read_text())
+    grid = run.model_copy(update={"load": run.load.model_copy(update={"closed_loop": "burst", "requests": 8})})
+    stagger = grid.model_copy(update={"load": grid.load.model_copy(update={"closed_loop": "stagger"})})
+    assert [level_mode(grid, c) for c in (8, 16)] == ["batch", "burst"] and level_mode(stagger, 8) == "stagger"
+    rows = {m.concurrency: m for m in measured_levels(grid, load_model("qwen3-8b"), get_format("bf16"), load_hardware("h100-sxm"))}
+    assert rows[8].terms.mode == "batch" and rows[16].terms.mode == "burst" and rows[8].ttft_s == grid.levels[4].ttft_ms.mean / 1e3
+
+
 def test_explain_puts_a_real_run_beside_the_prediction():
     """vLLM 0.25 on an H100 (the fixture run): every level as predicted within 15 %, the c=64 queue
     named with its cause; the Qwen3-Next hybrid on an H200 is put on the calibration, which was not
@@ -473,6 +491,11 @@ def test_calibrate_on_your_own_runs_then_predict_with_it(tmp_path):
     assert (cal.bw_efficiency == 1.0) == ("sits at the edge of its range" in " ".join(res.output.split()))
     res = cli.invoke(app, ["predict", "--model", "qwen3-8b", "--concurrency", "1", "--calibration", str(out), "--json"])
     assert res.exit_code == 0 and json.loads(res.output)["calibration"]["name"] == "mine"
+    # an MLA MoE's calibration shows the MoE and MLA layer times it carries (from the prior), as its file has them
+    mla = cli.invoke(app, ["calibrate", str(ROOT / "validation/calibrate-h200/deepseek-v2-lite-calibrate-run.json"), "--hardware", "h200",
+                           "--model", str(ROOT / "validation/configs/deepseek-v2-lite")])  # fmt: skip
+    shown = " ".join(mla.output.split())
+    assert mla.exit_code == 0 and "moe_layer_us 8.23" in shown and "mla_layer_us 48.66" in shown and "mla_eager_layer_ms" not in shown, mla.output
     one = cli.invoke(app, ["calibrate", str(ROOT / "validation/waves-h100-512/stagger64-1-run.json"), "--hardware", "h100-sxm", "--model", "qwen3-8b"])
     assert one.exit_code == 2 and "at least 3 closed-loop levels" in one.output
     # a calibration's name is the user's text: shown as written, never read as Rich markup

@@ -25,6 +25,7 @@ from servelab.store.results import RunResult
 
 STORED_KEYS = ("model", "engine", "hardware")
 DESIGN_LOAD = ("input_tokens", "output_tokens", "duration_s", "endpoint", "api_key_env", "seed")  # the --url design's load settings
+TIMES = ("layer_overhead_us", "eager_step_ms", "moe_layer_us", "moe_eager_layer_ms", "mla_layer_us", "mla_eager_layer_ms", "untuned_moe_layer_us", "draft_overhead_ms")
 DESIGN_DURATION_S = 30.0  # each design level's window when --duration is not given: 3 levels and their ramps in about 2 minutes
 
 
@@ -104,10 +105,8 @@ def _design_run(load: Load, target: Target, roofline: tuple, output: Path | None
 
 def _show(cal: Calibration, error: str) -> None:
     """The fitted calibration, its intervals, its leave-one-out error, and a parameter at the edge of its range named."""
-    drafting = f", draft_overhead_ms {cal.draft_overhead_ms}" if cal.draft_overhead_ms else ""
-    moe = f", moe_layer_us {cal.moe_layer_us}, moe_eager_layer_ms {cal.moe_eager_layer_ms}" if cal.moe_layer_us or cal.moe_eager_layer_ms else ""
-    console.print(escape(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}, layer_overhead_us {cal.layer_overhead_us}, "
-                         f"eager_step_ms {cal.eager_step_ms}{moe}{drafting}\n{error}"))  # fmt: skip
+    times = ", ".join(f"{key} {getattr(cal, key)}" for key in TIMES if key in TIMES[:2] or getattr(cal, key))  # the MoE, MLA and drafting times where non-zero
+    console.print(escape(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}, {times}\n{error}"))
     if cal.uncertainty:
         console.print(escape("uncertainty (one standard deviation): " + ", ".join(f"{k} {lo:g}–{hi:g}" for k, (lo, hi) in cal.uncertainty.items())))
     if cal.bw_efficiency in BW_RANGE or cal.compute_efficiency in COMPUTE_RANGE:

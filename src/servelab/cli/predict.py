@@ -35,7 +35,8 @@ from servelab.guards import jsonfile
 ASSUMPTIONS = ("no prefix-cache hits, acceptance not falling with the batch, the drafter's time per step of the calibration, "
                "TP all-reduce at the profile's estimated latency (not measured), vLLM's asynchronous scheduling, "
                "a fixed time per layer per step, "
-               "bursts of 2 requests per stream (vllm bench serve --num-prompts 2C; with speculative decoding a burst is priced as the steady state)")
+               "bursts of 2 requests per stream (vllm bench serve --num-prompts 2C) and batches of 1 (a servelab grid cell, a llama-benchy batch), "
+               "each priced as the steady state with speculative decoding")
 VARY_KEYS = {"quant": str, "tp": int, "draft-tokens": int, "acceptance": float, "max-num-seqs": int, "max-num-batched-tokens": int, "routing": float,
              "max-capture-size": int}  # fmt: skip
 VARY_MIN = {"tp": 1, "draft-tokens": 0, "acceptance": 0, "max-num-seqs": 1, "max-num-batched-tokens": 1, "routing": 0.1, "max-capture-size": 1}
@@ -142,7 +143,7 @@ def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, rou
                           "not_fitting": [{"settings": v, "why": why} for v, why in unfit]}, indent=2, default=str))  # fmt: skip
         return
     moe = f", a MoE layer {cal.moe_layer_us} µs more in BF16 ({cal.moe_eager_layer_ms} ms without CUDA graphs)" if spec.moe_layers and (cal.moe_layer_us or cal.moe_eager_layer_ms) else ""
-    moe += f", an MLA layer {cal.mla_layer_us} µs more" if spec.count("mla") and cal.mla_layer_us else ""
+    moe += f", an MLA layer {cal.mla_layer_us} µs more ({cal.mla_eager_layer_ms} ms without CUDA graphs)" if spec.count("mla") and (cal.mla_layer_us or cal.mla_eager_layer_ms) else ""
     if kernel:
         untuned = f" ({cal.untuned_moe_layer_us} µs more a MoE layer)" if not kernel[1] and cal.untuned_moe_layer_us else ""
         moe += f"; MoE kernel: {kernel[0]}{untuned}"
@@ -151,7 +152,8 @@ def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, rou
                f"Assumes {_assumptions(routing)}.")  # fmt: skip
     title = f"predicted: {spec.name} · {hw.name} · {input_tokens:,} in / {output_tokens:,} out · " + ("open loop" if rates else closed_loop)
     title, caption = escape(title), escape(caption)  # model names and calibration files are the user's text, not markup
-    console.print(_compare_table(results, labels, title, caption) if len(results) > 1 else _curve_table(*results[0], title, caption, batch=closed_loop == "batch"))
+    batch = closed_loop == "batch"
+    console.print(_compare_table(results, labels, title, caption, batch=batch) if len(results) > 1 else _curve_table(*results[0], title, caption, batch=batch))
     for v, why in unfit:
         console.print(f"[yellow]{escape(f'{_label(v)}: {why}')}[/]", soft_wrap=True, highlight=False)
     if not compared and (hint := _capture_hint(results, input_tokens)):
@@ -214,8 +216,8 @@ def _label(v: dict) -> str:
     return ", ".join(f"{k} {val}" for k, val in v.items() if val is not None and (k != "acceptance" or v["draft-tokens"]))
 
 
-def _compare_table(results: list, labels: list[str], title: str, caption: str) -> Table:
-    """Aggregate tok/s (and per-stream decode) of each variant at each level, Δ% against the first."""
+def _compare_table(results: list, labels: list[str], title: str, caption: str, *, batch: bool = False) -> Table:
+    """Aggregate tok/s (and per-stream decode; a batch's tg tok/s total, ``Point.tg_total_tok_s``) of each variant at each level, Δ% against the first."""
     table = Table(title=title)
     table.add_column("variant")
     for label in labels:
@@ -223,7 +225,8 @@ def _compare_table(results: list, labels: list[str], title: str, caption: str) -
     base = _points(results[0][2])
     for v, _, points in results:
         label = _label(v)
-        cells = [f"{p.aggregate_tok_s:,.0f} ({p.aggregate_tok_s / b.aggregate_tok_s - 1:+.0%}) · {1 / p.tpot_s:,.0f}/stream · {p.bottleneck}"
+        cells = [f"{p.aggregate_tok_s:,.0f} ({p.aggregate_tok_s / b.aggregate_tok_s - 1:+.0%}) · {1 / p.tpot_s:,.0f}/stream"
+                 + (f" · tg {p.tg_total_tok_s:,.0f} total" if batch and p.tg_total_tok_s is not None else "") + f" · {p.bottleneck}"
                  for p, b in zip(_points(points), base)]  # fmt: skip
         table.add_row(escape(label), *cells)
     table.caption = caption

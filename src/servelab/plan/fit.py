@@ -56,12 +56,18 @@ def measured_levels(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardw
                         capture_sizes=boot.cudagraph_sizes if boot else None, draft_tokens=draft)  # fmt: skip
     return [
         Measured(lv.concurrency, terms(spec, fmt, hw, concurrency=lv.concurrency, input_tokens=p, output_tokens=o, limits=limits, tp=tp,
-                                       draft_tokens=draft, mode=run.load.closed_loop, drafter=drafter), o, lv.tpot_ms.p50 / 1e3,
-                 (lv.ttft_ms.mean if run.load.closed_loop == "burst" else lv.ttft_ms.p50) / 1e3,
+                                       draft_tokens=draft, mode=level_mode(run, lv.concurrency), drafter=drafter), o, lv.tpot_ms.p50 / 1e3,
+                 (lv.ttft_ms.mean if level_mode(run, lv.concurrency) in BURST_REQUESTS else lv.ttft_ms.p50) / 1e3,
                  lv.output_throughput_tok_s, (lv.server.acceptance_rate or 0.0) if draft and lv.server else 0.0)  # fmt: skip
         for lv in run.levels
         if lv.rate_rps is None and lv.ok and all(0 < (v or 0) < 1e12 for v in (lv.output_throughput_tok_s, lv.tpot_ms.p50, lv.ttft_ms.p50, lv.ttft_ms.mean))
     ]  # figures that are not positive and finite (a hand-edited run.json) are no level to explain
+
+
+def level_mode(run: RunResult, concurrency: int) -> str:
+    """How a level's streams sent, as predict prices it (``servelab.plan.predict``): ``batch`` for a burst of one
+    request a stream (a ``servelab grid`` cell: ``--requests`` equal to the streams), else the run's closed loop."""
+    return "batch" if run.load.closed_loop == "burst" and run.load.requests == concurrency else run.load.closed_loop
 
 
 def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None = None) -> Calibration:
