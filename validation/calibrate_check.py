@@ -23,12 +23,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "validation" / "calibrate-h200"
-MODEL = str(ROOT / "validation" / "configs" / "deepseek-v2-lite")
+SHIPPED = "vllm-0.25-h100-bf16"
 
 
-def predicted(calibration: str, mode: str, levels: list[int], input_tokens: int) -> dict[int, dict]:
-    """servelab predict's points (by concurrency) for the check's load with ``calibration``, at the prompt length the level sent."""
-    cmd = [sys.executable, "-m", "servelab", "predict", "--model", MODEL, "--hardware", "h200", "--closed-loop", mode, "--input-tokens", str(input_tokens),
+def predicted(model: str, calibration: str, mode: str, levels: list[int], input_tokens: int) -> dict[int, dict]:
+    """servelab predict's points (by concurrency) for ``model`` (validation/configs/MODEL, in its config's format: bf16 here) under
+    the check's load with ``calibration``, at the prompt length the level sent."""
+    cmd = [sys.executable, "-m", "servelab", "predict", "--model", str(ROOT / "validation" / "configs" / model), "--hardware", "h200", "--closed-loop", mode,
+           "--input-tokens", str(input_tokens),
            "--output-tokens", "128", "--concurrency", ",".join(map(str, levels)), "--calibration", calibration, "--json"]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
     return {p["concurrency"]: p for p in json.loads(out.stdout)["variants"][0]["points"]}
@@ -43,18 +45,19 @@ def prompt_tokens(measured: dict[int, dict]) -> int:
 
 
 def main() -> None:
-    bursts = {lv["concurrency"]: lv for lv in json.loads((DATA / "deepseek-v2-lite-bursts.json").read_text())["levels"]}
-    stagger = {lv["concurrency"]: lv for lv in json.loads((DATA / "deepseek-v2-lite-stagger-run.json").read_text())["levels"]}
-    own = str(DATA / "deepseek-v2-lite-calibration.yaml")
-    print("| level | measured tok/s | own calibration | shipped (vllm-0.25-h100-bf16) | measured TTFT ms | predicted (own) |\n|---|---|---|---|---|---|")
-    for mode, measured in (("burst", bursts), ("stagger", stagger)):
-        got = {cal: predicted(cal, mode, sorted(measured), prompt_tokens(measured)) for cal in (own, "vllm-0.25-h100-bf16")}
-        for c, lv in sorted(measured.items()):
-            tok = lv["output_throughput"] if mode == "burst" else lv["output_throughput_tok_s"]
-            ttft = lv["mean_ttft_ms"] if mode == "burst" else lv["ttft_ms"]["p50"]
-            cells = [f"{p[c]['aggregate_tok_s']:,.0f} ({100 * (p[c]['aggregate_tok_s'] / tok - 1):+.1f} %)" for p in got.values()]
-            key = "ttft_mean_s" if mode == "burst" else "ttft_s"
-            print(f"| {mode} {c} | {tok:,.0f} | {cells[0]} | {cells[1]} | {ttft:,.0f} ({'mean' if mode == 'burst' else 'p50'}) | {got[own][c][key] * 1e3:,.0f} |")
+    print(f"| model | level | measured tok/s | own calibration | shipped ({SHIPPED}) | measured TTFT ms | predicted (own) |\n|---|---|---|---|---|---|---|")
+    for own in sorted(DATA.glob("*-calibration.yaml")):
+        model = own.name.removesuffix("-calibration.yaml")
+        bursts = {lv["concurrency"]: lv for lv in json.loads((DATA / f"{model}-bursts.json").read_text())["levels"]}
+        stagger = {lv["concurrency"]: lv for lv in json.loads((DATA / f"{model}-stagger-run.json").read_text())["levels"]}
+        for mode, measured in (("burst", bursts), ("stagger", stagger)):
+            got = {cal: predicted(model, cal, mode, sorted(measured), prompt_tokens(measured)) for cal in (str(own), SHIPPED)}
+            for c, lv in sorted(measured.items()):
+                tok = lv["output_throughput"] if mode == "burst" else lv["output_throughput_tok_s"]
+                ttft = lv["mean_ttft_ms"] if mode == "burst" else lv["ttft_ms"]["p50"]
+                cells = [f"{p[c]['aggregate_tok_s']:,.0f} ({100 * (p[c]['aggregate_tok_s'] / tok - 1):+.1f} %)" for p in got.values()]
+                key = "ttft_mean_s" if mode == "burst" else "ttft_s"
+                print(f"| {model} | {mode} {c} | {tok:,.0f} | {cells[0]} | {cells[1]} | {ttft:,.0f} ({'mean' if mode == 'burst' else 'p50'}) | {got[str(own)][c][key] * 1e3:,.0f} |")
 
 
 if __name__ == "__main__":

@@ -21,10 +21,13 @@ Then every stream's inter-token latencies at 16 and 64 streams, for the cold run
 (validation/capture-h100*/) and the routing variants (validation/topk-h100/): where the machines differ,
 the steps that carry prompts (issue 38).
 
-Last, the cohorts of the MoE runs' steady state: the prompts whose first tokens came out of one engine
+Then the cohorts of the MoE runs' steady state: the prompts whose first tokens came out of one engine
 step (first tokens within ``COHORT_S`` of each other), per such step, beside the level's output tok/s;
 ``servelab predict`` assumes k ÷ min(k, ``MIXED_SHARE``) of them, k = (streams − 1) ÷ output tokens, where
 the token budget splits no cohort (``servelab.plan.predict.cohorts``).
+
+Last, the same for an MLA MoE (:func:`mla_cohorts`), whose steps carrying prompts run without CUDA graphs for 70–80 ms:
+there the prompts bunch far beyond that rule at 64 streams (6.25 a step against 1.97; issue 53's calibrate check).
 
 Usage: ``python validation/mixed_steps.py`` (no GPU).
 """
@@ -114,6 +117,23 @@ def main() -> None:
             tok_s = {lv["concurrency"]: lv["output_throughput_tok_s"] for lv in json.loads(path.with_name(path.name.replace("records.jsonl.xz", "run.json")).read_text())["levels"]}
             cells = [cohort_cells(reqs, tok_s[c]) for c, reqs in cold_levels(path).items() if c in (16, 64)]
             print(f"| {path.parent.name}/{path.name.split('-stagger')[0]} | {' | '.join(cells)} |")
+    mla_cohorts()
+
+
+def mla_cohorts() -> None:
+    """DeepSeek-V2-Lite (bf16, FlashMLA, its fused-MoE kernel untuned) on the 4 × H200 host (validation/arch-h200-x4/): its
+    steps carrying prompts and its cohorts by streams, the 64-stream repeats from their first tokens alone
+    (deepseek-v2-lite-repeats3-first-tokens.jsonl.xz: level, start and first token of each request, s)."""
+    arch = COLD / "arch-h200-x4"
+    print("\nAn MLA MoE (DeepSeek-V2-Lite bf16, validation/arch-h200-x4/): steps carrying prompts and prompts per such step\n")
+    print("| streams | steps | decode step p50 ms | steps carrying prompts | such a step, mean ms | prompts per step | prompts per such step | cohorts: prompts / steps / per step |\n"
+          "|---|---|---|---|---|---|---|---|")  # fmt: skip
+    for c, reqs in cold_levels(arch / "deepseek-v2-lite-stagger-records.jsonl.xz").items():
+        print("| " + row("", c, reqs, LONG).removeprefix("|  | ") + f" {cohort_cells(reqs, 0.0).split(' | ')[0]} |")
+    with lzma.open(arch / "deepseek-v2-lite-repeats3-first-tokens.jsonl.xz", "rt") as f:
+        firsts = [json.loads(line) for line in f]
+    reqs = [(r["start"], np.array([r["first_token_s"]])) for r in firsts]
+    print(f"| {firsts[0]['c']} (3 × 60 s) | – | – | – | – | – | – | {cohort_cells(reqs, 0.0).split(' | ')[0]} |")
 
 
 def cohort_cells(reqs: list[tuple[float, np.ndarray]], tok_s: float) -> str:
