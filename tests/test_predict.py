@@ -492,7 +492,7 @@ def test_calibrate_on_your_own_runs_then_predict_with_it(tmp_path):
     res = cli.invoke(app, ["predict", "--model", "qwen3-8b", "--concurrency", "1", "--calibration", str(out), "--json"])
     assert res.exit_code == 0 and json.loads(res.output)["calibration"]["name"] == "mine"
     # an MLA MoE's calibration shows the MoE and MLA layer times it carries (from the prior), as its file has them
-    mla = cli.invoke(app, ["calibrate", str(ROOT / "validation/calibrate-h200/deepseek-v2-lite-calibrate-run.json"), "--hardware", "h200",
+    mla = cli.invoke(app, ["calibrate", str(ROOT / "validation/calibrate-h200/server1/deepseek-v2-lite-calibrate-run.json"), "--hardware", "h200",
                            "--model", str(ROOT / "validation/configs/deepseek-v2-lite")])  # fmt: skip
     shown = " ".join(mla.output.split())
     assert mla.exit_code == 0 and "moe_layer_us 8.23" in shown and "mla_layer_us 48.66" in shown and "mla_eager_layer_ms" not in shown, mla.output

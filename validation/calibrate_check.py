@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,20 +45,31 @@ def prompt_tokens(measured: dict[int, dict]) -> int:
     return round(sum(t for t, _ in sent) / sum(n for _, n in sent))
 
 
+def calibrated(run: Path, model: str, out: Path) -> str:
+    """``servelab calibrate`` (this checkout's fit, the shipped calibration as prior) on the design run ``run`` that
+    ``servelab calibrate --url`` measured on the server, written to ``out``: its path."""
+    cmd = [sys.executable, "-m", "servelab", "calibrate", str(run), "--hardware", "h200", "--model", str(ROOT / "validation" / "configs" / model), "--out", str(out)]
+    subprocess.run(cmd, capture_output=True, text=True, check=True, env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+    return str(out)
+
+
 def main() -> None:
-    print(f"| model | level | measured tok/s | own calibration | shipped ({SHIPPED}) | measured TTFT ms | predicted (own) |\n|---|---|---|---|---|---|---|")
-    for own in sorted(DATA.glob("*-calibration.yaml")):
-        model = own.name.removesuffix("-calibration.yaml")
-        bursts = {lv["concurrency"]: lv for lv in json.loads((DATA / f"{model}-bursts.json").read_text())["levels"]}
-        stagger = {lv["concurrency"]: lv for lv in json.loads((DATA / f"{model}-stagger-run.json").read_text())["levels"]}
-        for mode, measured in (("burst", bursts), ("stagger", stagger)):
-            got = {cal: predicted(model, cal, mode, sorted(measured), prompt_tokens(measured)) for cal in (str(own), SHIPPED)}
-            for c, lv in sorted(measured.items()):
-                tok = lv["output_throughput"] if mode == "burst" else lv["output_throughput_tok_s"]
-                ttft = lv["mean_ttft_ms"] if mode == "burst" else lv["ttft_ms"]["p50"]
-                cells = [f"{p[c]['aggregate_tok_s']:,.0f} ({100 * (p[c]['aggregate_tok_s'] / tok - 1):+.1f} %)" for p in got.values()]
-                key = "ttft_mean_s" if mode == "burst" else "ttft_s"
-                print(f"| {model} | {mode} {c} | {tok:,.0f} | {cells[0]} | {cells[1]} | {ttft:,.0f} ({'mean' if mode == 'burst' else 'p50'}) | {got[str(own)][c][key] * 1e3:,.0f} |")
+    print(f"| server | model | level | measured tok/s | own calibration | shipped ({SHIPPED}) | measured TTFT ms | predicted (own) |\n|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in sorted(DATA.glob("*/*-calibrate-run.json")):
+            server, model = run.parent, run.name.removesuffix("-calibrate-run.json")
+            own = calibrated(run, model, Path(tmp) / f"{server.name}-{model}.yaml")
+            bursts = {lv["concurrency"]: lv for lv in json.loads((server / f"{model}-bursts.json").read_text())["levels"]}
+            stagger = {lv["concurrency"]: lv for lv in json.loads((server / f"{model}-stagger-run.json").read_text())["levels"]}
+            for mode, measured in (("burst", bursts), ("stagger", stagger)):
+                got = {cal: predicted(model, cal, mode, sorted(measured), prompt_tokens(measured)) for cal in (own, SHIPPED)}
+                for c, lv in sorted(measured.items()):
+                    tok = lv["output_throughput"] if mode == "burst" else lv["output_throughput_tok_s"]
+                    ttft = lv["mean_ttft_ms"] if mode == "burst" else lv["ttft_ms"]["p50"]
+                    cells = [f"{p[c]['aggregate_tok_s']:,.0f} ({100 * (p[c]['aggregate_tok_s'] / tok - 1):+.1f} %)" for p in got.values()]
+                    key = "ttft_mean_s" if mode == "burst" else "ttft_s"
+                    print(f"| {server.name} | {model} | {mode} {c} | {tok:,.0f} | {cells[0]} | {cells[1]} | {ttft:,.0f} ({'mean' if mode == 'burst' else 'p50'}) "
+                          f"| {got[own][c][key] * 1e3:,.0f} |")  # fmt: skip
 
 
 if __name__ == "__main__":

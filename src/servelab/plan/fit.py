@@ -89,7 +89,12 @@ def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None 
     the MoE layer times (:func:`fit_moe`); a MoE model alone folds its layers' times into the rest.
 
     With a ``prior`` (``servelab calibrate``: the shipped calibration of the model's class), the fit
-    is a posterior mode instead: each parameter is pulled toward the prior's by a Gaussian of width
+    is a posterior mode instead, and what a step without CUDA graphs adds is the prior's (t_eager and
+    the MoE and MLA layers' times, ``EAGER_SCALED``) times one fitted scale, not t_eager alone: that
+    cost is the host's launching of the step's kernels (validation/RESULTS-predict.md, "the eager step
+    alone": 10.5 to 66.5 ms by model and machine), and a MoE model's share of it sits in its layers'
+    times, which t_eager ≥ 0 alone could not lower (gpt-oss-20b on an H200: validation/calibrate-h200/).
+    Each parameter is pulled toward the prior's by a Gaussian of width
     ``PRIOR_WIDTH`` against the levels' noise ``LEVEL_NOISE``, so a design that does not pin a
     parameter leaves it near the prior instead of at the edge of its range, and each parameter's
     interval (``Calibration.uncertainty``) is where the objective (squared relative errors ÷
@@ -196,23 +201,25 @@ def _fit_base(rows: list[Measured], name: str, source: str, prior: Calibration |
     bw = np.linspace(*BW_RANGE, round((BW_RANGE[1] - BW_RANGE[0]) * 100) + 1)[:, None]
     cmp = np.linspace(*COMPUTE_RANGE, round((COMPUTE_RANGE[1] - COMPUTE_RANGE[0]) * 100) + 1)[None, :]
     shape = np.broadcast_shapes(bw.shape, cmp.shape)
-    extra = {k: v for k, v in prior.model_dump().items() if k in PRIOR_KEPT} if prior else {}
-    base = Calibration(name=name, bw_efficiency=1, compute_efficiency=1, layer_overhead_us=0, source=source, **extra)
+    extra = {k: v for k, v in prior.model_dump().items() if k in PRIOR_KEPT and k not in EAGER_SCALED} if prior else {}
+    base = Calibration(name=name, bw_efficiency=1, compute_efficiency=1, layer_overhead_us=0, source=source, **extra)  # with a prior, its eager times are scaled
     ratios: list[tuple] = []  # (predicted ÷ measured without t_ℓ and the eager time, what one second of t_ℓ adds, … of the eager time)
     weights: list[float] = []  # a load measured n times weighs as one (repeated runs would outvote the others)
     same = Counter(_load(m) for m in rows)
     for m in rows:
         per_step = spec_tokens_per_step(m.acceptance, m.terms.draft_tokens)
         tpot, ttft, _, (o_tpot, o_ttft), (e_tpot, e_ttft), (s_tpot, s_ttft) = step_times(m.terms, bw, cmp, per_step)
-        fixed, fixed_eager = fitted_extras(m.terms, base)  # the prior's MoE/MLA times, on top of the roofline
-        tpot, ttft = tpot + fixed * s_tpot + fixed_eager * e_tpot, ttft + fixed * s_ttft + fixed_eager * e_ttft
+        fixed, _ = fitted_extras(m.terms, base)  # the prior's MoE/MLA times with CUDA graphs, on top of the roofline
+        tpot, ttft = tpot + fixed * s_tpot, ttft + fixed * s_ttft
+        unit = _prior_eager_s(m.terms, prior) if prior else 1.0  # what one unit of the fitted eager variable adds to a step without graphs, s
+        e_tpot, e_ttft = unit * e_tpot, unit * e_ttft
         ratios.append((tpot / m.tpot_s, o_tpot / m.tpot_s, e_tpot / m.tpot_s))
         waiting, cycle, o = m.concurrency / m.terms.running, m.concurrency * m.output_tokens / m.tok_s, m.output_tokens
         ratios.append((waiting * (ttft + (o - 1) * tpot) / cycle, waiting * (o_ttft + (o - 1) * o_tpot) / cycle, waiting * (e_ttft + (o - 1) * e_tpot) / cycle))
         weights += [1 / math.sqrt(same[_load(m)])] * 2
-    if prior:  # the prior's times as two more rows (w · (t − t₀)), the residuals' unit the levels' noise
-        w_l, w_e = LEVEL_NOISE / _width("layer_overhead_us", prior), LEVEL_NOISE / _width("eager_step_ms", prior)
-        ratios += [(1 - w_l * prior.layer_overhead_us / 1e6, w_l, 0.0), (1 - w_e * prior.eager_step_ms / 1e3, 0.0, w_e)]
+    if prior:  # the prior's values as two more rows (w · (t − t₀)), the residuals' unit the levels' noise: t_ℓ, and the eager scale (prior 1)
+        w_l, w_e = LEVEL_NOISE / _width("layer_overhead_us", prior), LEVEL_NOISE / PRIOR_WIDTH["eager_scale"]
+        ratios += [(1 - w_l * prior.layer_overhead_us / 1e6, w_l, 0.0), (1 - w_e, 0.0, w_e)]
         weights += [1.0, 1.0]
     a, b, c = (np.stack([np.broadcast_to(np.asarray(r[n], dtype=float), shape) for r in ratios], axis=-1) for n in range(3))
     w = np.array(weights)  # weighted rows w · (a + t_ℓ · b + t_eager · c − 1): the same least squares on 1 + w · (a − 1), w · b, w · c
@@ -224,16 +231,31 @@ def _fit_base(rows: list[Measured], name: str, source: str, prior: Calibration |
         sse = sse + (LEVEL_NOISE * (cmp - prior.compute_efficiency) / PRIOR_WIDTH["compute_efficiency"]) ** 2
     i, j = np.unravel_index(np.argmin(sse), sse.shape)
     cal = base.model_copy(update={"bw_efficiency": round(float(bw[i, 0]), 3), "compute_efficiency": round(float(cmp[0, j]), 3),
-                                  "layer_overhead_us": round(float(layer[i, j]) * 1e6, 2), "eager_step_ms": round(float(eager[i, j]) * 1e3, 3)})  # fmt: skip
+                                  "layer_overhead_us": round(float(layer[i, j]) * 1e6, 2)})  # fmt: skip
     if not prior:
-        return cal
-    return cal.model_copy(update={"uncertainty": _intervals(sse / LEVEL_NOISE**2, bw[:, 0], cmp[0], b[i, j], c[i, j], cal)})
+        return cal.model_copy(update={"eager_step_ms": round(float(eager[i, j]) * 1e3, 3)})
+    scale = float(eager[i, j])
+    cal = cal.model_copy(update={key: round(scale * value, 3) for key, value in _prior_eager_ms(prior).items()})
+    return cal.model_copy(update={"uncertainty": _intervals(sse / LEVEL_NOISE**2, bw[:, 0], cmp[0], b[i, j], c[i, j], cal, _prior_eager_ms(prior)["eager_step_ms"])})
+
+
+def _prior_eager_ms(prior: Calibration) -> dict[str, float]:
+    """The prior's times without CUDA graphs that a fit with it scales (``EAGER_SCALED``), ms; where all are 0, t_eager at
+    ``PRIOR_FLOOR`` (so that the levels can still move it)."""
+    times = {key: getattr(prior, key) for key in EAGER_SCALED}
+    return times if any(times.values()) else {**times, "eager_step_ms": PRIOR_FLOOR["eager_step_ms"]}
+
+
+def _prior_eager_s(t: Terms, prior: Calibration) -> float:
+    """What a step without CUDA graphs adds to the model of ``t`` at the prior's eager times (:func:`_prior_eager_ms`), s."""
+    return fitted_extras(t, prior.model_copy(update=_prior_eager_ms(prior)))[1]
 
 
 LEVEL_NOISE = 0.05  # a level's relative noise in a fit with a prior: one server's levels measured again moved 4–14 % (validation/RESULTS-predict.md, repeats)
-PRIOR_WIDTH = {"bw_efficiency": 0.15, "compute_efficiency": 0.3, "layer_overhead_us": 0.5, "eager_step_ms": 1.0}  # σ of the prior: absolute for the efficiencies, relative (× the prior's) for the times
+PRIOR_WIDTH = {"bw_efficiency": 0.15, "compute_efficiency": 0.3, "layer_overhead_us": 0.5, "eager_scale": 1.0}  # σ of the prior: absolute for the efficiencies and the eager scale (prior 1), relative (× the prior's) for t_ℓ
 PRIOR_FLOOR = {"layer_overhead_us": 10.0, "eager_step_ms": 1.0}  # … at least this (µs, ms): a prior time of 0 still lets the levels move it
 PRIOR_KEPT = ("moe_layer_us", "moe_eager_layer_ms", "mla_layer_us", "mla_eager_layer_ms", "untuned_moe_layer_us", "draft_overhead_ms")  # the prior's times a base fit keeps
+EAGER_SCALED = ("eager_step_ms", "moe_eager_layer_ms", "mla_eager_layer_ms")  # … of them (and t_eager) what a fit with a prior scales by one factor
 
 
 def _width(key: str, prior: Calibration) -> float:
@@ -242,16 +264,17 @@ def _width(key: str, prior: Calibration) -> float:
     return max(PRIOR_WIDTH[key] * getattr(prior, key), PRIOR_FLOOR[key]) / scale
 
 
-def _intervals(objective: np.ndarray, bw: np.ndarray, cmp: np.ndarray, b: np.ndarray, c: np.ndarray, cal: Calibration) -> dict[str, tuple[float, float]]:
+def _intervals(objective: np.ndarray, bw: np.ndarray, cmp: np.ndarray, b: np.ndarray, c: np.ndarray, cal: Calibration, eager_ms: float) -> dict[str, tuple[float, float]]:
     """Each parameter's interval where ``objective`` (on the η_bw × η_c grid, times at their best) is within 1 of its
-    minimum; the times' from the covariance of their least squares at the optimum (columns ``b``, ``c``), in µs and ms."""
+    minimum; t_ℓ's (µs) and t_eager's (ms: the eager scale's, column ``c``, × the prior's ``eager_ms``; the MoE and MLA
+    layers' eager times move with it) from the covariance of their least squares at the optimum (columns ``b``, ``c``)."""
     near = objective <= objective.min() + 1
     rows, cols = np.nonzero(near)
     out = {"bw_efficiency": (round(float(bw[rows].min()), 3), round(float(bw[rows].max()), 3)),
            "compute_efficiency": (round(float(cmp[cols].min()), 3), round(float(cmp[cols].max()), 3))}
     cov = np.linalg.pinv(np.array([[b @ b, b @ c], [b @ c, c @ c]])) * LEVEL_NOISE**2
-    for k, (key, scale) in enumerate((("layer_overhead_us", 1e6), ("eager_step_ms", 1e3))):
-        sd = math.sqrt(max(float(cov[k, k]), 0.0)) * scale
+    for k, (key, unit) in enumerate((("layer_overhead_us", 1e6), ("eager_step_ms", eager_ms))):
+        sd = math.sqrt(max(float(cov[k, k]), 0.0)) * unit
         value = getattr(cal, key)
         out[key] = (round(max(0.0, value - sd), 3), round(value + sd, 3))
     return out
