@@ -357,6 +357,11 @@ class Engine:
         """
         raise NotImplementedError(f"{self.name}: no runtime memory model")
 
+    def model_capture_size(self, spec: ModelSpec) -> int | None:
+        """The largest CUDA-graph capture size the engine sets for this model where it overrides its default
+        (:meth:`capture_sizes`' ``largest``), or None."""
+        return None
+
     def capture_sizes(
         self, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192, num_spec_tokens: int = 0, sm100: bool = False, largest: int | None = None
     ) -> list[int] | None:

@@ -48,6 +48,11 @@ def default_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, num_sp
     return sorted(set(sizes))
 
 
+# Models whose largest CUDA-graph capture size vLLM raises when the server sets neither the list nor the largest:
+# vllm/model_executor/models/config.py GptOssForCausalLMConfig.verify_and_update_config ("Increase the max capture size
+# from 512 to 1024 for performance"); gpt-oss-20b's boot log on vLLM 0.25 says 1024 (validation/calibrate-h200/server3/).
+MODEL_LARGEST_CAPTURE = {"gpt_oss": 1024}
+
 # Runtime memory of vLLM 0.25 (vllm/v1/worker/gpu_worker.py, determine_available_memory): the KV cache gets
 # gpu_memory_utilization × total − weights − non-torch increase − torch peak of profile_run − the CUDA-graph
 # estimate. Measured with VLLM_LOGGING_LEVEL=DEBUG ("Memory profiling takes …") on H100 and H200, dummy weights:
@@ -351,6 +356,10 @@ class VLLM(Engine):
         """FP8: ``FP8_MOE_LAYER_S`` + ``FP8_MOE_READ_S`` × (⌈``hidden`` ÷ 256⌉ + ⌈``width`` ÷ 256⌉), else 0."""
         reads = math.ceil(hidden / FP8_QUANT_THREADS) + math.ceil(width / FP8_QUANT_THREADS)
         return FP8_MOE_LAYER_S + FP8_MOE_READ_S * reads if dtype == "fp8" else 0.0
+
+    def model_capture_size(self, spec: ModelSpec) -> int | None:
+        """``MODEL_LARGEST_CAPTURE`` for the model's family (its config's model_type)."""
+        return MODEL_LARGEST_CAPTURE.get(spec.family)
 
     def capture_sizes(
         self, max_num_seqs: int = 256, max_num_batched_tokens: int = 8192, num_spec_tokens: int = 0, sm100: bool = False, largest: int | None = None

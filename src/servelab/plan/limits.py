@@ -45,5 +45,5 @@ def limits_for(
         raise ServelabError(f"{spec.name} in {fmt.name} does not fit {hw.name} at TP {tp} ({'; '.join(mem.notes) or 'no KV cache left'}): "
                             "nothing to predict; `servelab plan` shows the memory, try another --quant or --tp")  # fmt: skip
     kv = mem.max_concurrency
-    return Limits(max_num_seqs=seqs, max_num_batched_tokens=mbt, capture_sizes=capture_sizes or engine.capture_sizes(seqs, mbt, draft_tokens, largest=max_capture_size),
+    return Limits(max_num_seqs=seqs, max_num_batched_tokens=mbt, capture_sizes=capture_sizes or engine.capture_sizes(seqs, mbt, draft_tokens, largest=max_capture_size or engine.model_capture_size(spec)),
                   kv_requests=kv)  # fmt: skip
