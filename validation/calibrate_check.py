@@ -3,13 +3,16 @@
 (issue 53: "after calibrate on a server's steady-state levels: its bursts within 15 %, its steady state at other
 concurrencies within 10 %").
 
-Data (validation/calibrate-h200/, one H200, 16-core Xeon host, vLLM 0.25 kit, dummy weights, uniform routing):
-``validation/cold_gpu.py --model deepseek-v2-lite --levels 1,16,64 --stagger-levels 4,32 --duration 15s --calibrate h200``
-started DeepSeek-V2-Lite (bf16, FlashMLA), warmed every level up, ran ``servelab calibrate --url`` (its design: 1, 16
-and 64 streams, 30 s each, steady state, cold; the shipped calibration as prior), then ``vllm bench serve`` bursts
-at 1, 16 and 64 streams (2 requests a stream, a seed and a prefix-cache reset a level) and ``servelab bench`` at 4 and
-32 streams (15 s). 512 / 128 tokens. Prefix-cache hits 0 everywhere; the one Triton JIT line came in the warm-up.
+Data (validation/calibrate-h200/serverN/, three H200s, 16-core Xeon hosts, vLLM 0.25 kit, dummy weights, uniform routing):
+``validation/cold_gpu.py --model MODEL --levels 1,16,64 --stagger-levels 4,32 --duration 15s --calibrate h200`` started
+the model (server1: DeepSeek-V2-Lite bf16 on FlashMLA; server2, server3: gpt-oss-20b bf16 on /v1/completions; server3
+then Phi-4), warmed every level up, ran ``servelab calibrate --url`` (its design: 1, 16 and 64 streams, 30 s each,
+steady state, cold; MODEL-calibrate-run.json), then ``vllm bench serve`` bursts at 1, 16 and 64 streams (2 requests a
+stream, a seed and a prefix-cache reset a level) and ``servelab bench`` at 4 and 32 streams (15 s). 512 / 128 tokens.
+Prefix-cache hits 0 (Phi-4's 64-stream burst: 512 of 66,816 prompt tokens); each MoE server's one Triton JIT line came
+in the warm-up. server2's design run did not come back: it is not checked.
 
+Each design run is refitted with this checkout's ``servelab calibrate`` (the shipped calibration as prior).
 Prints each check level, measured and predicted with the server's own calibration and with the shipped one.
 Usage: ``python validation/calibrate_check.py`` (no GPU).
 """
