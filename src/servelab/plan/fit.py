@@ -206,12 +206,13 @@ def _fit_base(rows: list[Measured], name: str, source: str, prior: Calibration |
     ratios: list[tuple] = []  # (predicted ÷ measured without t_ℓ and the eager time, what one second of t_ℓ adds, … of the eager time)
     weights: list[float] = []  # a load measured n times weighs as one (repeated runs would outvote the others)
     same = Counter(_load(m) for m in rows)
+    eager_prior = prior.model_copy(update=_prior_eager_ms(prior)) if prior else None  # its times without CUDA graphs: one unit of the fitted scale
     for m in rows:
         per_step = spec_tokens_per_step(m.acceptance, m.terms.draft_tokens)
         tpot, ttft, _, (o_tpot, o_ttft), (e_tpot, e_ttft), (s_tpot, s_ttft) = step_times(m.terms, bw, cmp, per_step)
         fixed, _ = fitted_extras(m.terms, base)  # the prior's MoE/MLA times with CUDA graphs, on top of the roofline
         tpot, ttft = tpot + fixed * s_tpot, ttft + fixed * s_ttft
-        unit = _prior_eager_s(m.terms, prior) if prior else 1.0  # what one unit of the fitted eager variable adds to a step without graphs, s
+        unit = fitted_extras(m.terms, eager_prior)[1] if eager_prior else 1.0  # what one unit of the fitted eager variable adds to a step without graphs, s
         e_tpot, e_ttft = unit * e_tpot, unit * e_ttft
         ratios.append((tpot / m.tpot_s, o_tpot / m.tpot_s, e_tpot / m.tpot_s))
         waiting, cycle, o = m.concurrency / m.terms.running, m.concurrency * m.output_tokens / m.tok_s, m.output_tokens
@@ -234,9 +235,8 @@ def _fit_base(rows: list[Measured], name: str, source: str, prior: Calibration |
                                   "layer_overhead_us": round(float(layer[i, j]) * 1e6, 2)})  # fmt: skip
     if not prior:
         return cal.model_copy(update={"eager_step_ms": round(float(eager[i, j]) * 1e3, 3)})
-    scale = float(eager[i, j])
-    cal = cal.model_copy(update={key: round(scale * value, 3) for key, value in _prior_eager_ms(prior).items()})
-    return cal.model_copy(update={"uncertainty": _intervals(sse / LEVEL_NOISE**2, bw[:, 0], cmp[0], b[i, j], c[i, j], cal, _prior_eager_ms(prior)["eager_step_ms"])})
+    cal = cal.model_copy(update={key: round(float(eager[i, j]) * getattr(eager_prior, key), 3) for key in EAGER_SCALED})
+    return cal.model_copy(update={"uncertainty": _intervals(sse / LEVEL_NOISE**2, bw[:, 0], cmp[0], b[i, j], c[i, j], cal, eager_prior.eager_step_ms)})
 
 
 def _prior_eager_ms(prior: Calibration) -> dict[str, float]:
@@ -244,11 +244,6 @@ def _prior_eager_ms(prior: Calibration) -> dict[str, float]:
     ``PRIOR_FLOOR`` (so that the levels can still move it)."""
     times = {key: getattr(prior, key) for key in EAGER_SCALED}
     return times if any(times.values()) else {**times, "eager_step_ms": PRIOR_FLOOR["eager_step_ms"]}
-
-
-def _prior_eager_s(t: Terms, prior: Calibration) -> float:
-    """What a step without CUDA graphs adds to the model of ``t`` at the prior's eager times (:func:`_prior_eager_ms`), s."""
-    return fitted_extras(t, prior.model_copy(update=_prior_eager_ms(prior)))[1]
 
 
 LEVEL_NOISE = 0.05  # a level's relative noise in a fit with a prior: one server's levels measured again moved 4–14 % (validation/RESULTS-predict.md, repeats)
