@@ -88,9 +88,15 @@ MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tok
     "deepseek-v3-8l": (("--max-model-len", "2048", "--attention-backend", "FLASHMLA"), {**UNIFORM, "VLLM_USE_DEEP_GEMM": "0"}, 129280),  # DeepSeek-V3 cut to 8 layers (3 dense)
     "gpt-oss-20b": (("--max-model-len", "2048"), UNIFORM, 201088),  # BF16 (the kit has no MXFP4 kernels for Hopper): sliding window 128 on half the layers, sinks
     "phi-4": (("--max-model-len", "2048"), {}, 100352),  # dense, a family no calibration has seen
+    # issue 53's kept-back set (validation/kept-back-h200/, validation/kept_back.py): measured after predict was frozen, never fitted on
+    "glm-4.7-flash": (("--max-model-len", "2048", "--attention-backend", "FLASHMLA"), UNIFORM, 154880),  # real config: MLA with q_lora, 64 experts of 1,536, top 4
+    "moonlight-16b-a3b": (("--max-model-len", "2048", "--attention-backend", "FLASHMLA"), UNIFORM, 163840),  # real config (DeepSeek-V3 architecture), 64 of 1,408
+    "deepseek-v2-8l": (("--max-model-len", "2048", "--attention-backend", "FLASHMLA"), UNIFORM, 102400),  # DeepSeek-V2 cut to 8 layers: 160 experts of 1,536, top 6
+    "mistral-small-24b": (("--max-model-len", "2048"), {}, 131072),  # dense, 40 layers, a family no calibration has seen
+    "gpt-oss-120b-12l": (("--max-model-len", "2048"), UNIFORM, 201088),  # gpt-oss-120b cut to 12 layers, BF16: 128 experts of 2,880, sliding window
 }
 JIT = "Triton kernel JIT compilation during inference"
-COMPLETIONS = {"gpt-oss-20b"}  # benched on /v1/completions: its chat endpoint renders harmony, whose special tokens the kit's tokenizer lacks (HTTP 500 '<|end|>')
+COMPLETIONS = {"gpt-oss-20b", "gpt-oss-120b-12l"}  # benched on /v1/completions: its chat endpoint renders harmony, whose special tokens the kit's tokenizer lacks (HTTP 500 '<|end|>')
 
 
 def kit_with(kit: Path, model: str, vocab: int | None) -> Path:
