@@ -198,7 +198,7 @@ def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS
             reset(url)
             servelab("calibrate", "--url", url, "--hardware", calibrate, "--model", str(ROOT / "validation" / "configs" / model), "--input-tokens",
                      str(INPUT), "--output-tokens", str(OUTPUT), "--output", str(out / f"{name}-calibrate"), "--out", str(out / f"{name}-calibration.yaml"),
-                     *api, check=True)  # fmt: skip
+                     "--server-log", str(log), *api, check=True)  # fmt: skip
         rows = []
         for c in levels if bursts else ():
             reset(url)
