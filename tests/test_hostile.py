@@ -237,6 +237,17 @@ def test_a_crafted_safetensors_header_is_one_line_never_a_figure(tmp_path, tenso
     one_line_error(code, out, "safetensors header")
 
 
+def test_a_length_prefix_of_two_to_the_63_is_a_damaged_header_not_the_formula(tmp_path):
+    """A safetensors file whose first 8 bytes claim a 2⁶³-byte header: huggingface_hub refuses to parse it, and plan says the
+    checkpoint is damaged instead of planning from the formula as if there were no shards."""
+    import struct
+
+    folder = _safetensors(tmp_path / "m", {})
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", 2**63) + b"{}")
+    code, out = cli("plan", "--model", str(folder))
+    one_line_error(code, out, "safetensors header could not be read", "damaged")
+
+
 def test_a_header_nested_100000_deep_is_one_line(tmp_path):
     folder = _safetensors(tmp_path / "m", "[" * 100_000 + "]" * 100_000)
     code, out = cli("plan", "--model", str(folder))

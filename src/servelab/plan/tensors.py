@@ -165,7 +165,8 @@ def checkpoint_weights(spec: ModelSpec, *, online: bool = True, folder: Path | N
 
     Raises:
         ServelabError: a local index that is not JSON, or whose total size is not a checkpoint's
-            (:func:`from_index`); a damaged header (:func:`tensor_bytes`); the Hub too slow or
+            (:func:`from_index`); a damaged header (:func:`tensor_bytes`, or one huggingface_hub
+            cannot parse: a length prefix beyond its bound, invalid JSON); the Hub too slow or
             its answer unreadable (``servelab.plan.hub``).
     """
     layers = len(spec.layers)
@@ -175,9 +176,9 @@ def checkpoint_weights(spec: ModelSpec, *, online: bool = True, folder: Path | N
         try:
             if (local := _weights(huggingface_hub.get_local_safetensors_metadata(folder), str(folder), layers)) is not None:
                 return local
-        except (hub_errors.NotASafetensorsRepoError, hub_errors.SafetensorsParsingError, OSError):
+        except (hub_errors.NotASafetensorsRepoError, OSError):
             pass
-        except (RecursionError, ValueError, KeyError, TypeError) as exc:  # a header huggingface_hub cannot parse (nested 100,000 deep …)
+        except (hub_errors.SafetensorsParsingError, RecursionError, ValueError, KeyError, TypeError) as exc:  # a length prefix of 2⁶³, a header nested 100,000 deep …
             raise ServelabError(f"{folder}: a safetensors header could not be read ({type(exc).__name__}); the checkpoint is damaged") from None
         if index is not None:
             return index  # config.json and the index, shards not downloaded
