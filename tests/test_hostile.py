@@ -248,6 +248,20 @@ def test_a_length_prefix_of_two_to_the_63_is_a_damaged_header_not_the_formula(tm
     one_line_error(code, out, "safetensors header could not be read", "damaged")
 
 
+def test_shards_not_downloaded_are_not_a_damaged_checkpoint(tmp_path):
+    """Git LFS pointers in place of the shards (GIT_LFS_SKIP_SMUDGE=1) beside the index plan from the index; an empty
+    placeholder with no index plans from the formula: neither is called damaged."""
+    lfs = _safetensors(tmp_path / "lfs", {})
+    (lfs / "model.safetensors").write_bytes(b"version https://git-lfs.github.com/spec/v1\noid sha256:" + b"0" * 64 + b"\nsize 1234\n")
+    (lfs / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 123456}, "weight_map": {"lm_head.weight": "model.safetensors"}}))
+    code, out = cli("plan", "--model", str(lfs))
+    assert code == 0 and "total_size" in out and "damaged" not in out, out
+    empty = _safetensors(tmp_path / "empty", {})
+    (empty / "model.safetensors").write_bytes(b"")
+    code, out = cli("plan", "--model", str(empty))
+    assert code == 0 and "damaged" not in out, out
+
+
 def test_a_header_nested_100000_deep_is_one_line(tmp_path):
     folder = _safetensors(tmp_path / "m", "[" * 100_000 + "]" * 100_000)
     code, out = cli("plan", "--model", str(folder))

@@ -29,6 +29,7 @@ from servelab.values.specs import ModelSpec
 from servelab.guards.files import read_bytes
 
 MAX_INDEX_BYTES = 10**15  # 1 PB: a safetensors index claiming more is not a checkpoint
+LFS_POINTER = b"version https://git-lfs"  # how a Git LFS pointer file starts (git-lfs docs/spec.md): a shard not downloaded
 DTYPE_BITS = {  # safetensors' dtypes and their sizes (safetensors src/tensor.rs, Dtype::bitsize)
     "BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
     "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "C64": 64, "F64": 64, "I64": 64, "U64": 64,
@@ -178,7 +179,11 @@ def checkpoint_weights(spec: ModelSpec, *, online: bool = True, folder: Path | N
                 return local
         except (hub_errors.NotASafetensorsRepoError, OSError):
             pass
-        except (hub_errors.SafetensorsParsingError, RecursionError, ValueError, KeyError, TypeError) as exc:  # a length prefix of 2⁶³, a header nested 100,000 deep …
+        except hub_errors.SafetensorsParsingError:  # shards not downloaded (Git LFS pointers, empty placeholders) read as headers too
+            if index is None and not _not_downloaded(folder):
+                raise ServelabError(f"{folder}: a safetensors header could not be read (its length prefix or JSON is not a safetensors file's); "
+                                    "the checkpoint is damaged") from None  # fmt: skip
+        except (RecursionError, ValueError, KeyError, TypeError) as exc:  # a header huggingface_hub cannot parse (nested 100,000 deep …)
             raise ServelabError(f"{folder}: a safetensors header could not be read ({type(exc).__name__}); the checkpoint is damaged") from None
         if index is not None:
             return index  # config.json and the index, shards not downloaded
@@ -190,6 +195,17 @@ def checkpoint_weights(spec: ModelSpec, *, online: bool = True, folder: Path | N
             return None
         return _weights(meta, f"hub:{spec.hub_id}", layers)
     return None
+
+
+def _not_downloaded(folder: Path) -> bool:
+    """Whether a ``*.safetensors`` file in ``folder`` holds no weights yet: a Git LFS pointer (a clone with
+    ``GIT_LFS_SKIP_SMUDGE=1``) or a file shorter than a header's 8-byte length prefix."""
+    for path in folder.glob("*.safetensors"):
+        with path.open("rb") as f:
+            head = f.read(len(LFS_POINTER))
+        if len(head) < 8 or head == LFS_POINTER:
+            return True
+    return False
 
 
 def _weights(meta: SafetensorsRepoMetadata, source: str, num_layers: int) -> CheckpointWeights | None:
