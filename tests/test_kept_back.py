@@ -34,7 +34,9 @@ def test_every_kept_back_level_is_cold_and_complete():
         for name in ("calibrate-run", "stagger-run"):
             run = json.loads((kept_back.DATA / f"{model}-{name}.json").read_text())
             assert run["status"] == "complete"
-            assert all(lv["server"]["prefix_cache_hit_rate"] == 0.0 for lv in run["levels"]), (model, name)
+            for lv in run["levels"]:
+                assert lv["server"]["prefix_cache_hit_rate"] == 0.0 and not lv["jit_kernels"], (model, name, lv["concurrency"])
+                assert lv["failed_requests"] == 0 and set(lv["error_kinds"]) <= {"cancelled"}, (model, name, lv["concurrency"])  # cancelled: cut by the window's end
     assert "Intel(R) Xeon(R) Processor" in (kept_back.DATA / "host.txt").read_text()
 
 
@@ -48,7 +50,7 @@ def test_the_replay_scores_every_model_at_every_level(results):
 def test_the_dense_model_and_the_cut_deepseek_v2_meet_the_held_out_goals(results):
     for model in ("mistral-small-24b", "deepseek-v2-8l"):
         s = results[model]["held"]
-        assert s["tok_median"] <= 8.0 and s["tok_worst"] <= 20.0 and s["single"] <= 10.0, model
+        assert s["tok_median"] <= 8.0 and s["tok_worst"] <= 20.0 and s["single"] <= 10.0 and s["inside_tok"] >= 90.0, model
     assert results["mistral-small-24b"]["held"]["burst_ttft_median"] <= 25.0
 
 
@@ -58,7 +60,7 @@ def test_after_calibrate_bursts_within_fifteen_and_other_levels_within_ten_perce
             assert abs(row["e_tok"]) <= (15.0 if row["kind"] == "burst" else 10.0), (model, row["kind"], row["c"])
 
 
-def test_the_pooled_tok_s_median_is_within_the_goal_and_the_band_holds_most_points(results):
+def test_the_pooled_tok_s_median_is_within_the_goal_and_the_band_holds_most_tok_s_points(results):
     pooled = kept_back.summary([row for r in results.values() for row in r["rows"]])
     assert pooled["tok_median"] <= 8.0
-    assert pooled["inside"] >= 80.0
+    assert pooled["inside_tok"] >= 90.0 and pooled["inside_ttft"] >= 70.0

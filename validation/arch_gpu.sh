@@ -16,9 +16,13 @@ for job in "$@"; do
   (  # "MODEL opts|OTHER opts": OTHER runs in what is left of LIMIT_S when MODEL's run fails
     start=$SECONDS
     IFS='|' read -ra alternatives <<<"$job"
+    for alt in "${alternatives[@]}"; do read -r model _ <<<"$alt"; rm -rf "/tmp/r/$model" "/tmp/r/$model.log"; done  # no earlier call's files
     for alt in "${alternatives[@]}"; do
       read -r model opts <<<"$alt"
-      [ $((LIMIT - (SECONDS - start))) -gt 120 ] || break
+      if [ "$alt" != "${alternatives[0]}" ]; then  # a fallback: enough time left, and the GPU freed of the failed server
+        [ $((LIMIT - (SECONDS - start))) -gt 120 ] || break
+        for pid in $(nvidia-smi -i "$i" --query-compute-apps=pid --format=csv,noheader); do kill -9 "$pid" 2>/dev/null; done
+      fi
       # shellcheck disable=SC2086
       CUDA_VISIBLE_DEVICES=$i timeout -s INT -k 30 $((LIMIT - (SECONDS - start))) python3 validation/cold_gpu.py --kit .gpu-vllm \
         --out "/tmp/r/$model" --model "$model" $opts > "/tmp/r/$model.log" 2>&1 && break
