@@ -48,6 +48,14 @@ def prompt_tokens(measured: dict[int, dict]) -> int:
     return round(sum(t for t, _ in sent) / sum(n for _, n in sent))
 
 
+def measured(mode: str, lv: dict) -> tuple[float, float, float]:
+    """(tok/s, TTFT ms, TPOT ms) of one measured level: a burst's (vllm bench serve's row) mean TTFT and TPOT, a steady
+    state's (a servelab run's level) p50s."""
+    if mode == "burst":
+        return lv["output_throughput"], lv["mean_ttft_ms"], lv["mean_tpot_ms"]
+    return lv["output_throughput_tok_s"], lv["ttft_ms"]["p50"], lv["tpot_ms"]["p50"]
+
+
 def calibrated(run: Path, model: str, out: Path) -> str:
     """``servelab calibrate`` (this checkout's fit, the shipped calibration as prior) on the design run ``run`` that
     ``servelab calibrate --url`` measured on the server, written to ``out``: its path."""
@@ -64,11 +72,10 @@ def main() -> None:
             own = calibrated(run, model, Path(tmp) / f"{server.name}-{model}.yaml")
             bursts = {lv["concurrency"]: lv for lv in json.loads((server / f"{model}-bursts.json").read_text())["levels"]}
             stagger = {lv["concurrency"]: lv for lv in json.loads((server / f"{model}-stagger-run.json").read_text())["levels"]}
-            for mode, measured in (("burst", bursts), ("stagger", stagger)):
-                got = {cal: predicted(model, cal, mode, sorted(measured), prompt_tokens(measured)) for cal in (own, SHIPPED)}
-                for c, lv in sorted(measured.items()):
-                    tok = lv["output_throughput"] if mode == "burst" else lv["output_throughput_tok_s"]
-                    ttft = lv["mean_ttft_ms"] if mode == "burst" else lv["ttft_ms"]["p50"]
+            for mode, levels in (("burst", bursts), ("stagger", stagger)):
+                got = {cal: predicted(model, cal, mode, sorted(levels), prompt_tokens(levels)) for cal in (own, SHIPPED)}
+                for c, lv in sorted(levels.items()):
+                    tok, ttft, _ = measured(mode, lv)
                     cells = [f"{p[c]['aggregate_tok_s']:,.0f} ({100 * (p[c]['aggregate_tok_s'] / tok - 1):+.1f} %)" for p in got.values()]
                     key = "ttft_mean_s" if mode == "burst" else "ttft_s"
                     print(f"| {server.name} | {model} | {mode} {c} | {tok:,.0f} | {cells[0]} | {cells[1]} | {ttft:,.0f} ({'mean' if mode == 'burst' else 'p50'}) "

@@ -42,13 +42,6 @@ def levels(model: str) -> dict[str, dict[int, dict]]:
     return out
 
 
-def measured(kind: str, lv: dict) -> tuple[float, float, float]:
-    """(tok/s, TTFT ms, TPOT ms) of one level: a burst's mean TTFT and TPOT, a steady state's p50s."""
-    if kind == "burst":
-        return lv["output_throughput"], lv["mean_ttft_ms"], lv["mean_tpot_ms"]
-    return lv["output_throughput_tok_s"], lv["ttft_ms"]["p50"], lv["tpot_ms"]["p50"]
-
-
 def check(model: str, calibration: str, kinds: tuple[str, ...]) -> list[dict]:
     """One row per level of ``kinds``: measured, predicted with ``calibration`` and the signed errors (%), and whether the
     measured tok/s and TTFT lie inside the point's band."""
@@ -58,7 +51,7 @@ def check(model: str, calibration: str, kinds: tuple[str, ...]) -> list[dict]:
             continue
         pred = cc.predicted(model, calibration, "burst" if kind == "burst" else "stagger", sorted(got), cc.prompt_tokens(got))
         for c, lv in sorted(got.items()):
-            tok, ttft, tpot = measured(kind, lv)
+            tok, ttft, tpot = cc.measured(kind, lv)
             p = pred[c]
             p_ttft = p["ttft_mean_s" if kind == "burst" else "ttft_s"] * 1e3
             lo, hi = p["band"]["aggregate_tok_s"]
