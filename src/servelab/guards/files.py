@@ -4,7 +4,8 @@ names (``/dev/zero``, a FIFO that never ends, a 50 GB file given by mistake).
 - :func:`read_bytes`: a whole file (a config.json, an import, a recipe, a dataset) up to a limit;
   a larger one is one line naming it, read no further than the limit plus one byte.
 - :func:`head_text`: the first bytes of a log (a server's boot log, ``servelab bootlog``): what a
-  boot log says is at its start, and a log that went on for days is read no further.
+  boot log says is at its start, and a log that went on for days is read no further;
+  :func:`head_bytes` the same as bytes (the start of a weights file).
 """
 
 from __future__ import annotations
@@ -45,8 +46,17 @@ def head_text(path: Path, what: str, limit: int = MAX_LOG) -> str:
     """
     if str(path) == "-":
         return sys.stdin.buffer.read(limit).decode("utf-8", "replace")
+    return head_bytes(path, what, limit).decode("utf-8", "replace")
+
+
+def head_bytes(path: Path, what: str, limit: int) -> bytes:
+    """The first ``limit`` bytes of a file (fewer where it is shorter).
+
+    Raises:
+        ServelabError: it cannot be read, naming ``what`` and the path.
+    """
     try:
         with path.open("rb") as f:
-            return f.read(limit).decode("utf-8", "replace")
+            return f.read(limit)
     except OSError as exc:
         raise ServelabError(f"{what} {path}: cannot read it ({exc.strerror or exc})") from None

@@ -26,7 +26,7 @@ from servelab.errors import ServelabError
 from servelab.guards.jsonfile import loads
 from servelab.plan import hub
 from servelab.values.specs import ModelSpec
-from servelab.guards.files import read_bytes
+from servelab.guards.files import head_bytes, read_bytes
 
 MAX_INDEX_BYTES = 10**15  # 1 PB: a safetensors index claiming more is not a checkpoint
 LFS_POINTER = b"version https://git-lfs"  # how a Git LFS pointer file starts (git-lfs docs/spec.md): a shard not downloaded
@@ -199,10 +199,12 @@ def checkpoint_weights(spec: ModelSpec, *, online: bool = True, folder: Path | N
 
 def _not_downloaded(folder: Path) -> bool:
     """Whether a ``*.safetensors`` file in ``folder`` holds no weights yet: a Git LFS pointer (a clone with
-    ``GIT_LFS_SKIP_SMUDGE=1``) or a file shorter than a header's 8-byte length prefix."""
+    ``GIT_LFS_SKIP_SMUDGE=1``) or a file shorter than a header's 8-byte length prefix.
+
+    Raises:
+        ServelabError: such a file cannot be read (``servelab.guards.files.head_bytes``)."""
     for path in folder.glob("*.safetensors"):
-        with path.open("rb") as f:
-            head = f.read(len(LFS_POINTER))
+        head = head_bytes(path, "safetensors file", len(LFS_POINTER))
         if len(head) < 8 or head == LFS_POINTER:
             return True
     return False
