@@ -23,6 +23,13 @@ Also per M in ``PROFILED``, a torch.profiler breakdown by kernel (eager calls, G
 ``OUT/moe-kernel.json`` and prints a table: µs per layer, the distinct experts' bytes and the bandwidth
 they were read at.
 
+``--prefill`` instead (issue 53: what a burst's prompts cost in the fused-MoE op): for the expert shapes of
+``PREFILL_SHAPES`` at ``PREFILL_BATCHES`` tokens (a lone prompt, a quarter and a whole 8,192-token chunk), BF16
+(and FP8 per-tensor, block FP8 where listed), ``fused_experts`` with the config vLLM picks (``auto``) and, where a
+tuned JSON ships, ``get_default_config`` too, inside a CUDA graph; beside it a cuBLAS BF16 GEMM pair of the same
+FLOPs ((M · top-k) × K × 2N, then × N × K), so that the experts' rate is read against the dense one the calibration's
+η_c was fitted on: ``rate`` = the dense pair's time ÷ the experts' time. ``OUT/moe-prefill.json``.
+
 ``--eager`` instead: the FP8 layer without CUDA graphs at ``EAGER_BATCHES`` tokens (a 512-token prompt
 beside 15 decoding sequences, two beside 63: vLLM's steps that carry prompts run so), ``CALLS`` layers
 called back to back: the host's time to launch them (no sync inside), the wall time until the GPU is
@@ -57,7 +64,15 @@ COPY_BYTES = 12e9  # weight copies per shape and format: enough to leave L2 (50 
 CALLS = 48  # layers per captured graph
 REPLAYS = 10
 PROFILED = (1, 64)  # batches also broken down by kernel
-EAGER_BATCHES = (527, 1087)  # --eager: tokens of a step that carries one or two 512-token prompts
+EAGER_BATCHES = (527, 1087)
+PREFILL_SHAPES = {  # name → (experts, width, hidden, top-k, formats): the MoE models of issue 53's runs and kept-back sets
+    "deepseek-v2-lite": (64, 1408, 2048, 6, ("bf16",)), "glm-4.7-flash": (64, 1536, 2048, 4, ("bf16",)),
+    "gpt-oss-20b": (32, 2880, 2880, 4, ("bf16",)), "gpt-oss-120b": (128, 2880, 2880, 4, ("bf16",)),
+    "deepseek-v2": (160, 1536, 5120, 6, ("bf16",)), "qwen3-235b-a22b": (128, 1536, 4096, 8, ("bf16",)),
+    "qwen1.5-moe-a2.7b": (60, 1408, 2048, 4, ("bf16",)), "qwen3-30b-a3b": (128, 768, 2048, 8, ("bf16", "fp8")),
+    "mixtral-8x7b": (8, 14336, 4096, 2, ("bf16", "fp8")), "kimi-k2": (384, 2048, 7168, 8, ("fp8-block",)),
+}
+PREFILL_BATCHES = (512, 2048, 8192)  # --eager: tokens of a step that carries one or two 512-token prompts
 
 
 def _layer(E: int, N: int, K: int, fp8: bool, seed: int) -> dict:
@@ -75,24 +90,38 @@ def _layer(E: int, N: int, K: int, fp8: bool, seed: int) -> dict:
     return {"w1": q1, "w2": q2, "gate": gate, "quant": fp8_w8a8_moe_quant_config(w1_scale=s1, w2_scale=s2, a1_scale=None, a2_scale=None)}
 
 
+def _block_layer(E: int, N: int, K: int, seed: int) -> dict:
+    """Block-FP8 experts (128 × 128 weight blocks, per-token-group activations: DeepSeek-V3's checkpoints)."""
+    from vllm.model_executor.layers.fused_moe.config import fp8_w8a8_moe_quant_config as quant
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    w1 = (torch.randn(E, 2 * N, K, device="cuda", dtype=torch.bfloat16, generator=g) * 0.02).to(torch.float8_e4m3fn)
+    w2 = (torch.randn(E, K, N, device="cuda", dtype=torch.bfloat16, generator=g) * 0.02).to(torch.float8_e4m3fn)
+    s1 = torch.full((E, -(-2 * N // 128), -(-K // 128)), 1e-3, device="cuda")
+    s2 = torch.full((E, -(-K // 128), -(-N // 128)), 1e-3, device="cuda")
+    gate = torch.randn(K, E, device="cuda", dtype=torch.bfloat16, generator=g) * 0.02
+    return {"w1": w1, "w2": w2, "gate": gate, "quant": quant(w1_scale=s1, w2_scale=s2, a1_scale=None, a2_scale=None, block_shape=[128, 128])}
+
+
 def _call(layer: dict, x: torch.Tensor, topk: int) -> torch.Tensor:
     logits = x @ layer["gate"]
     weights, ids, _ = fused_topk(x, logits, topk, renormalize=True)
     return fused_experts(x, layer["w1"], layer["w2"], weights, ids, quant_config=layer["quant"])
 
 
-def _time(layers: list[dict], x: torch.Tensor, topk: int) -> float:
+def _time(layers: list[dict], x: torch.Tensor, topk: int, call=None, calls: int = CALLS) -> float:
+    call = call or _call
     for layer in layers:  # compile and warm every kernel before capture
-        _call(layer, x, topk)
+        call(layer, x, topk)
     torch.cuda.synchronize()
     graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for i in range(3):
-            _call(layers[i % len(layers)], x, topk)
+            call(layers[i % len(layers)], x, topk)
         with torch.cuda.graph(graph, stream=stream):
-            for i in range(CALLS):
-                _call(layers[i % len(layers)], x, topk)
+            for i in range(calls):
+                call(layers[i % len(layers)], x, topk)
     torch.cuda.current_stream().wait_stream(stream)
     graph.replay()
     torch.cuda.synchronize()
@@ -103,7 +132,7 @@ def _time(layers: list[dict], x: torch.Tensor, topk: int) -> float:
     end.record()
     torch.cuda.synchronize()
     del graph
-    return start.elapsed_time(end) / 1e3 / (REPLAYS * CALLS)
+    return start.elapsed_time(end) / 1e3 / (REPLAYS * calls)
 
 
 def _kernels(layer: dict, x: torch.Tensor, topk: int) -> dict[str, float]:
@@ -160,13 +189,63 @@ def eager_main(out: Path, shapes: list[str]) -> None:
             torch.cuda.empty_cache()
 
 
+def _dense(layer: dict, x: torch.Tensor, topk: int) -> torch.Tensor:
+    """cuBLAS BF16 GEMMs of the experts' FLOPs: (M · top-k) × K × 2N, then × N × K (``layer``: ``a``, ``w1``, ``w2``)."""
+    return (layer["a"] @ layer["w1"])[:, : layer["w2"].shape[0]] @ layer["w2"]
+
+
+def prefill_main(out: Path, shapes: list[str]) -> None:
+    """``--prefill`` (module docstring)."""
+    rows, gpu = [], torch.cuda.get_device_name()
+    print(f"{gpu}; one MoE layer's experts at prefill sizes: ms, TFLOPS, and the rate against cuBLAS BF16 GEMMs of the same FLOPs")
+    with set_current_vllm_config(VllmConfig()):
+        for name in shapes:
+            E, N, K, topk, formats = PREFILL_SHAPES[name]
+            for fmt in formats:
+                dtype = {"bf16": None, "fp8": "fp8_w8a8", "fp8-block": "fp8_w8a8"}[fmt]
+                block = [128, 128] if fmt == "fp8-block" else None
+                try:
+                    layers = [_block_layer(E, N, K, s) if block else _layer(E, N, K, fmt == "fp8", s) for s in range(2)]
+                except torch.OutOfMemoryError as e:
+                    print(f"{name} {fmt}: {e}", flush=True)
+                    continue
+                tuned = bool(get_moe_configs(E, N, dtype, *(block or (0, 0))))
+                for M in PREFILL_BATCHES:
+                    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16) * 0.5
+                    flops = 2 * 3 * M * topk * N * K
+                    dense = [{"a": torch.randn(M * topk, K, device="cuda", dtype=torch.bfloat16), "w1": torch.randn(K, 2 * N, device="cuda", dtype=torch.bfloat16),
+                              "w2": torch.randn(N, K, device="cuda", dtype=torch.bfloat16)} for _ in range(2)]  # fmt: skip
+                    t_dense = _time(dense, x, topk, _dense, 8)
+                    del dense
+                    for mode in ["auto", "default"] if tuned else ["auto"]:
+                        default = get_default_config(M, E, N, K, topk, dtype, block)
+                        cfg = try_get_optimal_moe_config((E, 2 * N, K), (E, K, N), topk, dtype, M, block) if mode == "auto" else default
+                        try:
+                            with override_config(default) if mode == "default" else nullcontext():
+                                t = _time(layers, x, topk, calls=8)
+                        except Exception as e:  # noqa: BLE001 (a shape or format this vLLM cannot run: recorded, the others go on)
+                            print(f"{name} {fmt} {M} {mode}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                            continue
+                        row = {"gpu": gpu, "shape": name, "format": fmt, "M": M, "mode": mode, "tuned_file": tuned, "config": cfg,
+                               "layer_ms": round(t * 1e3, 4), "tflops": round(flops / t / 1e12, 1), "dense_ms": round(t_dense * 1e3, 4),
+                               "dense_tflops": round(flops / t_dense / 1e12, 1), "rate": round(t_dense / t, 3)}  # fmt: skip
+                        rows.append(row)
+                        print(f"{name:18} {fmt:9} {M:>5} {mode:8} {row['layer_ms']:8.3f} ms {row['tflops']:6.1f} TF  dense {row['dense_tflops']:6.1f} TF  rate {row['rate']:.3f}", flush=True)
+                        (out / "moe-prefill.json").write_text(json.dumps(rows, indent=1))
+                del layers
+                torch.cuda.empty_cache()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--eager", action="store_true", help="the FP8 layer without CUDA graphs (module docstring)")
+    ap.add_argument("--prefill", action="store_true", help="the experts at prefill sizes against cuBLAS (module docstring)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.prefill:
+        return prefill_main(args.out, args.shapes.split(",") if args.shapes != ",".join(SHAPES) else list(PREFILL_SHAPES))
     if args.eager:
         return eager_main(args.out, args.shapes.split(","))
     rows = []

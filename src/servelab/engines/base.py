@@ -81,10 +81,12 @@ class RuntimeMemory:
 class MoeKernel:
     """Which kernel configuration an engine's fused MoE layer runs for one model, format and GPU:
     ``config`` the tuned file it looks up (its name), ``tuned`` whether the engine ships it (False:
-    its default configuration, priced with ``Calibration.untuned_moe_layer_us``: 0 in the shipped calibrations)."""
+    its default configuration), and ``rate``: the share of the engine's compute peak (``Engine.compute_peak``)
+    its experts' matrix products reach with that configuration, measured (1: not known to fall short)."""
 
     config: str
     tuned: bool
+    rate: float = 1.0
 
 
 @dataclass(frozen=True)

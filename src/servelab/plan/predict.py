@@ -106,7 +106,7 @@ from servelab.plan.calibration import Calibration
 from servelab.plan.drafter import Drafter
 from servelab.plan.limits import Limits
 from servelab.plan.quant import QuantFormat
-from servelab.plan.roofline import compute_dtype, decode_step, prefill, spec_tokens_per_step, weights_touched
+from servelab.plan.roofline import compute_dtype, decode_step, expert_flops, prefill, spec_tokens_per_step, weights_touched
 from servelab.values.specs import Hardware, ModelSpec
 
 PADDING_NAMED = 1.1  # padding is named the bottleneck when it makes the decode step this much longer
@@ -212,6 +212,12 @@ def terms(
     case = engine.moe_kernel(spec, fmt.name, hw, tp)
     untuned = bool(case and not case.tuned)
     peak = engine.compute_peak(hw, dtype, bool(spec.moe_layers)) or float("inf")  # the rate the engine's kernels reach
+    slow = 1 / case.rate - 1 if case else 0.0  # the routed experts' FLOPs at the MoE kernel's rate (MoeKernel.rate): each counts 1 + slow at the peak
+
+    def busy(flops: float, tokens: int) -> float:
+        """``flops`` of a step over ``tokens`` tokens (per GPU), the routed experts' counted at the MoE kernel's rate."""
+        return flops + slow * expert_flops(spec, tokens) / tp
+
     pf = prefill(spec, fmt, hw, tokens=input_tokens, tp=tp)
     bw = hw.bandwidth_gbs * 1e9
     k = (running - 1) / output_tokens
@@ -223,7 +229,7 @@ def terms(
     unpadded_bytes = weights_touched(spec, fmt, running * per_seq, routing) / tp
     passes = draft_tokens if drafter and drafter.method != "ngram" else 0
     draft_bytes = passes * drafter.pass_bytes(spec, running, routing) / tp if passes and drafter else 0.0
-    sizes, per_decode, per_prompt = sorted(limits.capture_sizes), step.flops / (running * per_seq), pf.flops / input_tokens
+    sizes, per_decode, per_prompt = sorted(limits.capture_sizes), busy(step.flops, running * per_seq) / (running * per_seq), busy(pf.flops, input_tokens) / input_tokens
 
     @lru_cache(maxsize=None)
     def step_at(decode: int, prompt: int) -> StepTerms:
@@ -232,9 +238,9 @@ def terms(
         return StepTerms(weights_touched(spec, fmt, size, routing) / tp / bw, (decode * per_decode + prompt * per_prompt) * size / n / peak,
                          decode * kv_seq, allreduce_s(spec, hw, size, tp), n > largest)  # fmt: skip
 
-    return Terms(padded_bytes / bw, pad.flops / peak, max(pf.flops / peak, pf.bytes / bw), running, padded, unpadded_bytes / bw,
-                 step.flops / peak, draft_tokens, passes, draft_bytes / bw, allreduce_s(spec, hw, padded, tp), allreduce_s(spec, hw, input_tokens, tp),
-                 mode, k, mixed_bytes / bw, (step.flops + m * pf.flops) / peak, running * kv_seq, running * per_seq > largest, mixed_tokens > largest,
+    return Terms(padded_bytes / bw, busy(pad.flops, padded) / peak, max(busy(pf.flops, input_tokens) / peak, pf.bytes / bw), running, padded, unpadded_bytes / bw,
+                 busy(step.flops, running * per_seq) / peak, draft_tokens, passes, draft_bytes / bw, allreduce_s(spec, hw, padded, tp), allreduce_s(spec, hw, input_tokens, tp),
+                 mode, k, mixed_bytes / bw, (busy(step.flops, running * per_seq) + m * busy(pf.flops, input_tokens)) / peak, running * kv_seq, running * per_seq > largest, mixed_tokens > largest,
                  step_at, input_tokens, max_running, limits.max_num_batched_tokens, len(spec.layers), spec.moe_layers,
                  engine.eager_extra_s(dtype, len(spec.layers)), engine.moe_layer_extra_s(dtype, spec.hidden_size, spec.moe_intermediate_size // tp) * spec.moe_layers,
                  engine.sustained_clock(hw, dtype, bool(spec.moe_layers)), share, spec.count("mla"), spec.moe_layers if untuned else 0)  # fmt: skip

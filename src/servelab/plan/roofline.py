@@ -61,6 +61,12 @@ def expected_experts(num_experts: int, top_k: int, tokens: int, routing: float =
     return num_experts * (1 - (1 - top_k / num_experts) ** (max(tokens, 1) ** routing))
 
 
+def expert_flops(spec: ModelSpec, tokens: int) -> float:
+    """FLOPs (whole model, all ranks) of the routed experts' matrix products over ``tokens`` tokens: each
+    token through its top-k experts in every MoE layer (shared experts are dense layers, not counted)."""
+    return 2.0 * tokens * spec.moe_layers * spec.experts_per_token * spec.expert_params
+
+
 @dataclass(frozen=True)
 class StepCost:
     """One step's cost on one GPU: seconds, bytes moved, FLOPs, and which bound set the time."""
