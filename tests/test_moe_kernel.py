@@ -3,7 +3,9 @@ files (servelab/data/vllm-0.25-fused-moe-configs.txt), against what vLLM itself 
 
 from __future__ import annotations
 
+import json
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from typer.testing import CliRunner
 
 from servelab.cli import app
 from servelab.engines import plan_engine
+from servelab.engines.vllm_moe import MOE_RATE
 from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
 
@@ -46,3 +49,19 @@ def test_plan_and_predict_say_which_case_applies():
     assert res.exit_code == 0 and "ships no tuned config (E=64,N=1408,device_name=NVIDIA_H200.json)" in res.output
     res = CliRunner().invoke(app, ["predict", "--model", str(V / "configs/mixtral-8x7b"), "--quant", "fp8", "--hardware", "h100-sxm", "--concurrency", "1", "--json"])
     assert res.exit_code == 0 and "ships a tuned config (E=8,N=14336,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8.json)" in res.output
+
+
+def test_the_experts_rates_are_the_kernel_measurement():
+    """``MOE_RATE`` is validation/moe_kernel_gpu.py --prefill's table (one H200): the compute-bound rate at 8,192 tokens against
+    cuBLAS BF16 GEMMs of the same FLOPs, the median over the BF16 shapes (tuned and default configs alike), Kimi-K2's in block
+    FP8; and predict's terms price a BF16 MoE prompt's experts at it (a tuned and a default case alike)."""
+    rows = [r for r in json.loads((V / "moe-kernel/h200-prefill.json").read_text()) if r["M"] == 8192]
+    bf16 = [r["rate"] for r in rows if r["format"] == "bf16"]
+    assert len(bf16) >= 7 and MOE_RATE["bf16"] == MOE_RATE["fp16"] == round(statistics.median(bf16), 2)
+    assert MOE_RATE["fp8-block"] == round(next(r["rate"] for r in rows if r["format"] == "fp8-block"), 2)
+    assert "fp8" not in MOE_RATE  # FP8 per tensor at 1: its MoE layer times were fitted so (data/calibration.yaml)
+    h200 = load_hardware("h200")
+    for model, tuned in (("qwen3-30b-a3b", True), (str(V / "configs/deepseek-v2-lite"), False)):
+        case = plan_engine().moe_kernel(load_model(model), "bf16", h200)
+        assert (case.tuned, case.rate) == (tuned, MOE_RATE["bf16"])
+    assert plan_engine().moe_kernel(load_model("qwen3-30b-a3b"), "fp8", h200).rate == 1.0

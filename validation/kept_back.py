@@ -15,7 +15,11 @@ single stream's TPOT). The steady state at 64 streams is one 30 s window, not th
 A point is inside the band when the measured value lies within the prediction × (1 ± the class's band), as predict
 prints it (servelab.plan.band).
 
-Usage: ``python validation/kept_back.py`` (no GPU).
+The second set (validation/kept-back2-h200/: one 4 × H200 host, the same recipe, four models at once) was chosen before
+the fused-MoE kernel's rate (servelab.engines.vllm_moe.MOE_RATE) was measured and opened after predict was frozen with it
+(commit 725136f).
+
+Usage: ``python validation/kept_back.py [kept-back2-h200]`` (no GPU; the folder under validation/, default the first set).
 """
 
 from __future__ import annotations
@@ -33,20 +37,20 @@ DATA = cc.ROOT / "validation" / "kept-back-h200"
 GOALS = "tok/s median ≤ 8 %, worst ≤ 20 %; single stream ≤ 10 %; burst TTFT mean, median ≤ 25 %; ≥ 90 % of points inside the band"
 
 
-def levels(model: str) -> dict[str, dict[int, dict]]:
-    """The model's measured levels by kind: ``burst`` (vllm bench serve rows), ``design`` and ``stagger`` (servelab runs)."""
-    out = {"burst": {lv["concurrency"]: lv for lv in json.loads((DATA / f"{model}-bursts.json").read_text())["levels"]}}
+def levels(model: str, data: Path = DATA) -> dict[str, dict[int, dict]]:
+    """The model's measured levels in ``data`` by kind: ``burst`` (vllm bench serve rows), ``design`` and ``stagger`` (servelab runs)."""
+    out = {"burst": {lv["concurrency"]: lv for lv in json.loads((data / f"{model}-bursts.json").read_text())["levels"]}}
     for kind, name in (("design", "calibrate-run"), ("stagger", "stagger-run")):
-        path = DATA / f"{model}-{name}.json"
+        path = data / f"{model}-{name}.json"
         out[kind] = {lv["concurrency"]: lv for lv in json.loads(path.read_text())["levels"] if lv["ok"]} if path.exists() else {}
     return out
 
 
-def check(model: str, calibration: str, kinds: tuple[str, ...]) -> list[dict]:
+def check(model: str, calibration: str, kinds: tuple[str, ...], data: Path = DATA) -> list[dict]:
     """One row per level of ``kinds``: measured, predicted with ``calibration`` and the signed errors (%), and whether the
     measured tok/s and TTFT lie inside the point's band."""
     rows = []
-    for kind, got in levels(model).items():
+    for kind, got in levels(model, data).items():
         if kind not in kinds or not got:
             continue
         pred = cc.predicted(model, calibration, "burst" if kind == "burst" else "stagger", sorted(got), cc.prompt_tokens(got))
@@ -82,18 +86,19 @@ def summary(rows: list[dict]) -> dict[str, float]:
             "inside_tok": 100 * sum(r["in_tok"] for r in rows) / len(rows), "inside_ttft": 100 * sum(r["in_ttft"] for r in rows) / len(rows)}  # fmt: skip
 
 
-def main() -> dict[str, dict]:
-    models = sorted(p.name.removesuffix("-bursts.json") for p in DATA.glob("*-bursts.json"))
+def main(data: Path = DATA) -> dict[str, dict]:
+    """Replay the kept-back set in ``data`` (module docstring): per model, its held-out rows and their summary, and the rows after calibrate."""
+    models = sorted(p.name.removesuffix("-bursts.json") for p in data.glob("*-bursts.json"))
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for model in models:
-            held = check(model, cc.SHIPPED, ("burst", "design", "stagger"))
+            held = check(model, cc.SHIPPED, ("burst", "design", "stagger"), data)
             show(f"held out (the shipped calibration, {cc.SHIPPED}): {model}", held)
             results[model] = {"held": summary(held), "rows": held}
-            run = DATA / f"{model}-calibrate-run.json"
+            run = data / f"{model}-calibrate-run.json"
             if run.exists():
                 own = cc.calibrated(run, model, Path(tmp) / f"{model}.yaml")
-                after = check(model, own, ("burst", "stagger"))
+                after = check(model, own, ("burst", "stagger"), data)
                 show(f"after servelab calibrate on its design run (1, 16, 64 streams): {model}", after)
                 results[model]["after"] = after
     print(f"\nGoals: {GOALS}\n\n| model | tok/s median / worst | single-stream TPOT | burst TTFT mean, median | inside the band: tok/s, TTFT | after calibrate: bursts / steady state 4, 32 (worst) |\n|---|---|---|---|---|---|")
@@ -112,4 +117,4 @@ def main() -> dict[str, dict]:
 
 
 if __name__ == "__main__":
-    main()
+    main(cc.ROOT / "validation" / sys.argv[1] if len(sys.argv) > 1 else DATA)

@@ -155,15 +155,16 @@ def make_plan(
 def moe_kernel_case(spec: ModelSpec, fmt: QuantFormat, hw: Hardware, tp: int) -> tuple[str, bool] | None:
     """Which case of the plan engine's fused-MoE kernel applies (``Engine.moe_kernel``): (in words,
     tuned), the tuned configuration it ships, or its default one, which ``servelab predict`` prices
-    with ``Calibration.untuned_moe_layer_us`` (0 in the shipped calibrations); None without routed experts or where
+    at the experts' measured rate (``MoeKernel.rate``) as it does a tuned one; None without routed experts or where
     the engine, format or GPU says nothing."""
     engine = plan_engine()
     case = engine.moe_kernel(spec, fmt.name, hw, tp)
     if case is None:
         return None
+    rate = f"; predict prices its experts' FLOPs at {case.rate:g} of the peak's rate, measured" if case.rate != 1 else ""
     if case.tuned:
-        return f"{engine.title} ships a tuned config ({case.config})", True
-    return f"{engine.title} ships no tuned config ({case.config}): its default kernel config, which predict prices with the calibration's untuned_moe_layer_us (0 in the shipped ones: not measured apart yet)", False
+        return f"{engine.title} ships a tuned config ({case.config}){rate}", True
+    return f"{engine.title} ships no tuned config ({case.config}): its default kernel config{rate}", False
 
 
 def _ceilings(spec: ModelSpec, fmt: QuantFormat, hw: Hardware, conc: list[int], kv_dtype_bytes: float, tp: int, draft_tokens: int, acceptance: float,
