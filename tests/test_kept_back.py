@@ -36,11 +36,13 @@ def results2():
 
 @pytest.mark.parametrize(("data", "models"), [(kept_back.DATA, MODELS), (DATA2, MODELS2)])
 def test_every_kept_back_level_is_cold_and_complete(data, models):
-    """No prefix-cache hit beyond one prompt's 512 tokens (two random prompts that share their start: Granite's 64-stream burst,
-    512 of 66,818) and no Triton JIT line inside any window, no failed request: the truth rules."""
+    """No prefix-cache hit (but 512 of 66,818 prompt tokens in Granite-3.3-8B's 64-stream burst: vllm bench serve's random
+    prompts, one seed a level, repeated 512 tokens once; 0.8 %) and no Triton JIT line inside any window, no failed request:
+    the truth rules."""
     for model in models:
         for lv in json.loads((data / f"{model}-bursts.json").read_text())["levels"]:
-            assert lv["prefix_cache_hits"] <= 512 and (lv["jit_lines"], lv["failed"]) == ([], 0), (model, lv["concurrency"])
+            hits = 512 if (model, lv["concurrency"]) == ("granite-3.3-8b", 64) else 0
+            assert (lv["prefix_cache_hits"], lv["jit_lines"], lv["failed"]) == (hits, [], 0), (model, lv["concurrency"])
         for name in ("calibrate-run", "stagger-run"):
             run = json.loads((data / f"{model}-{name}.json").read_text())
             assert run["status"] == "complete"

@@ -65,3 +65,10 @@ def test_the_experts_rates_are_the_kernel_measurement():
         case = plan_engine().moe_kernel(load_model(model), "bf16", h200)
         assert (case.tuned, case.rate) == (tuned, MOE_RATE["bf16"])
     assert plan_engine().moe_kernel(load_model("qwen3-30b-a3b"), "fp8", h200).rate == 1.0
+
+
+def test_the_rate_applies_on_hopper_only():
+    """Measured on an H200 (Hopper): other GPUs with a CUDA name keep 1, as do MoE kernels without config files (MXFP4)."""
+    spec = load_model(str(V / "configs/deepseek-v2-lite"))
+    assert plan_engine().moe_kernel(spec, "bf16", load_hardware("h100-sxm")).rate == MOE_RATE["bf16"]
+    assert plan_engine().moe_kernel(spec, "bf16", load_hardware("b200")).rate == 1.0

@@ -171,8 +171,13 @@ def test_vllm_fp8_gains_what_was_measured_not_the_datasheet():
             got[name, quant] = terms(spec, fmt, hw, concurrency=1, input_tokens=522, output_tokens=128, limits=limits)
     # the same FLOPs in both formats, so their time ÷ peak is the rate's ratio
     assert got["dense", "fp8"].mixed_flops_s == pytest.approx(got["dense", "bf16"].mixed_flops_s / 1.5, rel=1e-6)
-    slow = (1 / MOE_RATE["bf16"] - 1) * expert_flops(moe, 1 + 522) / hw.peak_flops("bf16")  # one decode token and the prompt, the experts' FLOPs at 0.57
+    routed = 2 * 523 * 48 * 8 * 3 * 2048 * 768  # one decode token and the prompt through 8 of Qwen3-30B-A3B's experts (3 × 2,048 × 768) in 48 layers
+    assert expert_flops(moe, 523) == routed and MOE_RATE["bf16"] == 0.57
+    slow = (1 / 0.57 - 1) * routed / hw.peak_flops("bf16")  # its experts' FLOPs at 0.57 of the rate
     assert got["moe", "bf16"].mixed_flops_s == pytest.approx(got["moe", "fp8"].mixed_flops_s + slow, rel=1e-6)
+    fmt = get_format("bf16")  # at TP 2 each GPU computes half of it
+    two = terms(moe, fmt, hw, concurrency=1, input_tokens=522, output_tokens=128, limits=limits_for(moe, fmt, hw, tp=2, input_tokens=522, output_tokens=128), tp=2)
+    assert two.mixed_flops_s == pytest.approx(got["moe", "bf16"].mixed_flops_s / 2, rel=1e-6)
     assert got["dense", "fp8"].eager_extra_s == pytest.approx(64 * 0.4e-3) and got["dense", "bf16"].eager_extra_s == 0
     # a 522-token prompt (above the largest capture size, 512) pays it at one stream, a 512-token one does not (measured 69 and 44 ms)
     cal = calibration(None, dense, get_format("fp8"))

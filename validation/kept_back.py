@@ -89,6 +89,8 @@ def summary(rows: list[dict]) -> dict[str, float]:
 def main(data: Path = DATA) -> dict[str, dict]:
     """Replay the kept-back set in ``data`` (module docstring): per model, its held-out rows and their summary, and the rows after calibrate."""
     models = sorted(p.name.removesuffix("-bursts.json") for p in data.glob("*-bursts.json"))
+    if not models:
+        raise SystemExit(f"{data}: no MODEL-bursts.json there; name a kept-back folder under validation/")
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for model in models:

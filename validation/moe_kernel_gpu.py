@@ -64,7 +64,7 @@ COPY_BYTES = 12e9  # weight copies per shape and format: enough to leave L2 (50 
 CALLS = 48  # layers per captured graph
 REPLAYS = 10
 PROFILED = (1, 64)  # batches also broken down by kernel
-EAGER_BATCHES = (527, 1087)
+EAGER_BATCHES = (527, 1087)  # --eager: tokens of a step that carries one or two 512-token prompts
 PREFILL_SHAPES = {  # name → (experts, width, hidden, top-k, formats): the MoE models of issue 53's runs and kept-back sets
     "deepseek-v2-lite": (64, 1408, 2048, 6, ("bf16",)), "glm-4.7-flash": (64, 1536, 2048, 4, ("bf16",)),
     "gpt-oss-20b": (32, 2880, 2880, 4, ("bf16",)), "gpt-oss-120b": (128, 2880, 2880, 4, ("bf16",)),
@@ -72,7 +72,7 @@ PREFILL_SHAPES = {  # name → (experts, width, hidden, top-k, formats): the MoE
     "qwen1.5-moe-a2.7b": (60, 1408, 2048, 4, ("bf16",)), "qwen3-30b-a3b": (128, 768, 2048, 8, ("bf16", "fp8")),
     "mixtral-8x7b": (8, 14336, 4096, 2, ("bf16", "fp8")), "kimi-k2": (384, 2048, 7168, 8, ("fp8-block",)),
 }
-PREFILL_BATCHES = (512, 2048, 8192)  # --eager: tokens of a step that carries one or two 512-token prompts
+PREFILL_BATCHES = (512, 2048, 8192)  # --prefill: a lone prompt's tokens, a quarter and a whole 8,192-token chunk
 
 
 def _layer(E: int, N: int, K: int, fp8: bool, seed: int) -> dict:

@@ -81,8 +81,8 @@ class RuntimeMemory:
 class MoeKernel:
     """Which kernel configuration an engine's fused MoE layer runs for one model, format and GPU:
     ``config`` the tuned file it looks up (its name), ``tuned`` whether the engine ships it (False:
-    its default configuration), and ``rate``: the share of the engine's compute peak (``Engine.compute_peak``)
-    its experts' matrix products reach with that configuration, measured (1: not known to fall short)."""
+    its default configuration), and ``rate``: what its experts' matrix products reach against dense GEMMs of the
+    same FLOPs (the rate ``Engine.compute_peak`` × the calibration's η_c stands for), measured; 1 where not measured."""
 
     config: str
     tuned: bool

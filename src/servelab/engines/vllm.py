@@ -128,11 +128,12 @@ class VLLM(Engine):
     pricing = ("a dense BF16 model's burst prefilling at the hardware's power-capped clock after its first step with prompts, "
                f"vLLM's FP8 at {FP8_GAIN:g}x the BF16 rate (MoE experts 1x), {FP8_EAGER_LAYER_S * 1e3:g} ms a layer dearer without CUDA graphs "
                f"and {FP8_MOE_LAYER_S * 1e6:.1f} µs + {FP8_MOE_READ_S * 1e6:g} µs per {FP8_QUANT_THREADS} elements of hidden size and of "
-               "expert width a MoE layer dearer in every step")
+               "expert width a MoE layer dearer in every step; on Hopper, its Triton fused-MoE experts' FLOPs at "
+               + ", ".join(f"{rate:g}x in {fmt}" for fmt, rate in vllm_moe.MOE_RATE.items()) + " the dense rate")
     untuned_moe = ("it warns that performance may be sub-optimal: tune one for this GPU with vLLM's benchmarks/kernels/benchmark_moe.py --tune "
                    "and point VLLM_TUNED_CONFIG_FOLDER at the folder it writes (vllm/model_executor/layers/fused_moe/fused_moe.py, get_moe_configs). "
                    "Measured on an H200 at 8,192 tokens, the tuned files vLLM ships gained 7 % (Qwen3-30B-A3B's experts, BF16) and 12 % (Mixtral-8x7B's) "
-                   "over its default config; BF16 experts reached 0.53–0.65 of cuBLAS's rate either way (validation/moe-kernel/h200-prefill.json)")  # fmt: skip
+                   "over its default config; fine-grained BF16 experts reached 0.53–0.65 of cuBLAS's rate with either (validation/moe-kernel/h200-prefill.json)")  # fmt: skip
     graph_estimate = ("its estimate is the first graph's memory plus the second's times the other sizes (vllm/v1/worker/gpu_model_runner.py "
                       "profile_cudagraph_memory), which a capture list whose largest sizes are far apart inflates: vLLM 0.25's sizes and nine more up to "
                       "2,048 reserved 20.9 GiB for 1.1 GiB and halved Qwen3-30B-A3B fp8's KV cache on an H100 (validation/capture-h100/); capture every 16 "

@@ -10,10 +10,13 @@
   dtype selector: none for BF16/FP16, ``fp8_w8a8`` for FP8 (per tensor), with ``block_shape=[128,128]``
   for block FP8 (DeepSeek-V3's checkpoints). MXFP4, NVFP4 and the int4 formats run other MoE kernels
   (triton_kernels / CUTLASS / Marlin) that take no such file: no case to name.
-- The rate the Triton kernel's expert matrix products reach (``MOE_RATE``), by format and case, against cuBLAS
-  BF16 GEMMs of the same FLOPs: measured on an H200 at a prompt's and a burst chunk's tokens
-  (``python3 validation/moe_kernel_gpu.py --prefill``; validation/moe-kernel/h200-prefill.json). The calibration's
-  η_c, fitted on dense models, carries the rest.
+- The rate the Triton kernel's expert matrix products reach (``MOE_RATE``), by format, against cuBLAS BF16 GEMMs
+  of the same FLOPs at 8,192 tokens (a burst's chunk, where every shape measured is compute-bound), on an H200
+  (``python3 validation/moe_kernel_gpu.py --prefill``; validation/moe-kernel/h200-prefill.json): BF16 the median over
+  nine expert shapes, tuned and default configs alike (0.53–0.65 on the seven fine-grained ones, 0.71–0.79 on
+  Mixtral's 14,336-wide experts; vLLM's tuned files gained 7 and 12 % where it ships one), block FP8 Kimi-K2's
+  experts'. Applied on Hopper (sm_90) only, where it was measured; elsewhere 1. The calibration's η_c, fitted on
+  dense models' cuBLAS GEMMs, multiplies it.
 - MLA decode: vLLM 0.25 on Hopper ranks FLASH_ATTN_MLA, FLASHMLA, FLASHINFER_MLA, TRITON_MLA
   (vllm/platforms/cuda.py ``_get_backend_priorities``); FlashMLA's sm90 decode kernel tiles 64 query
   heads per block (vllm/v1/attention/backends/mla/flashmla.py, FlashMLA's ``get_mla_metadata`` with
@@ -52,14 +55,14 @@ def device_file_name(hw: Hardware) -> str | None:
 
 def moe_kernel(spec: ModelSpec, fmt: str, hw: Hardware, tp: int = 1) -> MoeKernel | None:
     """The fused-MoE configuration case of ``spec``'s routed experts in format ``fmt`` on ``hw`` at
-    ``tp`` ranks, with its experts' rate (``MOE_RATE``; module docstring), or None (no experts, another
-    MoE kernel, or a GPU without a CUDA name in its profile)."""
+    ``tp`` ranks, with its experts' rate (``MOE_RATE`` on Hopper, else 1; module docstring), or None (no
+    experts, another MoE kernel, or a GPU without a CUDA name in its profile)."""
     device = device_file_name(hw)
     if not spec.num_experts or fmt not in DTYPE_SELECTOR or device is None:
         return None
     name = f"E={spec.num_experts},N={spec.moe_intermediate_size // tp},device_name={device}{DTYPE_SELECTOR[fmt]}.json"
     tuned = name in shipped_configs()
-    return MoeKernel(name, tuned, MOE_RATE.get(fmt, 1.0))
+    return MoeKernel(name, tuned, MOE_RATE.get(fmt, 1.0) if hw.compute_capability == "9.0" else 1.0)
 
 
 def mla_heads(spec: ModelSpec, hw: Hardware, tp: int = 1) -> int:

@@ -161,7 +161,7 @@ def moe_kernel_case(spec: ModelSpec, fmt: QuantFormat, hw: Hardware, tp: int) ->
     case = engine.moe_kernel(spec, fmt.name, hw, tp)
     if case is None:
         return None
-    rate = f"; predict prices its experts' FLOPs at {case.rate:g} of the peak's rate, measured" if case.rate != 1 else ""
+    rate = f"; predict prices its experts' FLOPs at {case.rate:g} × the dense matrix products' rate, measured" if case.rate != 1 else ""
     if case.tuned:
         return f"{engine.title} ships a tuned config ({case.config}){rate}", True
     return f"{engine.title} ships no tuned config ({case.config}): its default kernel config{rate}", False

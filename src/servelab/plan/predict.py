@@ -23,8 +23,8 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
   above the largest size the step runs without a graph and adds t_eager; peak: the datasheet's for
   the format's compute dtype, or the rate the engine's kernels were measured to reach
   (``Engine.compute_peak``: vLLM's online FP8 at 1.5 × the BF16 peak, its MoE experts at 1 ×,
-  measured), the routed experts' FLOPs at the rate the engine's MoE kernel reaches (``MoeKernel.rate``: vLLM's
-  Triton kernel 0.57 of it in BF16, measured at 8,192 tokens); a step without CUDA graphs adds t_eager and, in FP8 on vLLM, 0.4 ms a layer
+  measured), the routed experts' FLOPs at the rate the engine's MoE kernel reaches against dense matrix products
+  (``MoeKernel.rate``, measured); a step without CUDA graphs adds t_eager and, in FP8 on vLLM, 0.4 ms a layer
   (``Engine.eager_extra_s``);
 - **prefill** of one prompt alone: t_p = FLOPs ÷ (peak · η_c) (or its bytes, when larger);
 - **steady state** (``stagger``, servelab's default; vLLM's chunked prefill mixes prefills into

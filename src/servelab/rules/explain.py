@@ -115,7 +115,7 @@ def _architecture_terms(m: Measured, cal: Calibration) -> str:
     if m.terms.mla_layers:
         terms.append(f"{m.terms.mla_layers} MLA layers ({f'{cal.mla_layer_us:g} µs a step each' if cal.mla_layer_us else 'no MLA layer time'} in {cal.name})")
     if m.terms.untuned_moe_layers:
-        per = f"{cal.untuned_moe_layer_us:g} µs a step each" if cal.untuned_moe_layer_us else "no untuned-kernel time"
+        per = f"{cal.untuned_moe_layer_us:g} µs a step each" if cal.untuned_moe_layer_us else "priced at the kernel's measured rate, no time of their own"
         terms.append(f"{m.terms.untuned_moe_layers} MoE layers on the engine's default fused-MoE kernel config, no tuned one for this GPU ({per} in {cal.name})")
     if not terms:
         return ""
