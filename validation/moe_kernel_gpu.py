@@ -92,15 +92,13 @@ def _layer(E: int, N: int, K: int, fp8: bool, seed: int) -> dict:
 
 def _block_layer(E: int, N: int, K: int, seed: int) -> dict:
     """Block-FP8 experts (128 × 128 weight blocks, per-token-group activations: DeepSeek-V3's checkpoints)."""
-    from vllm.model_executor.layers.fused_moe.config import fp8_w8a8_moe_quant_config as quant
-
     g = torch.Generator(device="cuda").manual_seed(seed)
     w1 = (torch.randn(E, 2 * N, K, device="cuda", dtype=torch.bfloat16, generator=g) * 0.02).to(torch.float8_e4m3fn)
     w2 = (torch.randn(E, K, N, device="cuda", dtype=torch.bfloat16, generator=g) * 0.02).to(torch.float8_e4m3fn)
     s1 = torch.full((E, -(-2 * N // 128), -(-K // 128)), 1e-3, device="cuda")
     s2 = torch.full((E, -(-K // 128), -(-N // 128)), 1e-3, device="cuda")
     gate = torch.randn(K, E, device="cuda", dtype=torch.bfloat16, generator=g) * 0.02
-    return {"w1": w1, "w2": w2, "gate": gate, "quant": quant(w1_scale=s1, w2_scale=s2, a1_scale=None, a2_scale=None, block_shape=[128, 128])}
+    return {"w1": w1, "w2": w2, "gate": gate, "quant": fp8_w8a8_moe_quant_config(w1_scale=s1, w2_scale=s2, a1_scale=None, a2_scale=None, block_shape=[128, 128])}
 
 
 def _call(layer: dict, x: torch.Tensor, topk: int) -> torch.Tensor:
@@ -239,21 +237,21 @@ def prefill_main(out: Path, shapes: list[str]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--shapes", help="comma-separated names of SHAPES (PREFILL_SHAPES with --prefill); default all")
     ap.add_argument("--eager", action="store_true", help="the FP8 layer without CUDA graphs (module docstring)")
     ap.add_argument("--prefill", action="store_true", help="the experts at prefill sizes against cuBLAS (module docstring)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.prefill:
-        return prefill_main(args.out, args.shapes.split(",") if args.shapes != ",".join(SHAPES) else list(PREFILL_SHAPES))
+        return prefill_main(args.out, args.shapes.split(",") if args.shapes else list(PREFILL_SHAPES))
     if args.eager:
-        return eager_main(args.out, args.shapes.split(","))
+        return eager_main(args.out, args.shapes.split(",") if args.shapes else list(SHAPES))
     rows = []
     gpu = torch.cuda.get_device_name()
     print(f"{gpu}; µs per layer (router + experts), the distinct experts' bytes at M and their read rate")
     print(f"{'shape':16} {'fmt':5} {'M':>4} {'config':8} {'µs':>8} {'MB':>8} {'TB/s':>6}  kernel config")
     with set_current_vllm_config(VllmConfig()):
-        for name in args.shapes.split(","):
+        for name in args.shapes.split(",") if args.shapes else SHAPES:
             E, N, K, topk = SHAPES[name]
             for fp8 in (False, True):
                 dtype = "fp8_w8a8" if fp8 else None

@@ -230,7 +230,8 @@ def terms(
     unpadded_bytes = weights_touched(spec, fmt, running * per_seq, routing) / tp
     passes = draft_tokens if drafter and drafter.method != "ngram" else 0
     draft_bytes = passes * drafter.pass_bytes(spec, running, routing) / tp if passes and drafter else 0.0
-    sizes, per_decode, per_prompt = sorted(limits.capture_sizes), busy(step.flops, running * per_seq) / (running * per_seq), busy(pf.flops, input_tokens) / input_tokens
+    step_flops, prompt_flops = busy(step.flops, running * per_seq), busy(pf.flops, input_tokens)  # the decode batch's and one prompt's, the experts' at their rate
+    sizes, per_decode, per_prompt = sorted(limits.capture_sizes), step_flops / (running * per_seq), prompt_flops / input_tokens
 
     @lru_cache(maxsize=None)
     def step_at(decode: int, prompt: int) -> StepTerms:
@@ -239,9 +240,9 @@ def terms(
         return StepTerms(weights_touched(spec, fmt, size, routing) / tp / bw, (decode * per_decode + prompt * per_prompt) * size / n / peak,
                          decode * kv_seq, allreduce_s(spec, hw, size, tp), n > largest)  # fmt: skip
 
-    return Terms(padded_bytes / bw, busy(pad.flops, padded) / peak, max(busy(pf.flops, input_tokens) / peak, pf.bytes / bw), running, padded, unpadded_bytes / bw,
-                 busy(step.flops, running * per_seq) / peak, draft_tokens, passes, draft_bytes / bw, allreduce_s(spec, hw, padded, tp), allreduce_s(spec, hw, input_tokens, tp),
-                 mode, k, mixed_bytes / bw, (busy(step.flops, running * per_seq) + m * busy(pf.flops, input_tokens)) / peak, running * kv_seq, running * per_seq > largest, mixed_tokens > largest,
+    return Terms(padded_bytes / bw, busy(pad.flops, padded) / peak, max(prompt_flops / peak, pf.bytes / bw), running, padded, unpadded_bytes / bw,
+                 step_flops / peak, draft_tokens, passes, draft_bytes / bw, allreduce_s(spec, hw, padded, tp), allreduce_s(spec, hw, input_tokens, tp),
+                 mode, k, mixed_bytes / bw, (step_flops + m * prompt_flops) / peak, running * kv_seq, running * per_seq > largest, mixed_tokens > largest,
                  step_at, input_tokens, max_running, limits.max_num_batched_tokens, len(spec.layers), spec.moe_layers,
                  engine.eager_extra_s(dtype, len(spec.layers)), engine.moe_layer_extra_s(dtype, spec.hidden_size, spec.moe_intermediate_size // tp) * spec.moe_layers,
                  engine.sustained_clock(hw, dtype, bool(spec.moe_layers)), share, spec.count("mla"), spec.moe_layers if untuned else 0)  # fmt: skip
