@@ -99,6 +99,11 @@ MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tok
     "qwen1.5-moe-a2.7b": (("--max-model-len", "2048"), UNIFORM, None),  # real config: 60 experts of 1,408, top 4, a shared one of 5,632; MHA
     "granite-3.3-8b": (("--max-model-len", "2048"), {}, 49159),  # dense, a family no calibration has seen
     "olmo-2-13b": (("--max-model-len", "2048"), {}, 100352),  # dense, granite-3.3-8b's fallback
+    # issue 53's third kept-back set (validation/kept-back3-h200/): chosen before the eager step's host time was modelled, opened after predict was frozen
+    "olmoe-1b-7b": (("--max-model-len", "2048"), UNIFORM, 50304),  # real config: 64 experts of 1,024, top 8, 16 layers, no shared expert
+    "granite-3.1-3b-a800m": (("--max-model-len", "2048"), UNIFORM, 49155),  # real config: 40 experts of 512, top 8, 32 layers (vLLM's V2 model runner)
+    "glm-4.5-air-16l": (("--max-model-len", "2048"), UNIFORM, 151552),  # GLM-4.5-Air cut to 16 layers: 128 experts of 1,408, top 8, a shared one
+    "phi-3.5-moe": (("--max-model-len", "2048"), UNIFORM, 32064),  # real shapes (rope scaling left out): 16 experts of 6,400, top 2, 32 layers
 }
 JIT = "Triton kernel JIT compilation during inference"
 COMPLETIONS = {"gpt-oss-20b", "gpt-oss-120b-12l"}  # benched on /v1/completions: its chat endpoint renders harmony, whose special tokens the kit's tokenizer lacks (HTTP 500 '<|end|>')
