@@ -77,7 +77,16 @@ def test_after_calibrate_bursts_within_fifteen_and_other_levels_within_ten_perce
 def test_the_pooled_tok_s_median_is_within_the_goal_and_the_band_holds_most_tok_s_points(results):
     pooled = kept_back.summary([row for r in results.values() for row in r["rows"]])
     assert pooled["tok_median"] <= 8.0
-    assert pooled["inside_tok"] >= 90.0 and pooled["inside_ttft"] >= 70.0
+    assert pooled["inside_tok"] >= 90.0 and pooled["inside_ttft"] >= 80.0
+
+
+@pytest.mark.parametrize("fixture", ["results", "results2"])
+def test_the_hosts_floor_puts_both_sets_burst_ttft_within_fifteen_percent(fixture, request):
+    """The host's time to launch a step without CUDA graphs under a burst's steps (Engine.eager_host_s; fitted on both sets'
+    and every other server's lone prompts, validation/eager_host.py, so no longer blind here): pooled burst TTFT median
+    22.5 → 13.4 % (the first set) and 24.3 → 10.0 % (the second)."""
+    pooled = kept_back.summary([row for r in request.getfixturevalue(fixture).values() for row in r["rows"]])
+    assert pooled["burst_ttft_median"] <= 15.0
 
 
 def test_the_second_set_where_it_met_the_goals(results2):

@@ -374,6 +374,25 @@ def test_a_prompt_step_above_the_largest_capture_size_runs_without_graphs():
 
 
 
+def test_a_bursts_step_without_graphs_takes_at_least_the_hosts_launches():
+    """A lone prompt of 522 tokens (above the largest capture size) on a narrow BF16 MLA MoE: vLLM 0.25's host launches its
+    27 layers for 70 ms (``EAGER_HOST_*``: 0.7 ms a layer, 1.45 more a BF16 MoE layer, 0.5 more an MLA layer), far more than
+    the step's GPU work and the calibration's times without graphs; measured TTFT 79 ms on Moonlight-16B-A3B (H200,
+    validation/kept-back2-h200/; validation/eager_host.py). FP8 MoE layers add nothing (the calibration's times exceed it),
+    formats not measured (MXFP4) have no floor."""
+    spec, fmt, hw = load_model(str(ROOT / "validation/configs/moonlight-16b-a3b")), get_format("bf16"), load_hardware("h200")
+    engine = plan_engine()
+    assert engine.eager_host_s(spec, "bf16") == pytest.approx(27 * 0.7e-3 + 26 * 1.45e-3 + 27 * 0.5e-3)
+    assert engine.eager_host_s(spec, "fp8") == pytest.approx(27 * 1.2e-3) and engine.eager_host_s(spec, "mxfp4") == 0.0
+    limits = limits_for(spec, fmt, hw, tp=1, input_tokens=522, output_tokens=128)
+    t = terms(spec, fmt, hw, concurrency=1, input_tokens=522, output_tokens=128, limits=limits, mode="burst")
+    cal = calibration("vllm-0.25-h100-bf16")
+    got, without = predict(t, cal, concurrency=1, output_tokens=128), predict(dataclasses.replace(t, eager_host_s=0.0), cal, concurrency=1, output_tokens=128)
+    assert got.ttft_mean_s == pytest.approx(t.eager_host_s + 0.005, rel=0.01) and got.ttft_mean_s > 1.5 * without.ttft_mean_s
+    steady = terms(spec, fmt, hw, concurrency=1, input_tokens=522, output_tokens=128, limits=limits)
+    assert predict(steady, cal, concurrency=1, output_tokens=128).ttft_s < got.ttft_mean_s  # the steady state keeps its fitted times (RESULTS-predict.md)
+
+
 def test_default_calibration_follows_the_architecture():
     fp8 = get_format("fp8")
     assert calibration(None, load_model("nemotron-3-nano-30b-a3b"), fp8).name == "vllm-0.25-h100-hybrid-fp8"

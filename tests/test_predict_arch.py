@@ -44,9 +44,13 @@ def test_held_out_by_model_the_mla_models_and_the_new_dense_family_are_within_te
 
     for model in ("kimi-k2-6l", "deepseek-v3-8l", "phi-4", "gpt-oss-20b"):  # gpt-oss-20b's bursts 19 % median without the MoE kernel's rate (MOE_RATE)
         assert statistics.median(results[model]["held"]["tok_s"]) <= 10.0, model
-    # DeepSeek-V2-Lite: 10.5 % median, its worst 18 % (26.5 without the MoE kernel's rate); its steady state at 4 and 16 streams
-    # is predicted 10–11 % fast (its steps that carry prompts: RESULTS-predict.md)
-    assert statistics.median(results["deepseek-v2-lite"]["held"]["tok_s"]) <= 11.0 and max(results["deepseek-v2-lite"]["held"]["tok_s"]) <= 20.0
+    # DeepSeek-V2-Lite: 12.8 % median, its worst 17.7 % (26.5 without the MoE kernel's rate); its steady state at 4 and 16 streams
+    # is predicted 10–11 % fast (its steps that carry prompts: RESULTS-predict.md). With the host's floor under a burst's steps
+    # without CUDA graphs (Engine.eager_host_s) its TTFT median went 46 → 31 % and its tok/s median 10.5 → 12.8 %: its lone
+    # prompts' steps now take their measured time, and its single-stream decode (25.7 % slow, the MLA layer time fitted on the
+    # cut models) weighs more in its 1–16-stream bursts
+    held = results["deepseek-v2-lite"]["held"]
+    assert statistics.median(held["tok_s"]) <= 13.0 and max(held["tok_s"]) <= 20.0 and statistics.median(held["ttft"]) <= 35.0
     assert max(results["phi-4"]["held"]["tok_s"]) <= 15.0 and max(results["phi-4"]["held"]["single"]) <= 2.0
 
 

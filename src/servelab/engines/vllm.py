@@ -97,6 +97,19 @@ SMALL_TIER_MAX_NUM_SEQS = 256  # the max_num_seqs default of `vllm serve` on DGX
 # Llama-3.1-70B fp8 (80 layers, H200): 1 % median, 3 % worst tok/s (validation/RESULTS-predict.md)
 FP8_GAIN = 1.5
 FP8_EAGER_LAYER_S = 0.4e-3
+# The host's time to launch a step without CUDA graphs (vLLM 0.25; the "Intel Xeon Processor" hosts of the lent H100 and H200
+# machines), per layer by kind: a step above the largest capture size takes at least this long, whatever its GPU work and the
+# calibration's times without graphs. Fitted (least absolute error) on a lone prompt of 522 tokens (above the largest capture
+# size, 512: without graphs) against one of 512 (inside a graph), one stream each, 25 servers of 19 models
+# (validation/eager_host.py): every layer 0.7 ms, a BF16/FP16 MoE layer's routed experts 1.45 ms more, an MLA layer 0.5 ms more.
+# FP8 MoE layers 0: the calibration's times without graphs (fitted on FP8 MoE runs) and FP8's FP8_EAGER_LAYER_S exceed the floor.
+# The lone step's extra against the 25 measured: 143 ms of absolute error in all, against 340 without the floor; worst: Phi-4 on a
+# 4-GPU host (18.4 ms measured, 2.2 priced; 3.6 on another host), Llama-3.1-70B fp8 (55 against 34), Mixtral-8x7B fp8 (17.5 against 37).
+# Not in the steady state's steps with prompts: there the prompts' cohorts merge as the load runs, which these times would misprice
+# (validation/RESULTS-predict.md, "The host's floor").
+EAGER_HOST_LAYER_S = 0.7e-3
+EAGER_HOST_MOE_S = {"bf16": 1.45e-3, "fp16": 1.45e-3, "fp8": 0.0, "fp8-block": 0.0}  # format → a MoE layer's routed experts; other formats run other kernels: not measured
+EAGER_HOST_MLA_S = 0.5e-3
 # What a MoE layer costs more in online FP8 than in BF16, every step (docs/metrics.md, FP8 MoE layer): its fused-MoE op
 # quantizes its activations itself (fused_moe.py fused_experts_impl -> ops.scaled_fp8_quant: a memset, a max reduction and
 # a quantization kernel, on the input and the intermediate), whose max reduction (csrc/quantization/w8a8/fp8/common.cu
@@ -352,6 +365,13 @@ class VLLM(Engine):
     def eager_extra_s(self, dtype: str, layers: int) -> float:
         """``FP8_EAGER_LAYER_S`` per layer in FP8 (its activation-quantization kernels outside a CUDA graph), else 0."""
         return FP8_EAGER_LAYER_S * layers if dtype == "fp8" else 0.0
+
+    def eager_host_s(self, spec: ModelSpec, fmt: str) -> float:
+        """``EAGER_HOST_LAYER_S`` a layer, ``EAGER_HOST_MOE_S`` more a MoE layer and ``EAGER_HOST_MLA_S`` more an MLA layer, in the
+        formats measured (BF16, FP16, FP8 per tensor and per block); 0 in others (MXFP4, NVFP4, int4: other MoE and linear kernels)."""
+        if fmt not in EAGER_HOST_MOE_S:
+            return 0.0
+        return EAGER_HOST_LAYER_S * len(spec.layers) + EAGER_HOST_MOE_S[fmt] * spec.moe_layers + EAGER_HOST_MLA_S * spec.count("mla")
 
     def moe_layer_extra_s(self, dtype: str, hidden: int, width: int) -> float:
         """FP8: ``FP8_MOE_LAYER_S`` + ``FP8_MOE_READ_S`` × (⌈``hidden`` ÷ 256⌉ + ⌈``width`` ÷ 256⌉), else 0."""

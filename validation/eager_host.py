@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""The host's time to launch a step without CUDA graphs (issue 53): the floor ``servelab predict`` puts under such a step
+(``servelab.engines.vllm.EAGER_HOST_*``, ``Engine.eager_host_s``), fitted here and checked model by model.
+
+One stream, one prompt alone in its step, on every server measured cold with vLLM 0.25 (dummy weights, the kit): ``vllm
+bench serve``'s 1-stream burst sends prompts of 522 tokens (above the largest CUDA-graph capture size, 512: the step runs
+without graphs), ``servelab bench``'s 1-stream steady state prompts of 512 (inside a graph). The difference of their TTFTs is
+what the step without graphs costs more: the step inside the graph is its GPU work G (its TTFT less ``API_TTFT_S``).
+
+predict prices a step without graphs at max(G + e, H): e the shipped calibration's times without graphs (t_eager, the MoE
+layers' ``moe_eager_layer_ms``, FP8's 0.4 ms a layer), H the host's time to launch the step, h_layer a layer + h_moe a MoE
+layer (by format) + h_mla an MLA layer. The four are fitted by least absolute error on a grid (``--fit``) on all 25 servers
+(19 models; of the servers 8 ran a MoE in BF16, 7 in FP8, 7 an MLA model; gpt-oss's, whose prompts were 512 tokens, have no
+step without graphs): no model is held out; the third kept-back set checks it (validation/kept_back.py kept-back3-h200).
+
+Usage: ``python validation/eager_host.py [--fit]`` (no GPU; ``--fit`` takes about a minute).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from servelab.engines.vllm import ENGINE, FP8_EAGER_LAYER_S  # noqa: E402
+from servelab.plan.calibration import calibrations  # noqa: E402
+from servelab.plan.model_spec import load_model  # noqa: E402
+from servelab.plan.predict import API_TTFT_S  # noqa: E402
+
+V = ROOT / "validation"
+FP8 = {"kimi-k2-6l": "fp8-block", "deepseek-v3-8l": "fp8-block", "mixtral-8x7b": "fp8", "qwen2-57b-a14b": "fp8", "qwen3-30b-a3b": "fp8",
+       "llama-3.1-70b": "fp8", "qwen3-32b-fp8": "fp8"}  # fmt: skip  # the servers' formats (validation/cold_gpu.py); the others BF16
+GRID = {"layer": np.arange(0, 1.2, 0.05), "moe_bf16": np.arange(0, 3.0, 0.05), "moe_fp8": np.arange(0, 2.5, 0.05), "mla": np.arange(0, 1.5, 0.1)}  # ms
+
+
+def servers() -> list[dict]:
+    """Every server with both probes: its name, the model's layers by kind, its format, G and the measured extra (s)."""
+    out = []
+    for bursts in sorted(V.glob("*/*-bursts.json")) + sorted(V.glob("calibrate-h200/*/*-bursts.json")):
+        model, folder = bursts.name.removesuffix("-bursts.json"), bursts.parent
+        lone = [lv for lv in json.loads(bursts.read_text())["levels"] if lv["concurrency"] == 1 and lv["total_input_tokens"] > 512 * lv["completed"]]
+        graph = [lv["ttft_ms"]["p50"] for name in ("calibrate-run", "stagger-run") if (folder / f"{model}-{name}.json").exists()
+                 for lv in json.loads((folder / f"{model}-{name}.json").read_text())["levels"] if lv["concurrency"] == 1 and lv["ok"]]  # fmt: skip
+        if not lone or not graph:  # gpt-oss's 512-token prompts (its /v1/completions) stay inside a graph
+            continue
+        base = model.removesuffix("-bf16").removesuffix("-fp8")
+        spec = load_model(str(V / "configs" / base) if (V / "configs" / base).exists() else base)
+        out.append({"server": f"{folder.name}/{model}", "spec": spec, "fmt": FP8.get(model, "bf16"), "g": graph[-1] / 1e3 - API_TTFT_S,
+                    "extra": (lone[0]["mean_ttft_ms"] - graph[-1]) / 1e3})  # fmt: skip
+    return out
+
+
+def fitted_eager(s: dict) -> float:
+    """The shipped calibration's times without graphs for the server's model, with FP8's, s."""
+    cal, spec = calibrations()["vllm-0.25-h100-bf16"], s["spec"]
+    fp8 = FP8_EAGER_LAYER_S * len(spec.layers) if s["fmt"].startswith("fp8") else 0.0
+    return (cal.eager_step_ms + cal.moe_eager_layer_ms * spec.moe_layers + cal.mla_eager_layer_ms * spec.count("mla")) / 1e3 + fp8
+
+
+def priced(s: dict, host: float) -> float:
+    """The extra predict prices with a host time ``host`` (s): max(G + e, H) − G."""
+    return max(s["g"] + fitted_eager(s), host) - s["g"]
+
+
+def fit(rows: list[dict]) -> tuple[dict[str, float], float]:
+    """The grid's least-absolute-error point (ms) and its error, s."""
+    axes = np.meshgrid(*GRID.values(), indexing="ij")
+    err = np.zeros(axes[0].shape)
+    for s in rows:
+        spec = s["spec"]
+        moe = axes[1] if s["fmt"] == "bf16" else axes[2]
+        host = (axes[0] * len(spec.layers) + moe * spec.moe_layers + axes[3] * spec.count("mla")) / 1e3
+        err += np.abs(np.maximum(s["g"] + fitted_eager(s), host) - s["g"] - s["extra"])
+    i = np.unravel_index(np.argmin(err), err.shape)
+    return {k: round(float(a[i]), 2) for k, a in zip(GRID, axes, strict=True)}, float(err[i])
+
+
+def main() -> float:
+    rows = servers()
+    print("| server | layers (MoE, MLA) | format | step inside a graph, ms | without: extra measured | priced with the floor | without it |\n|---|---|---|---|---|---|---|")
+    with_floor = without = 0.0
+    for s in rows:
+        spec, host = s["spec"], ENGINE.eager_host_s(s["spec"], s["fmt"])
+        a, b = priced(s, host), fitted_eager(s)
+        with_floor, without = with_floor + abs(a - s["extra"]), without + abs(b - s["extra"])
+        print(f"| {s['server']} | {len(spec.layers)} ({spec.moe_layers}, {spec.count('mla')}) | {s['fmt']} | {s['g'] * 1e3:.1f} | {s['extra'] * 1e3:.1f} | "
+              f"{a * 1e3:.1f} | {b * 1e3:.1f} |")  # fmt: skip
+    print(f"\n{len(rows)} servers: absolute error in all {with_floor * 1e3:.0f} ms with the floor, {without * 1e3:.0f} ms without it")
+    if "--fit" in sys.argv:
+        best, err = fit(rows)
+        print(f"least absolute error on the grid: {best} ms (layer, MoE layer in BF16 and in FP8, MLA layer), {err * 1e3:.0f} ms in all")
+    return with_floor
+
+
+if __name__ == "__main__":
+    main()
