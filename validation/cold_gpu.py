@@ -104,6 +104,9 @@ MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tok
     "granite-3.1-3b-a800m": (("--max-model-len", "2048"), UNIFORM, 49155),  # real config: 40 experts of 512, top 8, 32 layers (vLLM's V2 model runner)
     "glm-4.5-air-16l": (("--max-model-len", "2048"), UNIFORM, 151552),  # GLM-4.5-Air cut to 16 layers: 128 experts of 1,408, top 8, a shared one
     "phi-3.5-moe": (("--max-model-len", "2048"), UNIFORM, 32064),  # real shapes (rope scaling left out): 16 experts of 6,400, top 2, 32 layers
+    # the small MoE models again with four API server processes (vLLM's --api-server-count): whether one API server bounds their steady state
+    "olmoe-1b-7b-api4": (("--max-model-len", "2048", "--api-server-count", "4"), UNIFORM, 50304),
+    "granite-3.1-3b-a800m-api4": (("--max-model-len", "2048", "--api-server-count", "4"), UNIFORM, 49155),
 }
 JIT = "Triton kernel JIT compilation during inference"
 COMPLETIONS = {"gpt-oss-20b", "gpt-oss-120b-12l"}  # benched on /v1/completions: its chat endpoint renders harmony, whose special tokens the kit's tokenizer lacks (HTTP 500 '<|end|>')
@@ -114,8 +117,8 @@ def kit_with(kit: Path, model: str, vocab: int | None) -> Path:
     tmp = Path(tempfile.mkdtemp()) / "kit"
     shutil.copytree(kit, tmp)
     (tmp / "configs").chmod(0o755)
-    if not (tmp / "configs" / model).exists():  # MODEL-fp8, MODEL-bf16: MODEL's config (the kit's or ours), in another format
-        base = model.removesuffix("-fp8").removesuffix("-bf16").removesuffix("-triton")
+    if not (tmp / "configs" / model).exists():  # MODEL-fp8, MODEL-bf16, MODEL-api4: MODEL's config (the kit's or ours), in another format or serving
+        base = model.removesuffix("-fp8").removesuffix("-bf16").removesuffix("-triton").removesuffix("-api4")
         shutil.copytree(tmp / "configs" / base if (tmp / "configs" / base).exists() else HERE / "configs" / base, tmp / "configs" / model)
     if vocab:
         (tmp / "tokenizer").chmod(0o755)
