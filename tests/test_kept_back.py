@@ -20,6 +20,9 @@ import kept_back  # noqa: E402
 MODELS = ("deepseek-v2-8l", "glm-4.7-flash", "gpt-oss-120b-12l", "mistral-small-24b")
 DATA2 = kept_back.DATA.parent / "kept-back2-h200"  # the second set: chosen before the fused-MoE kernel's rate was measured, opened after predict was frozen with it
 MODELS2 = ("granite-3.3-8b", "moonlight-16b-a3b", "qwen1.5-moe-a2.7b", "qwen3-235b-a22b-12l")
+DATA3 = kept_back.DATA.parent / "kept-back3-h200"  # the third: configs committed before the host's floor was modelled, opened after predict was frozen with it (cd7a670)
+MODELS3 = ("glm-4.5-air-16l", "granite-3.1-3b-a800m", "olmoe-1b-7b", "phi-3.5-moe")
+HITS = {("granite-3.3-8b", 64), ("olmoe-1b-7b", 64), ("granite-3.1-3b-a800m", 64)}  # vllm bench serve's random prompts repeated 512 tokens once (0.8 %)
 
 
 @pytest.fixture(scope="module")
@@ -34,14 +37,20 @@ def results2():
         return kept_back.main(DATA2)
 
 
-@pytest.mark.parametrize(("data", "models"), [(kept_back.DATA, MODELS), (DATA2, MODELS2)])
+@pytest.fixture(scope="module")
+def results3():
+    with contextlib.redirect_stdout(io.StringIO()):
+        return kept_back.main(DATA3)
+
+
+@pytest.mark.parametrize(("data", "models"), [(kept_back.DATA, MODELS), (DATA2, MODELS2), (DATA3, MODELS3)])
 def test_every_kept_back_level_is_cold_and_complete(data, models):
-    """No prefix-cache hit (but 512 of 66,818 prompt tokens in Granite-3.3-8B's 64-stream burst: vllm bench serve's random
+    """No prefix-cache hit (but 512 of ~66,800 prompt tokens in three 64-stream bursts, ``HITS``: vllm bench serve's random
     prompts, one seed a level, repeated 512 tokens once; 0.8 %) and no Triton JIT line inside any window, no failed request:
     the truth rules."""
     for model in models:
         for lv in json.loads((data / f"{model}-bursts.json").read_text())["levels"]:
-            hits = 512 if (model, lv["concurrency"]) == ("granite-3.3-8b", 64) else 0
+            hits = 512 if (model, lv["concurrency"]) in HITS else 0
             assert (lv["prefix_cache_hits"], lv["jit_lines"], lv["failed"]) == (hits, [], 0), (model, lv["concurrency"])
         for name in ("calibrate-run", "stagger-run"):
             run = json.loads((data / f"{model}-{name}.json").read_text())
@@ -52,7 +61,7 @@ def test_every_kept_back_level_is_cold_and_complete(data, models):
     assert "Intel(R) Xeon(R) Processor" in (data / "host.txt").read_text()
 
 
-@pytest.mark.parametrize(("fixture", "models"), [("results", MODELS), ("results2", MODELS2)])
+@pytest.mark.parametrize(("fixture", "models"), [("results", MODELS), ("results2", MODELS2), ("results3", MODELS3)])
 def test_the_replay_scores_every_model_at_every_level(fixture, models, request):
     results = request.getfixturevalue(fixture)
     assert sorted(results) == list(models)
@@ -101,3 +110,13 @@ def test_the_second_set_where_it_met_the_goals(results2):
             if row["kind"] in kinds:
                 assert abs(row["e_tok"]) <= (15.0 if row["kind"] == "burst" else 10.0), (model, row["kind"], row["c"])
     assert kept_back.summary([row for r in results2.values() for row in r["rows"]])["burst_ttft_median"] <= 25.0
+
+
+def test_the_third_set_where_it_met_the_goals(results3):
+    """Blind (predict frozen at cd7a670 before the data was opened): Phi-3.5-MoE, a classic wide MoE in BF16, meets every
+    held-out goal; the pooled burst TTFT median is within 15 % (13.2 %). The two ~1 B-active MoE models miss (their steady state
+    runs in waves; validation/RESULTS-predict.md): nothing held for them."""
+    s = results3["phi-3.5-moe"]["held"]
+    assert s["tok_median"] <= 8.0 and s["tok_worst"] <= 20.0 and s["single"] <= 10.0 and s["burst_ttft_median"] <= 25.0
+    assert s["inside_tok"] >= 90.0 and s["inside_ttft"] >= 90.0
+    assert kept_back.summary([row for r in results3.values() for row in r["rows"]])["burst_ttft_median"] <= 15.0

@@ -17,9 +17,11 @@ prints it (servelab.plan.band).
 
 The second set (validation/kept-back2-h200/: one 4 × H200 host, the same recipe, four models at once) was chosen before
 the fused-MoE kernel's rate (servelab.engines.vllm_moe.MOE_RATE) was measured and opened after predict was frozen with it
-(commit 725136f).
+(commit 725136f). The third (validation/kept-back3-h200/: OLMoE-1B-7B, Granite-3.1-3B-A800M, GLM-4.5-Air cut to 16 layers,
+Phi-3.5-MoE; one 4 × H200 host, the same recipe) was committed before the host's floor (``Engine.eager_host_s``) was modelled
+and opened after predict was frozen with it (commit cd7a670).
 
-Usage: ``python validation/kept_back.py [kept-back2-h200]`` (no GPU; the folder under validation/, default the first set).
+Usage: ``python validation/kept_back.py [kept-back2-h200 | kept-back3-h200]`` (no GPU; the folder under validation/, default the first set).
 """
 
 from __future__ import annotations

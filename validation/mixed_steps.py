@@ -26,8 +26,11 @@ step (first tokens within ``COHORT_S`` of each other), per such step, beside the
 ``servelab predict`` assumes k ÷ min(k, ``MIXED_SHARE``) of them, k = (streams − 1) ÷ output tokens, where
 the token budget splits no cohort (``servelab.plan.predict.cohorts``).
 
-Last, the same for an MLA MoE (:func:`mla_cohorts`), whose steps carrying prompts run without CUDA graphs for 70–80 ms:
+Then the same for an MLA MoE (:func:`mla_cohorts`), whose steps carrying prompts run without CUDA graphs for 70–80 ms:
 there the prompts bunch far beyond that rule at 64 streams (6.25 a step against 1.97; issue 53's calibrate check).
+
+Last, the cohorts as the load runs (:func:`merging`): DeepSeek-V2-Lite's and the third kept-back set's prompts per step, 10 s
+window by window; where the steps with prompts are host-bound, they merge into waves.
 
 Usage: ``python validation/mixed_steps.py`` (no GPU).
 """
@@ -45,6 +48,7 @@ GAP_S = 0.0015  # chunks further apart than this belong to different steps
 LONG = 2.5  # a step this many times the median step carries prompts
 COLD_LONG = 1.6  # … in the cold runs, whose decode steps are longer beside a mixed step (Mixtral: 19 against ~43 ms)
 COLD = Path(__file__).resolve().parent
+WINDOW_S = 10.0  # merging(): the windows the cohorts are counted in
 COHORT_S = 0.004  # first tokens closer than this came out of one engine step (a step's chunks leave the API server within ~1 ms)
 
 
@@ -118,6 +122,31 @@ def main() -> None:
             cells = [cohort_cells(reqs, tok_s[c]) for c, reqs in cold_levels(path).items() if c in (16, 64)]
             print(f"| {path.parent.name}/{path.name.split('-stagger')[0]} | {' | '.join(cells)} |")
     mla_cohorts()
+    merging()
+
+
+def merging() -> None:
+    """The cohorts as the load runs: prompts per engine step that gave first tokens, per ``WINDOW_S`` of each level, for
+    DeepSeek-V2-Lite's three 60 s repeats at 64 streams (validation/arch-h200-x4/) and the third kept-back set's design runs at 16
+    and 64 streams (validation/kept-back3-h200/MODEL-calibrate-first-tokens.jsonl.xz: level, start and first token of each
+    measured request, s; 30 s a level). A host-bound steady state's cohorts merge into waves (validation/RESULTS-predict.md)."""
+    print(f"\nThe cohorts as the load runs: prompts per engine step that gave first tokens, per {WINDOW_S:.0f} s of the level\n")
+    print("| run | streams | prompts per step, window by window |\n|---|---|---|")
+    files = [(COLD / "arch-h200-x4" / "deepseek-v2-lite-repeats3-first-tokens.jsonl.xz", "deepseek-v2-lite (3 × 60 s)")]
+    files += [(p, p.name.removesuffix("-calibrate-first-tokens.jsonl.xz")) for p in sorted((COLD / "kept-back3-h200").glob("*-first-tokens.jsonl.xz"))]
+    for path, name in files:
+        with lzma.open(path, "rt") as f:
+            firsts = [json.loads(line) for line in f]
+        for c in sorted({r["c"] for r in firsts}):
+            t = np.sort([r["start"] + r["first_token_s"] for r in firsts if r["c"] == c])
+            runs = np.split(t, np.nonzero(np.diff(t) > 2.0)[0] + 1)  # repeats apart by more than 2 s
+            cells = []
+            for run in runs:
+                for a in np.arange(run[0], run[-1], WINDOW_S):
+                    x = run[(run >= a) & (run < a + WINDOW_S)]
+                    if len(x) > 1:
+                        cells.append(f"{len(x) / (1 + int((np.diff(x) > COHORT_S).sum())):.1f}")
+            print(f"| {name} | {c} | {', '.join(cells)} |")
 
 
 def mla_cohorts() -> None:

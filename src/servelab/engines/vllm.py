@@ -142,7 +142,9 @@ class VLLM(Engine):
                f"vLLM's FP8 at {FP8_GAIN:g}x the BF16 rate (MoE experts 1x), {FP8_EAGER_LAYER_S * 1e3:g} ms a layer dearer without CUDA graphs "
                f"and {FP8_MOE_LAYER_S * 1e6:.1f} µs + {FP8_MOE_READ_S * 1e6:g} µs per {FP8_QUANT_THREADS} elements of hidden size and of "
                "expert width a MoE layer dearer in every step; on Hopper, its Triton fused-MoE experts' FLOPs at "
-               + ", ".join(f"{rate:g}x in {fmt}" for fmt, rate in vllm_moe.MOE_RATE.items()) + " the dense rate")
+               + ", ".join(f"{rate:g}x in {fmt}" for fmt, rate in vllm_moe.MOE_RATE.items()) + " the dense rate; "
+               f"a burst's step without CUDA graphs at least the host's launches ({EAGER_HOST_LAYER_S * 1e3:g} ms a layer, "
+               f"{EAGER_HOST_MOE_S['bf16'] * 1e3:g} more a BF16 MoE layer, {EAGER_HOST_MLA_S * 1e3:g} more an MLA layer)")
     untuned_moe = ("it warns that performance may be sub-optimal: tune one for this GPU with vLLM's benchmarks/kernels/benchmark_moe.py --tune "
                    "and point VLLM_TUNED_CONFIG_FOLDER at the folder it writes (vllm/model_executor/layers/fused_moe/fused_moe.py, get_moe_configs). "
                    "Measured on an H200 at 8,192 tokens, the tuned files vLLM ships gained 7 % (Qwen3-30B-A3B's experts, BF16) and 12 % (Mixtral-8x7B's) "

@@ -58,7 +58,8 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
   together): step by step (``servelab.plan.burst``): the wave's prompts prefill in chunks of
   ``max_num_batched_tokens`` after the API server hands them on one by one (the launch spread),
   then the wave decodes at full batch with CUDA graphs; each stream's next request (``BURST_REQUESTS``
-  per stream) arrives as its previous one ends. TTFT is bimodal: its mean and p99 are the figures
+  per stream) arrives as its previous one ends; a step without CUDA graphs takes at least the host's
+  time to launch it (``Engine.eager_host_s``; the steady state keeps its fitted times: its cohorts merge). TTFT is bimodal: its mean and p99 are the figures
   to compare (``ttft_mean_s``, ``ttft_p99_s``); a burst with speculative decoding is priced as the
   steady state (not step by step); **batch** (``--closed-loop batch``): the same with one request per
   stream, a ``servelab grid`` cell or a llama-benchy batch, whose tg t/s (total) is ``tg_total_tok_s``;
