@@ -39,9 +39,13 @@ from __future__ import annotations
 
 import json
 import lzma
+import sys
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from servelab.metrics.waves import cohorts  # noqa: E402
 
 HERE = Path(__file__).resolve().parent / "predict-h100"
 GAP_S = 0.0015  # chunks further apart than this belong to different steps
@@ -145,7 +149,7 @@ def merging() -> None:
                 for a in np.arange(run[0], run[-1], WINDOW_S):
                     x = run[(run >= a) & (run < a + WINDOW_S)]
                     if len(x) > 1:
-                        cells.append(f"{len(x) / (1 + int((np.diff(x) > COHORT_S).sum())):.1f}")
+                        cells.append(f"{cohorts(x, COHORT_S)[0]:.1f}")
             print(f"| {name} | {c} | {', '.join(cells)} |")
 
 

@@ -11,6 +11,15 @@ to its last send divided by the level's median E2E latency; the level's is the m
 In a steady closed loop, N sends are spread over one request's duration (≈ (N−1)/N); in locked
 waves they come within milliseconds (≈ 0). The *densest-10% share* is the largest fraction of the
 level's sends that fall within any interval of 10% of the window (uniform sends: ≈ 0.1).
+
+Sends spread over a request's duration can still bunch inside the engine: prompts whose first tokens came out of one
+engine step form a *cohort*, and where the steps that carry prompts are slow (on vLLM 0.25, a small MoE's steps above the
+largest CUDA-graph capture size, host-bound) the cohorts merge as the load runs, until the streams run in waves of many
+prompts a step (DeepSeek-V2-Lite at 64 streams: 3.5 prompts a step in its first 10 s, 10 in its sixth; OLMoE-1B-7B and
+Granite-3.1-3B-A800M: 8–12 from the start; validation/RESULTS-predict.md). *Prompts per step* (docs/metrics.md, "prompts
+per step"): the measured requests' first tokens in time order, a new step wherever two are more than ``COHORT_GAP`` × the
+level's median inter-token latency (one decode step) apart; the measured requests ÷ the steps, over the level and over each
+third of it.
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ SYNC_SPREAD = 0.25  # a median wave send spread below this is "synchronized" (st
 DENSE_FRACTION = 0.1
 DENSE_SHARE = 0.2  # twice the uniform 0.1: a level this dense is bursty even if its later waves drifted apart
 DENSE_MIN_SENDS = 64  # below this the densest-10% share of uniform sends is too noisy to judge
+COHORT_GAP = 0.5  # first tokens closer than this share of one decode step (the median inter-token latency) came out of one engine step
+BUNCHED = 3.0  # prompts per step at or above this: the level's prompts rode in cohorts (finding bunched_prompts)
 
 
 class WaveStats(BaseModel):
@@ -38,6 +49,8 @@ class WaveStats(BaseModel):
     send_spread: float = Field(description="Median over waves of (last − first send) ÷ median E2E latency; ≈0 locked, ≈(N−1)/N steady.")
     densest_share: float = Field(description="Largest fraction of sends within any 10% of the window (uniform ≈ 0.1).")
     ttft_p50_ms_by_wave: list[float | None] = Field(description="TTFT p50 of the successful requests of each wave, ms.")
+    prompts_per_step: float | None = Field(None, description="Measured requests ÷ the engine steps their first tokens came out of (module docstring); None before it was recorded.")
+    prompts_per_step_by_third: list[float] = Field(default_factory=list, description="The same over each third of the level, in time order: cohorts that merge as the load runs grow.")
 
     @property
     def synchronized(self) -> bool:
@@ -75,13 +88,39 @@ def wave_stats(concurrency: int, records: Sequence[RequestRecord], window_s: flo
     for wave in waves:
         values = sorted((r.first_token - r.start) * 1e3 for r in wave if r.status == "ok" and r.first_token is not None)
         ttfts.append(round(statistics.median(values), 1) if values else None)  # = the linear p50 (docs/metrics.md)
+    per_step, by_third = prompts_per_step(sent)
     return WaveStats(
         concurrency=concurrency,
         waves=len(waves),
         send_spread=round(statistics.median(spreads), 4),
         densest_share=round(_densest_share([r.start for r in sent], DENSE_FRACTION * (window_s or cycle)), 4),
         ttft_p50_ms_by_wave=ttfts,
+        prompts_per_step=per_step,
+        prompts_per_step_by_third=by_third,
     )
+
+
+def prompts_per_step(records: Sequence[RequestRecord]) -> tuple[float | None, list[float]]:
+    """Prompts per engine step of the successful ``records`` with a first token (module docstring), over all of them and over
+    each third of their first tokens' span (:func:`cohorts`); (None, []) without two such records or a median inter-token latency."""
+    ok = [r for r in records if r.status == "ok" and r.first_token is not None]
+    gaps = [b - a for r in ok for a, b in zip(r.chunk_times, r.chunk_times[1:], strict=False)]
+    if len(ok) < 2 or not gaps or statistics.median(gaps) <= 0:
+        return None, []
+    return cohorts([r.first_token for r in ok], COHORT_GAP * statistics.median(gaps))
+
+
+def cohorts(firsts: Sequence[float], gap: float) -> tuple[float, list[float]]:
+    """Prompts per step of first tokens at ``firsts`` (s, any order; at least one), a new step wherever two are more than ``gap``
+    (s) apart: over all of them, and over each third of their span in time order (thirds without a first token left out)."""
+    times = sorted(firsts)
+
+    def per_step(part: list[float]) -> float:
+        return round(len(part) / (1 + sum(b - a > gap for a, b in zip(part, part[1:], strict=False))), 2)
+
+    third = (times[-1] - times[0]) / 3
+    parts = [[t for t in times if times[0] + i * third <= t < times[0] + (i + 1) * third or (i == 2 and t == times[-1])] for i in range(3)]
+    return per_step(times), [per_step(p) for p in parts if p]
 
 
 def _densest_share(starts: list[float], width: float) -> float:

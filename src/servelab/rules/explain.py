@@ -36,6 +36,7 @@ AGREE = 0.15  # a level agrees with the prediction when its aggregate tok/s and 
 CAUSES = {  # finding kind → the gap it explains (diagnose.py has the numbers)
     "prefix_cache_contamination": "prefix-cache hits made prefill cheaper than modelled",
     "synchronized_waves": "synchronized waves: TTFT depends on how the waves line up",
+    "bunched_prompts": "prompts bunched into cohorts: tok/s depends on how far they bunched and on the window",
     "cudagraph_padding": "CUDA-graph padding",
     "server_queueing": "server queueing",
     "unstable_measurement": "the client was saturated: its timestamps are late",
