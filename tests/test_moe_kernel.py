@@ -72,3 +72,12 @@ def test_the_rate_applies_on_hopper_only():
     spec = load_model(str(V / "configs/deepseek-v2-lite"))
     assert plan_engine().moe_kernel(spec, "bf16", load_hardware("h100-sxm")).rate == MOE_RATE["bf16"]
     assert plan_engine().moe_kernel(spec, "bf16", load_hardware("b200")).rate == 1.0
+
+
+def test_predict_json_gives_the_experts_rate_as_a_number():
+    """``servelab predict --json``: ``moe_rate`` beside the kernel case's words (0.57 for BF16 experts on an H200; null for a dense model)."""
+    cli = CliRunner()
+    moe = cli.invoke(app, ["predict", "--model", str(V / "configs/deepseek-v2-lite"), "--hardware", "h200", "--concurrency", "1", "--json"])
+    dense = cli.invoke(app, ["predict", "--model", "qwen3-8b", "--hardware", "h200", "--concurrency", "1", "--json"])
+    assert moe.exit_code == 0 and json.loads(moe.output)["moe_rate"] == MOE_RATE["bf16"]
+    assert dense.exit_code == 0 and json.loads(dense.output)["moe_rate"] is None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import example, given
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -166,6 +166,7 @@ def test_bad_speculative_is_one_line(text, needle):
                                  st.sampled_from(["fp8", "modelopt", "mxfp4", "gptq", "awq", "compressed-tensors", "NVFP4"]),
                                  st.dictionaries(st.text(max_size=4), st.dictionaries(st.just("weights"), st.dictionaries(st.sampled_from(["num_bits", "type"]), st.one_of(st.integers(0, 9), st.text(max_size=5))))))))  # fmt: skip
 @example(raw={"quant_method": "\n"})  # a newline in the method once made a two-line error (found by CI's random seed)
+@settings(suppress_health_check=[HealthCheck.too_slow])  # the nested dictionaries are slow to draw on a loaded machine: a health check, not the code under test
 def test_any_quantization_config_gives_a_format_or_one_error(raw):
     try:
         fmt = checkpoint_format(load_model("qwen3-30b-a3b"), raw)

@@ -123,7 +123,7 @@ def predict_cmd(
     _render(spec, hw, cal, asked, results, unfit, routing, band=band, kernel=kernel, plot=plot, overlay=overlay or [], json_out=json_out, compared=compared)
 
 
-def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, routing: float, *, band: Band, kernel: tuple[str, bool] | None, plot: Path | None,
+def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, routing: float, *, band: Band, kernel: tuple[str, bool, float] | None, plot: Path | None,
             overlay: list[Path], json_out: bool, compared: bool) -> None:  # fmt: skip
     """predict's output: the plot, then JSON or the table(s), the variants that do not fit and the capture-size hint
     (``kernel``: the fused-MoE kernel case, ``servelab.plan.planner.moe_kernel_case``)."""
@@ -138,7 +138,7 @@ def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, rou
         write_file(plot, plots.prediction(curves, runs), "--plot")
     if json_out:
         print(jsonfile.dumps({"model": spec.name, "hardware": hw.name, "closed_loop": closed_loop, "calibration": cal.model_dump(), "assumptions": _assumptions(routing),
-                          "band": band.model_dump(), "moe_kernel": kernel and kernel[0],
+                          "band": band.model_dump(), "moe_kernel": kernel and kernel[0], "moe_rate": kernel and kernel[2],
                           "variants": [{"settings": v, "limits": asdict(lim), "points": [{**asdict(p), "band": _band(p, band)} for p in pts]} for v, lim, pts in results],
                           "not_fitting": [{"settings": v, "why": why} for v, why in unfit]}, indent=2, default=str))  # fmt: skip
         return

@@ -152,19 +152,19 @@ def make_plan(
     )  # fmt: skip
 
 
-def moe_kernel_case(spec: ModelSpec, fmt: QuantFormat, hw: Hardware, tp: int) -> tuple[str, bool] | None:
+def moe_kernel_case(spec: ModelSpec, fmt: QuantFormat, hw: Hardware, tp: int) -> tuple[str, bool, float] | None:
     """Which case of the plan engine's fused-MoE kernel applies (``Engine.moe_kernel``): (in words,
-    tuned), the tuned configuration it ships, or its default one, which ``servelab predict`` prices
-    at the experts' measured rate (``MoeKernel.rate``) as it does a tuned one; None without routed experts or where
-    the engine, format or GPU says nothing."""
+    tuned, the experts' rate), the tuned configuration it ships, or its default one, which ``servelab predict`` prices
+    at the experts' measured rate (``MoeKernel.rate``, × the dense matrix products') as it does a tuned one; None without
+    routed experts or where the engine, format or GPU says nothing."""
     engine = plan_engine()
     case = engine.moe_kernel(spec, fmt.name, hw, tp)
     if case is None:
         return None
     rate = f"; predict prices its experts' FLOPs at {case.rate:g} × the dense matrix products' rate, measured" if case.rate != 1 else ""
     if case.tuned:
-        return f"{engine.title} ships a tuned config ({case.config}){rate}", True
-    return f"{engine.title} ships no tuned config ({case.config}): its default kernel config{rate}", False
+        return f"{engine.title} ships a tuned config ({case.config}){rate}", True, case.rate
+    return f"{engine.title} ships no tuned config ({case.config}): its default kernel config{rate}", False, case.rate
 
 
 def _ceilings(spec: ModelSpec, fmt: QuantFormat, hw: Hardware, conc: list[int], kv_dtype_bytes: float, tp: int, draft_tokens: int, acceptance: float,
