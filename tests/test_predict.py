@@ -379,18 +379,40 @@ def test_a_bursts_step_without_graphs_takes_at_least_the_hosts_launches():
     27 layers for 70 ms (``EAGER_HOST_*``: 0.7 ms a layer, 1.45 more a BF16 MoE layer, 0.5 more an MLA layer), far more than
     the step's GPU work and the calibration's times without graphs; measured TTFT 79 ms on Moonlight-16B-A3B (H200,
     validation/kept-back2-h200/; validation/eager_host.py). FP8 MoE layers add nothing (the calibration's times exceed it),
-    formats not measured (MXFP4) have no floor."""
+    formats and machines not measured (MXFP4; a B200, a DGX Spark) have no floor, and the steady state keeps its fitted times."""
     spec, fmt, hw = load_model(str(ROOT / "validation/configs/moonlight-16b-a3b")), get_format("bf16"), load_hardware("h200")
     engine = plan_engine()
-    assert engine.eager_host_s(spec, "bf16") == pytest.approx(27 * 0.7e-3 + 26 * 1.45e-3 + 27 * 0.5e-3)
-    assert engine.eager_host_s(spec, "fp8") == pytest.approx(27 * 1.2e-3) and engine.eager_host_s(spec, "mxfp4") == 0.0
+    assert engine.eager_host_s(spec, "bf16", hw) == pytest.approx(27 * 0.7e-3 + 26 * 1.45e-3 + 27 * 0.5e-3)
+    assert engine.eager_host_s(spec, "fp8", hw) == pytest.approx(27 * 1.2e-3) and engine.eager_host_s(spec, "mxfp4", hw) == 0.0
+    assert engine.eager_host_s(spec, "bf16", load_hardware("b200")) == engine.eager_host_s(spec, "bf16", load_hardware("dgx-spark")) == 0.0
     limits = limits_for(spec, fmt, hw, tp=1, input_tokens=522, output_tokens=128)
     t = terms(spec, fmt, hw, concurrency=1, input_tokens=522, output_tokens=128, limits=limits, mode="burst")
     cal = calibration("vllm-0.25-h100-bf16")
     got, without = predict(t, cal, concurrency=1, output_tokens=128), predict(dataclasses.replace(t, eager_host_s=0.0), cal, concurrency=1, output_tokens=128)
     assert got.ttft_mean_s == pytest.approx(t.eager_host_s + 0.005, rel=0.01) and got.ttft_mean_s > 1.5 * without.ttft_mean_s
-    steady = terms(spec, fmt, hw, concurrency=1, input_tokens=522, output_tokens=128, limits=limits)
-    assert predict(steady, cal, concurrency=1, output_tokens=128).ttft_s < got.ttft_mean_s  # the steady state keeps its fitted times (RESULTS-predict.md)
+    for c in (1, 16, 64):  # the steady state keeps its fitted times (its cohorts merge: RESULTS-predict.md, "The host's floor")
+        steady = terms(spec, fmt, hw, concurrency=c, input_tokens=522, output_tokens=128, limits=limits)
+        assert steady.eager_host_s > 0 and predict(steady, cal, concurrency=c, output_tokens=128) == predict(dataclasses.replace(steady, eager_host_s=0.0), cal, concurrency=c, output_tokens=128)
+
+
+def test_the_hosts_floor_is_the_fit_on_the_lone_prompts_and_its_held_out_error_is_said():
+    """validation/eager_host.py: on the 25 servers it was fitted on, the lone step's extra is 143 ms off in all with the floor
+    against 340 without; on the third kept-back set's 4 servers, measured after, 36 against 35 (the README and docs/metrics.md
+    say so); the grid's least-absolute-error point is the engine's constants."""
+    import contextlib
+    import io
+
+    sys.path.insert(0, str(ROOT / "validation"))
+    import eager_host
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        totals = eager_host.main()
+    (n, with_floor, without), (n3, with3, without3) = totals[False], totals[True]
+    assert (n, round(with_floor * 1e3), round(without * 1e3)) == (25, 143, 340) and (n3, round(with3 * 1e3), round(without3 * 1e3)) == (4, 36, 35)
+    best, _ = eager_host.fit([s for s in eager_host.servers() if not s["held_out"]])
+    engine = sys.modules["servelab.engines.vllm"]
+    assert best == {"layer": engine.EAGER_HOST_LAYER_S * 1e3, "moe_bf16": engine.EAGER_HOST_MOE_S["bf16"] * 1e3, "moe_fp8": engine.EAGER_HOST_MOE_S["fp8"] * 1e3,
+                    "mla": engine.EAGER_HOST_MLA_S * 1e3}  # fmt: skip
 
 
 def test_default_calibration_follows_the_architecture():

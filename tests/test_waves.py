@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servelab.metrics.waves import BUNCHED, prompts_per_step, wave_stats
+from servelab.metrics.waves import BUNCHED, COHORT_GAP, cohorts, prompts_per_step, wave_stats
 from servelab.values.records import RequestRecord
 
 
@@ -185,21 +185,43 @@ def test_prompts_per_step_lies_between_one_and_every_prompt(firsts, step):
 
 
 def test_a_staggered_level_whose_prompts_bunched_is_named():
-    """A steady state whose prompts came out of the engine 10 to a step (the third kept-back set's Granite-3.1-3B-A800M at 64
-    streams, validation/kept-back3-h200/: its cohorts counted by validation/mixed_steps.py) is named; one of 1.1 is not."""
+    """The third kept-back set's design runs (validation/kept-back3-h200/), their prompts per step counted from the stored first
+    tokens as servelab bench counts them: Granite-3.1-3B-A800M ran 5.6 prompts a step at 16 streams and 9.9 at 64, where
+    predict's cohort is 1 and 1.97: named; Phi-3.5-MoE's 1.1–1.3 are not; nor is a burst, nor a run file without the figure."""
     import json
+    import lzma
     from pathlib import Path
 
     from servelab.rules.diagnose import diagnose
     from servelab.store.results import RunResult
 
-    path = Path(__file__).resolve().parent.parent / "validation/kept-back3-h200/granite-3.1-3b-a800m-calibrate-run.json"
-    run = RunResult.model_validate(json.loads(path.read_text()))
-    for lv in run.levels:
-        if lv.waves:
-            lv.waves = lv.waves.model_copy(update={"prompts_per_step": 10.7 if lv.concurrency == 64 else 1.1, "prompts_per_step_by_third": [8.7, 11.6, 10.7]})
-    (found,) = [f for f in diagnose(run) if f.kind == "bunched_prompts"]
-    assert found.evidence["concurrency"] == 64 and "10.7 prompts a step" in found.message and "8.7 → 11.6 → 10.7" in found.message
+    def run_with_cohorts(model: str, closed_loop: str = "stagger") -> RunResult:
+        data = Path(__file__).resolve().parent.parent / "validation/kept-back3-h200"
+        run = RunResult.model_validate(json.loads((data / f"{model}-calibrate-run.json").read_text()))
+        with lzma.open(data / f"{model}-calibrate-first-tokens.jsonl.xz", "rt") as f:
+            firsts = [json.loads(line) for line in f]
+        for lv in run.levels:
+            if lv.waves:
+                per_step, thirds = cohorts([r["start"] + r["first_token_s"] for r in firsts if r["c"] == lv.concurrency], COHORT_GAP * lv.itl_ms.p50 / 1e3)
+                lv.waves = lv.waves.model_copy(update={"prompts_per_step": per_step, "prompts_per_step_by_third": thirds})
+        return run.model_copy(update={"load": run.load.model_copy(update={"closed_loop": closed_loop})})
+
+    granite = run_with_cohorts("granite-3.1-3b-a800m")
+    found = {f.evidence["concurrency"]: f for f in diagnose(granite) if f.kind == "bunched_prompts"}
+    assert sorted(found) == [16, 64] and found[64].evidence["prompts_per_step"] >= 9 and found[64].evidence["expected"] == pytest.approx(1.97, abs=0.01)
+    assert "prompts a step (" in found[64].message and "over the level's thirds" in found[64].message
+    assert not [f for f in diagnose(run_with_cohorts("phi-3.5-moe")) if f.kind == "bunched_prompts"]
+    assert not [f for f in diagnose(run_with_cohorts("granite-3.1-3b-a800m", "burst")) if f.kind == "bunched_prompts"]
+    old = RunResult.model_validate(json.loads((Path(__file__).resolve().parent.parent / "validation/kept-back3-h200/granite-3.1-3b-a800m-calibrate-run.json").read_text()))
+    assert old.levels[-1].waves.prompts_per_step is None and not [f for f in diagnose(old) if f.kind == "bunched_prompts"]
+
+
+def test_many_streams_of_short_outputs_are_not_bunched_at_predicts_cohort():
+    """At 256 streams of 128 output tokens predict's own cohort is 8 prompts a step (k ÷ 0.25, k = 255 ÷ 128): a level is named
+    from 16 a step there, twice that, not at the 3 that names a level of 16 streams."""
+    from servelab.rules.diagnose import _expected_cohort
+
+    assert _expected_cohort(256, 128) == pytest.approx(255 / 128 / 0.25) and _expected_cohort(16, 128) == 1.0 and _expected_cohort(1, 128) == 1.0
 
 
 def test_more_api_servers_cut_a_small_moes_ttft_and_its_bunching():

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from servelab.metrics.waves import cohorts  # noqa: E402
+from servelab.metrics.waves import COHORT_GAP, cohorts  # noqa: E402
 
 HERE = Path(__file__).resolve().parent / "predict-h100"
 GAP_S = 0.0015  # chunks further apart than this belong to different steps
@@ -130,18 +130,25 @@ def main() -> None:
 
 
 def merging() -> None:
-    """The cohorts as the load runs: prompts per engine step that gave first tokens, per ``WINDOW_S`` of each level, for
+    """The cohorts as the load runs: prompts per engine step (``servelab.metrics.waves.cohorts``, a new step where first tokens
+    are more than ``COHORT_GAP`` × the level's ITL p50 apart, as servelab bench counts them), per ``WINDOW_S`` of each level, for
     DeepSeek-V2-Lite's three 60 s repeats at 64 streams (validation/arch-h200-x4/) and the third kept-back set's design runs at 16
     and 64 streams (validation/kept-back3-h200/MODEL-calibrate-first-tokens.jsonl.xz: level, start and first token of each
     measured request, s; 30 s a level). A host-bound steady state's cohorts merge into waves (validation/RESULTS-predict.md)."""
     print(f"\nThe cohorts as the load runs: prompts per engine step that gave first tokens, per {WINDOW_S:.0f} s of the level\n")
     print("| run | streams | prompts per step, window by window |\n|---|---|---|")
-    files = [(COLD / "arch-h200-x4" / "deepseek-v2-lite-repeats3-first-tokens.jsonl.xz", "deepseek-v2-lite (3 × 60 s)")]
-    files += [(p, p.name.removesuffix("-calibrate-first-tokens.jsonl.xz")) for p in sorted((COLD / "kept-back3-h200").glob("*-first-tokens.jsonl.xz"))]
-    for path, name in files:
+    arch = COLD / "arch-h200-x4" / "deepseek-v2-lite-repeats3-first-tokens.jsonl.xz"
+    files = [(arch, "deepseek-v2-lite (3 × 60 s)", arch.with_name("deepseek-v2-lite-repeats3-stagger-run.json"))]
+    files += [(p, p.name.removesuffix("-calibrate-first-tokens.jsonl.xz"), p.with_name(p.name.replace("-first-tokens.jsonl.xz", "-run.json")))
+              for p in sorted((COLD / "kept-back3-h200").glob("*-first-tokens.jsonl.xz"))]  # fmt: skip
+    for path, name, run in files:
         with lzma.open(path, "rt") as f:
             firsts = [json.loads(line) for line in f]
+        itl = {}  # the level's ITL p50, s (the repeats' median)
+        for lv in json.loads(run.read_text())["levels"]:
+            itl.setdefault(lv["concurrency"], []).append(lv["itl_ms"]["p50"] / 1e3)
         for c in sorted({r["c"] for r in firsts}):
+            gap = COHORT_GAP * float(np.median(itl[c]))
             t = np.sort([r["start"] + r["first_token_s"] for r in firsts if r["c"] == c])
             runs = np.split(t, np.nonzero(np.diff(t) > 2.0)[0] + 1)  # repeats apart by more than 2 s
             cells = []
@@ -149,7 +156,7 @@ def merging() -> None:
                 for a in np.arange(run[0], run[-1], WINDOW_S):
                     x = run[(run >= a) & (run < a + WINDOW_S)]
                     if len(x) > 1:
-                        cells.append(f"{cohorts(x, COHORT_S)[0]:.1f}")
+                        cells.append(f"{cohorts(x, gap)[0]:.1f}")
             print(f"| {name} | {c} | {', '.join(cells)} |")
 
 
@@ -171,9 +178,9 @@ def mla_cohorts() -> None:
 
 def cohort_cells(reqs: list[tuple[float, np.ndarray]], tok_s: float) -> str:
     """One level's cohorts: its prompts, the engine steps their first tokens came out of, prompts per such step, and its tok/s."""
-    first = np.sort([start + chunks[0] for start, chunks in reqs])
-    steps = 1 + int((np.diff(first) > COHORT_S).sum())
-    return f"{len(first)} / {steps} / {len(first) / steps:.2f} | {tok_s:,.0f}"
+    first = [start + chunks[0] for start, chunks in reqs]
+    per_step = cohorts(first, COHORT_S)[0]
+    return f"{len(first)} / {round(len(first) / per_step)} / {per_step:.2f} | {tok_s:,.0f}"
 
 
 def itl_row(name: str, c: int, reqs: list[tuple[float, np.ndarray]]) -> str:

@@ -333,9 +333,10 @@ class Engine:
         calibration's t_eager), s, for a model of ``layers`` layers; 0 unless measured."""
         return 0.0
 
-    def eager_host_s(self, spec: ModelSpec, fmt: str) -> float:
-        """The host's time to launch one step of ``spec`` without CUDA graphs in weight format ``fmt`` (a servelab format name), s:
-        such a step takes at least this long, however little GPU work it carries (``servelab.plan.predict``); 0 unless measured."""
+    def eager_host_s(self, spec: ModelSpec, fmt: str, hw: Hardware) -> float:
+        """The host's time to launch one step of ``spec`` without CUDA graphs in weight format ``fmt`` (a servelab format name) on
+        ``hw``'s machine, s: such a step takes at least this long, however little GPU work it carries (``servelab.plan.predict``);
+        0 unless measured."""
         return 0.0
 
     def moe_layer_extra_s(self, dtype: str, hidden: int, width: int) -> float:

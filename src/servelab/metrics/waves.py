@@ -15,8 +15,8 @@ level's sends that fall within any interval of 10% of the window (uniform sends:
 Sends spread over a request's duration can still bunch inside the engine: prompts whose first tokens came out of one
 engine step form a *cohort*, and where the steps that carry prompts are slow (on vLLM 0.25, a small MoE's steps above the
 largest CUDA-graph capture size, host-bound) the cohorts merge as the load runs, until the streams run in waves of many
-prompts a step (DeepSeek-V2-Lite at 64 streams: 3.5 prompts a step in its first 10 s, 10 in its sixth; OLMoE-1B-7B and
-Granite-3.1-3B-A800M: 8–12 from the start; validation/RESULTS-predict.md). *Prompts per step* (docs/metrics.md, "prompts
+prompts a step (DeepSeek-V2-Lite at 64 streams: 3.6 prompts a step in its first 10 s, 10.7 in its sixth; OLMoE-1B-7B and
+Granite-3.1-3B-A800M: 7.5–11.4 from the start; validation/RESULTS-predict.md). *Prompts per step* (docs/metrics.md, "prompts
 per step"): the measured requests' first tokens in time order, a new step wherever two are more than ``COHORT_GAP`` × the
 level's median inter-token latency (one decode step) apart; the measured requests ÷ the steps, over the level and over each
 third of it.
@@ -112,15 +112,20 @@ def prompts_per_step(records: Sequence[RequestRecord]) -> tuple[float | None, li
 
 def cohorts(firsts: Sequence[float], gap: float) -> tuple[float, list[float]]:
     """Prompts per step of first tokens at ``firsts`` (s, any order; at least one), a new step wherever two are more than ``gap``
-    (s) apart: over all of them, and over each third of their span in time order (thirds without a first token left out)."""
+    (s) apart: over all of them, and over each third of their span in time order, each step in the third its first token falls
+    in (thirds without a step left out; [] when the span is 0: one step)."""
     times = sorted(firsts)
-
-    def per_step(part: list[float]) -> float:
-        return round(len(part) / (1 + sum(b - a > gap for a, b in zip(part, part[1:], strict=False))), 2)
-
-    third = (times[-1] - times[0]) / 3
-    parts = [[t for t in times if times[0] + i * third <= t < times[0] + (i + 1) * third or (i == 2 and t == times[-1])] for i in range(3)]
-    return per_step(times), [per_step(p) for p in parts if p]
+    steps: list[list[float]] = [[times[0]]]
+    for a, b in zip(times, times[1:], strict=False):
+        if b - a > gap:
+            steps.append([])
+        steps[-1].append(b)
+    span = times[-1] - times[0]
+    thirds: list[list[list[float]]] = [[], [], []]
+    for step in steps:
+        thirds[min(2, int(3 * (step[0] - times[0]) / span)) if span > 0 else 0].append(step)
+    by_third = [round(sum(map(len, part)) / len(part), 2) for part in thirds if part] if span > 0 else []
+    return round(len(times) / len(steps), 2), by_third
 
 
 def _densest_share(starts: list[float], width: float) -> float:

@@ -58,8 +58,8 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
   together): step by step (``servelab.plan.burst``): the wave's prompts prefill in chunks of
   ``max_num_batched_tokens`` after the API server hands them on one by one (the launch spread),
   then the wave decodes at full batch with CUDA graphs; each stream's next request (``BURST_REQUESTS``
-  per stream) arrives as its previous one ends; a step without CUDA graphs takes at least the host's
-  time to launch it (``Engine.eager_host_s``; the steady state keeps its fitted times: its cohorts merge). TTFT is bimodal: its mean and p99 are the figures
+  per stream) arrives as its previous one ends; a step with prompts without CUDA graphs takes at least
+  the host's time to launch it (``Engine.eager_host_s``; the steady state keeps its fitted times: its cohorts merge). TTFT is bimodal: its mean and p99 are the figures
   to compare (``ttft_mean_s``, ``ttft_p99_s``); a burst with speculative decoding is priced as the
   steady state (not step by step); **batch** (``--closed-loop batch``): the same with one request per
   stream, a ``servelab grid`` cell or a llama-benchy batch, whose tg t/s (total) is ``tg_total_tok_s``;
@@ -177,7 +177,7 @@ class Terms:
     mixed_share: float = 0.0  # f: the share of the steps that carry prompts, k ÷ f prompts each (:func:`cohorts`)
     mla_layers: int = 0  # MLA attention layers: a step pays Calibration.mla_layer_us for each
     untuned_moe_layers: int = 0  # MoE layers whose fused-MoE kernel runs the engine's default config (Engine.moe_kernel): Calibration.untuned_moe_layer_us each
-    eager_host_s: float = 0.0  # the host's time to launch a step without CUDA graphs (Engine.eager_host_s): a burst's such step takes at least this long
+    eager_host_s: float = 0.0  # the host's time to launch a step without CUDA graphs (Engine.eager_host_s): a burst's such step with prompts takes at least this long
 
 
 @dataclass(frozen=True)
@@ -248,7 +248,7 @@ def terms(
                  step_at, input_tokens, max_running, limits.max_num_batched_tokens, len(spec.layers), spec.moe_layers,
                  engine.eager_extra_s(dtype, len(spec.layers)), engine.moe_layer_extra_s(dtype, spec.hidden_size, spec.moe_intermediate_size // tp) * spec.moe_layers,
                  engine.sustained_clock(hw, dtype, bool(spec.moe_layers)), share, spec.count("mla"), spec.moe_layers if untuned else 0,
-                 engine.eager_host_s(spec, fmt.name))  # fmt: skip
+                 engine.eager_host_s(spec, fmt.name, hw))  # fmt: skip
 
 
 def cohorts(k: float, budget: float) -> tuple[float, float]:
@@ -361,7 +361,7 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
     """A burst or batch level (``BURST_REQUESTS`` per stream) from the step-by-step scheduler of
     ``servelab.plan.burst``, each step's time the roofline with the calibration: max(weights ÷
     (bandwidth · η_bw), FLOPs ÷ (peak · η_c · clock)) + KV ÷ (bandwidth · η_bw) + all-reduces + L · t_ℓ (+ t_eager
-    above the largest capture size, and then at least the host's time to launch the step, ``Terms.eager_host_s``), clock ``Terms.power_clock`` for a step with prompts right after another
+    above the largest capture size, and a step with prompts then at least the host's time to launch it, ``Terms.eager_host_s``), clock ``Terms.power_clock`` for a step with prompts right after another
     (the board's power limit lowers the clock through a wave's prefill; measured with nvidia-smi:
     validation/clocks-h100/, validation/cold-h200/qwen3-8b-clocks.json), else 1: the wave's first step
     keeps the calibration's rate, an empirical rule (docs/metrics.md, "burst"). Aggregate tok/s: every
@@ -374,7 +374,7 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
         x = t.step_at(decode, prompt)
         clock = t.power_clock if sustained and prompt else 1.0  # a wave's prefill, step after step: at the power-capped clock
         gpu = max(x.bytes_s / cal.bw_efficiency, x.flops_s / cal.compute_efficiency / clock) + x.kv_s / cal.bw_efficiency + x.allreduce_s + t0
-        return max(gpu + eager, t.eager_host_s) if x.eager else gpu  # without CUDA graphs, no faster than the host launches it
+        return max(gpu + eager, t.eager_host_s if prompt else 0.0) if x.eager else gpu  # a prompt's step without CUDA graphs: no faster than the host launches it
 
     requests = BURST_REQUESTS[t.mode]
     run = simulate(step_s, streams=concurrency, requests_per_stream=requests, input_tokens=t.input_tokens, output_tokens=output_tokens,

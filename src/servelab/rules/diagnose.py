@@ -7,11 +7,14 @@ Definitions of the inputs: docs/metrics.md.
 
 from __future__ import annotations
 
+import math
+
 from servelab import engines
 from servelab.engines.cudagraph import padding, prompt_step_graph
 from servelab.metrics.repeats import TOK_S_SPREAD, TTFT_SPREAD, repeat_stats
 from servelab.metrics.summary import LevelSummary
 from servelab.metrics.waves import BUNCHED, WaveStats
+from servelab.plan.predict import cohorts
 from servelab.store.results import Finding, RunResult, TraceInfo
 
 PREFIX_HIT_TOLERANCE = 0.01  # cold runs: more than 1% of prompt tokens from cache is contamination
@@ -133,8 +136,8 @@ def _level_findings(run: RunResult, lv: LevelSummary, at: str, cold: bool) -> li
                            evidence={"concurrency": c, "cached_prompt_tokens": lv.client_cached_prompt_tokens, "prompt_tokens": lv.prompt_tokens, "source": "usage"}))  # fmt: skip
     if lv.waves and lv.waves.synchronized:
         out.append(_waves(lv.concurrency, lv.waves, run.load.closed_loop))
-    elif lv.waves and run.load.closed_loop == "stagger" and (lv.waves.prompts_per_step or 0) >= BUNCHED:
-        out.append(_bunched(lv.concurrency, lv.waves))
+    elif lv.waves and run.load.closed_loop == "stagger" and (lv.waves.prompts_per_step or 0) >= max(BUNCHED, 2 * _expected_cohort(lv.concurrency, run.load.output_tokens)):
+        out.append(_bunched(lv.concurrency, lv.waves, _expected_cohort(lv.concurrency, run.load.output_tokens)))
     if lv.client_cpu is not None and lv.client_cpu >= CLIENT_BUSY:
         out.append(Finding(kind="unstable_measurement", severity="warning",
                            message=f"{at}: servelab's own process was busy {lv.client_cpu:.0%} of the measured phase: chunks waited for its event loop, so "
@@ -318,17 +321,26 @@ def _waves(c: int, w: WaveStats, closed_loop: str) -> Finding:
                    evidence={"concurrency": c, **w.model_dump(), "ttft_spread": w.ttft_spread})  # fmt: skip
 
 
-def _bunched(c: int, w: WaveStats) -> Finding:
-    """The ``bunched_prompts`` finding: a staggered level whose prompts came out of the engine ``BUNCHED`` or more to a step
-    (metrics/waves.py, docs/metrics.md "prompts per step"), though its sends were spread."""
-    thirds = " → ".join(f"{x:g}" for x in w.prompts_per_step_by_third)
+def _expected_cohort(c: int, output_tokens: int) -> float:
+    """The prompts a step carries on average where nothing bunches them, by predict's rule (``servelab.plan.predict.cohorts``:
+    k = (c − 1) ÷ O prompts a decode step, in cohorts of k ÷ min(k, MIXED_SHARE); 1 at least)."""
+    share, m = cohorts((c - 1) / max(output_tokens, 1), math.inf)
+    return max(1.0, m) if share else 1.0
+
+
+def _bunched(c: int, w: WaveStats, expected: float) -> Finding:
+    """The ``bunched_prompts`` finding: a staggered level whose prompts came out of the engine ``BUNCHED`` or more to a step and
+    at least twice ``expected`` (predict's cohort at this load; metrics/waves.py, docs/metrics.md "prompts per step"), though its
+    sends were spread."""
+    thirds = f" ({' → '.join(f'{x:g}' for x in w.prompts_per_step_by_third)} over the level's thirds)" if len(w.prompts_per_step_by_third) == 3 else ""
     return Finding(kind="bunched_prompts", severity="warning",
-                   message=f"c={c}: its prompts came out of the engine {w.prompts_per_step:g} prompts a step ({thirds} over the level's thirds), though its "
-                           "streams were ramped apart: they bunched into cohorts that ride one step each, so TTFT waits for a cohort's step and tok/s "
+                   message=f"c={c}: its prompts came out of the engine {w.prompts_per_step:g} prompts a step{thirds}, where {expected:.1f} would ride "
+                           "together unbunched, though its streams were ramped apart: they bunched into cohorts that ride one step each, so TTFT "
+                           "waits for a cohort's step and tok/s "
                            "depends on how far they bunched, which grows as the load runs (a short window's figure is not the settled one: measure "
                            "minutes, or an open-loop --rate); slow steps that carry prompts do this, such as steps without CUDA graphs "
                            "(finding prompt_steps_without_graphs)",
-                   evidence={"concurrency": c, "prompts_per_step": w.prompts_per_step, "by_third": w.prompts_per_step_by_third})  # fmt: skip
+                   evidence={"concurrency": c, "prompts_per_step": w.prompts_per_step, "by_third": w.prompts_per_step_by_third, "expected": round(expected, 2)})  # fmt: skip
 
 
 def _acceptance_trend(run: RunResult) -> list[Finding]:
