@@ -132,13 +132,16 @@ def main() -> None:
 def merging() -> None:
     """The cohorts as the load runs: prompts per engine step (``servelab.metrics.waves.cohorts``, a new step where first tokens
     are more than ``COHORT_GAP`` × the level's ITL p50 apart, as servelab bench counts them), per ``WINDOW_S`` of each level, for
-    DeepSeek-V2-Lite's three 60 s repeats at 64 streams (validation/arch-h200-x4/) and the third kept-back set's design runs at 16
-    and 64 streams (validation/kept-back3-h200/MODEL-calibrate-first-tokens.jsonl.xz: level, start and first token of each
-    measured request, s; 30 s a level). A host-bound steady state's cohorts merge into waves (validation/RESULTS-predict.md)."""
+    DeepSeek-V2-Lite's three 60 s repeats at 64 streams (validation/arch-h200-x4/), Moonlight-16B-A3B's and Qwen1.5-MoE-A2.7B's
+    60 s repeats at 64 streams (validation/long-h200/; the third repeat cut after ~6 s by the device's time) and the third
+    kept-back set's design runs at 16 and 64 streams (validation/kept-back3-h200/MODEL-calibrate-first-tokens.jsonl.xz: level,
+    start and first token of each measured request, s; 30 s a level). A host-bound steady state's cohorts merge into waves (validation/RESULTS-predict.md)."""
     print(f"\nThe cohorts as the load runs: prompts per engine step that gave first tokens, per {WINDOW_S:.0f} s of the level\n")
     print("| run | streams | prompts per step, window by window |\n|---|---|---|")
     arch = COLD / "arch-h200-x4" / "deepseek-v2-lite-repeats3-first-tokens.jsonl.xz"
     files = [(arch, "deepseek-v2-lite (3 × 60 s)", arch.with_name("deepseek-v2-lite-repeats3-stagger-run.json"))]
+    files += [(p, p.name.replace("-repeats3-first-tokens.jsonl.xz", " (60 s repeats)"), p.with_name(p.name.replace("-first-tokens.jsonl.xz", "-stagger-run.json")))
+              for p in sorted((COLD / "long-h200").glob("*-first-tokens.jsonl.xz"))]  # fmt: skip
     files += [(p, p.name.removesuffix("-calibrate-first-tokens.jsonl.xz"), p.with_name(p.name.replace("-first-tokens.jsonl.xz", "-run.json")))
               for p in sorted((COLD / "kept-back3-h200").glob("*-first-tokens.jsonl.xz"))]  # fmt: skip
     for path, name, run in files:
