@@ -36,7 +36,8 @@ def main() -> dict[tuple[str, int], dict]:
             firsts = [json.loads(line) for line in f]
         for lv in json.loads((DATA / f"{name}-stagger-run.json").read_text())["levels"]:
             c = lv["concurrency"]
-            per_step, thirds = cohorts([r["first_token"] for r in firsts if r["c"] == c], COHORT_GAP * lv["itl_ms"]["p50"] / 1e3)
+            exact, by_third = cohorts([r["first_token"] for r in firsts if r["c"] == c], COHORT_GAP * lv["itl_ms"]["p50"] / 1e3)
+            per_step, thirds = round(exact, 2), [round(x, 2) for x in by_third]
             row = {"tok_s": lv["output_throughput_tok_s"], "ttft": lv["ttft_ms"]["p50"], "tpot": lv["tpot_ms"]["p50"], "per_step": per_step, "thirds": thirds}
             out[name.removesuffix("-api4"), servers, c] = row
             print(f"| {name.removesuffix('-api4')} | {servers} | {c} | {row['tok_s']:,.0f} | {row['ttft']:.0f} | {row['tpot']:.2f} | "

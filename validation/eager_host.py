@@ -28,11 +28,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from servelab.engines.vllm import ENGINE, FP8_EAGER_LAYER_S  # noqa: E402
+from servelab.engines.vllm import ENGINE  # noqa: E402
 from servelab.plan.calibration import calibrations  # noqa: E402
 from servelab.plan.hardware import load_hardware  # noqa: E402
 from servelab.plan.model_spec import load_model  # noqa: E402
 from servelab.plan.predict import API_TTFT_S  # noqa: E402
+from servelab.plan.quant import get_format  # noqa: E402
+from servelab.plan.roofline import compute_dtype  # noqa: E402
 
 V = ROOT / "validation"
 FP8 = {"kimi-k2-6l": "fp8-block", "deepseek-v3-8l": "fp8-block", "mixtral-8x7b": "fp8", "qwen2-57b-a14b": "fp8", "qwen3-30b-a3b": "fp8",
@@ -62,7 +64,7 @@ def servers() -> list[dict]:
 def fitted_eager(s: dict) -> float:
     """The shipped calibration's times without graphs for the server's model, with FP8's, s."""
     cal, spec = calibrations()["vllm-0.25-h100-bf16"], s["spec"]
-    fp8 = FP8_EAGER_LAYER_S * len(spec.layers) if s["fmt"].startswith("fp8") else 0.0
+    fp8 = ENGINE.eager_extra_s(compute_dtype(get_format(s["fmt"])), len(spec.layers))  # FP8's activation quantization without graphs
     return (cal.eager_step_ms + cal.moe_eager_layer_ms * spec.moe_layers + cal.mla_eager_layer_ms * spec.count("mla")) / 1e3 + fp8
 
 

@@ -182,7 +182,7 @@ def mla_cohorts() -> None:
 def cohort_cells(reqs: list[tuple[float, np.ndarray]], tok_s: float) -> str:
     """One level's cohorts: its prompts, the engine steps their first tokens came out of, prompts per such step, and its tok/s."""
     first = [start + chunks[0] for start, chunks in reqs]
-    per_step = cohorts(first, COHORT_S)[0]
+    per_step = cohorts(first, COHORT_S)[0]  # exact: prompts ÷ steps
     return f"{len(first)} / {round(len(first) / per_step)} / {per_step:.2f} | {tok_s:,.0f}"
 
 

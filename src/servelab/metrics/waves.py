@@ -107,7 +107,8 @@ def prompts_per_step(records: Sequence[RequestRecord]) -> tuple[float | None, li
     gaps = [b - a for r in ok for a, b in zip(r.chunk_times, r.chunk_times[1:], strict=False)]
     if len(ok) < 2 or not gaps or statistics.median(gaps) <= 0:
         return None, []
-    return cohorts([r.first_token for r in ok], COHORT_GAP * statistics.median(gaps))
+    per_step, by_third = cohorts([r.first_token for r in ok], COHORT_GAP * statistics.median(gaps))
+    return round(per_step, 2), [round(x, 2) for x in by_third]
 
 
 def cohorts(firsts: Sequence[float], gap: float) -> tuple[float, list[float]]:
@@ -124,8 +125,8 @@ def cohorts(firsts: Sequence[float], gap: float) -> tuple[float, list[float]]:
     thirds: list[list[list[float]]] = [[], [], []]
     for step in steps:
         thirds[min(2, int(3 * (step[0] - times[0]) / span)) if span > 0 else 0].append(step)
-    by_third = [round(sum(map(len, part)) / len(part), 2) for part in thirds if part] if span > 0 else []
-    return round(len(times) / len(steps), 2), by_third
+    by_third = [sum(map(len, part)) / len(part) for part in thirds if part] if span > 0 else []
+    return len(times) / len(steps), by_third
 
 
 def _densest_share(starts: list[float], width: float) -> float:

@@ -136,8 +136,10 @@ def _level_findings(run: RunResult, lv: LevelSummary, at: str, cold: bool) -> li
                            evidence={"concurrency": c, "cached_prompt_tokens": lv.client_cached_prompt_tokens, "prompt_tokens": lv.prompt_tokens, "source": "usage"}))  # fmt: skip
     if lv.waves and lv.waves.synchronized:
         out.append(_waves(lv.concurrency, lv.waves, run.load.closed_loop))
-    elif lv.waves and run.load.closed_loop == "stagger" and (lv.waves.prompts_per_step or 0) >= max(BUNCHED, 2 * _expected_cohort(lv.concurrency, run.load.output_tokens)):
-        out.append(_bunched(lv.concurrency, lv.waves, _expected_cohort(lv.concurrency, run.load.output_tokens)))
+    elif lv.waves and run.load.closed_loop == "stagger" and lv.waves.prompts_per_step:
+        expected = _expected_cohort(lv.concurrency, run.load.output_tokens)
+        if lv.waves.prompts_per_step >= max(BUNCHED, 2 * expected):
+            out.append(_bunched(lv.concurrency, lv.waves, expected))
     if lv.client_cpu is not None and lv.client_cpu >= CLIENT_BUSY:
         out.append(Finding(kind="unstable_measurement", severity="warning",
                            message=f"{at}: servelab's own process was busy {lv.client_cpu:.0%} of the measured phase: chunks waited for its event loop, so "
@@ -323,9 +325,8 @@ def _waves(c: int, w: WaveStats, closed_loop: str) -> Finding:
 
 def _expected_cohort(c: int, output_tokens: int) -> float:
     """The prompts a step carries on average where nothing bunches them, by predict's rule (``servelab.plan.predict.cohorts``:
-    k = (c − 1) ÷ O prompts a decode step, in cohorts of k ÷ min(k, MIXED_SHARE); 1 at least)."""
-    share, m = cohorts((c - 1) / max(output_tokens, 1), math.inf)
-    return max(1.0, m) if share else 1.0
+    k = (c − 1) ÷ O prompts a decode step, in cohorts of k ÷ min(k, MIXED_SHARE), which is 1 at least)."""
+    return cohorts((c - 1) / max(output_tokens, 1), math.inf)[1]
 
 
 def _bunched(c: int, w: WaveStats, expected: float) -> Finding:
