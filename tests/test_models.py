@@ -177,6 +177,22 @@ def test_a_generic_decoder_is_marked_and_reads_a_llama_shaped_config_as_llama(la
     assert spec.total_params == known.total_params and spec.active_params == known.active_params
 
 
+@given(st.integers(0, 2), st.integers(1, 2), st.integers(0, 2))
+def test_ernie_4_5_names_its_experts_its_own_way_and_is_read_as_the_usual_names(start, interval, shared):
+    """ERNIE 4.5's moe_num_experts, moe_k, moe_num_shared_experts, moe_layer_start_index/interval/end_index
+    (vLLM ernie45_moe.py) give the same model as the usual field names; a config that names them is not dense."""
+    base = {"hidden_size": 32, "num_hidden_layers": 4, "vocab_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "intermediate_size": 48, "moe_intermediate_size": 8}  # fmt: skip
+    ernie = parse_config({**base, "model_type": "ernie4_5_moe", "moe_num_experts": 4, "moe_k": 2, "moe_num_shared_experts": shared,
+                          "moe_layer_start_index": start, "moe_layer_interval": interval, "moe_layer_end_index": 2})  # fmt: skip
+    moe_layers = [i for i in range(4) if start <= i <= 2 and (i + 1) % interval == 0]
+    assert [layer.ffn == "moe" for layer in ernie.layers] == [i in moe_layers for i in range(4)]
+    assert ernie.family == "ernie4_5_moe" and ernie.num_experts == (4 if moe_layers else 0) and not ernie.assumptions
+    usual = parse_config({**base, "model_type": "mystery_moe", "num_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": shared,
+                          "mlp_only_layers": [i for i in range(4) if i not in moe_layers]})  # fmt: skip
+    assert (ernie.total_params, ernie.active_params) == (usual.total_params, usual.active_params)
+
+
 def test_a_generic_config_without_an_mlp_width_is_one_line_naming_the_field(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": "mystery", "hidden_size": 32, "num_hidden_layers": 2, "vocab_size": 64, "num_attention_heads": 4}), encoding="utf-8")

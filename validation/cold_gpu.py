@@ -104,6 +104,11 @@ MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tok
     "granite-3.1-3b-a800m": (("--max-model-len", "2048"), UNIFORM, 49155),  # real config: 40 experts of 512, top 8, 32 layers (vLLM's V2 model runner)
     "glm-4.5-air-16l": (("--max-model-len", "2048"), UNIFORM, 151552),  # GLM-4.5-Air cut to 16 layers: 128 experts of 1,408, top 8, a shared one
     "phi-3.5-moe": (("--max-model-len", "2048"), UNIFORM, 32064),  # real shapes (rope scaling left out): 16 experts of 6,400, top 2, 32 layers
+    # issue 53's fourth kept-back set (validation/kept-back4-h200/): chosen before the steady state's waves and the per-step host time were modelled
+    "ernie-4.5-21b-a3b": (("--max-model-len", "2048"), UNIFORM, 103424),  # ERNIE 4.5's shapes: 64 experts of 1,536, top 6, 2 shared, 28 layers (a family servelab had not read)
+    "granite-3.0-1b-a400m": (("--max-model-len", "2048"), UNIFORM, 49155),  # real shapes: 32 experts of 512, top 8, 24 layers, hidden 1,024
+    "llama-3.2-1b": (("--max-model-len", "2048"), {}, 128256),  # dense, 16 layers, hidden 2,048: a tiny model's per-step cost
+    "kimi-k2-4l": (("--max-model-len", "2048", "--attention-backend", "FLASHMLA"), UNIFORM, 163840),  # Kimi-K2 cut to 4 layers, BF16: 384 experts of 2,048 (101 GiB)
     # the small MoE models again with four API server processes (vLLM's --api-server-count): whether one API server bounds their steady state
     "olmoe-1b-7b-api4": (("--max-model-len", "2048", "--api-server-count", "4"), UNIFORM, 50304),
     "granite-3.1-3b-a800m-api4": (("--max-model-len", "2048", "--api-server-count", "4"), UNIFORM, 49155),

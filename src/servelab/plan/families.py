@@ -79,6 +79,7 @@ DECODERS: dict[str, Decoder] = {
     "deepseek_v2": Decoder(_HF.format("deepseek_v2")),
     "deepseek_v3": Decoder(_HF.format("deepseek_v3")),
     "kimi_k2": Decoder("moonshotai/Kimi-K2-Instruct modeling_deepseek.py (DeepSeek-V3's architecture)"),
+    "ernie4_5_moe": Decoder("vllm vllm/model_executor/models/ernie45_moe.py (moe_num_experts, moe_k, moe_layer_start_index/interval/end_index)"),
 }
 SPECIAL = {
     "gpt_oss": _HF.format("gpt_oss"),
@@ -118,6 +119,11 @@ def _get(cfg: dict, *keys: str, default=None):
         if cfg.get(key) is not None:
             return cfg[key]
     return default
+
+
+def _experts(cfg: dict) -> int | None:
+    """Routed experts per MoE layer, under any of its usual names (ERNIE 4.5: ``moe_num_experts``)."""
+    return _get(cfg, "num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 
 
 def text_config(cfg: dict) -> dict:
@@ -189,7 +195,7 @@ def parse_config(cfg: dict, name: str = "model") -> ModelSpec:
     else:
         if not (cfg.get("intermediate_size") or cfg.get("moe_intermediate_size")):
             raise ServelabError(f"config of {name}: model_type {mt!r} is read as a generic decoder, which needs 'intermediate_size' (the MLP width); give a config.json that has it")
-        if _get(cfg, "num_local_experts", "num_experts", "n_routed_experts") and _top_k(cfg) is None:
+        if _experts(cfg) and _top_k(cfg) is None:
             raise ServelabError(f"config of {name}: model_type {mt!r} has experts but no experts per token (num_experts_per_tok); give a config.json that has it")
         spec.assumptions = list(GENERIC_ASSUMPTIONS)
         width = "moe_intermediate_size" if cfg.get("moe_intermediate_size") else "intermediate_size"
@@ -215,16 +221,17 @@ def _decoder(spec: ModelSpec, p: dict[str, int], cfg: dict, d: Decoder) -> None:
     p["norms"] = norm
     if d.lm_head_bias and cfg.get("lm_head_bias", True):
         p["lm_head"] += spec.vocab_size
-    moe = _get(cfg, "num_local_experts", "num_experts", "n_routed_experts")
+    moe = _experts(cfg)
     spec.sliding_window, chunk = _window(cfg)
     types = cfg.get("layer_types")
-    first_dense, freq = cfg.get("first_k_dense_replace") or 0, cfg.get("moe_layer_freq") or 1
-    step = _get(cfg, "decoder_sparse_step", "interleave_moe_layer_step", default=1)
+    first_dense, freq = _get(cfg, "first_k_dense_replace", "moe_layer_start_index", default=0), cfg.get("moe_layer_freq") or 1
+    last_moe = _get(cfg, "moe_layer_end_index", default=cfg["num_hidden_layers"] - 1)  # ERNIE 4.5 (ernie45_moe.py: layer_idx <= end)
+    step = _get(cfg, "decoder_sparse_step", "interleave_moe_layer_step", "moe_layer_interval", default=1)
     mlp_only = set(cfg.get("mlp_only_layers") or [])
     dense_width = cfg.get(d.dense_width) or cfg.get("intermediate_size") or 0
     for i in range(cfg["num_hidden_layers"]):
         every = bool(freq[i]) if isinstance(freq, list) else i % freq == 0  # a list: one flag per layer (MiniMax-M3, MiMo-V2)
-        is_moe = bool(moe) and i not in mlp_only and i >= first_dense and every and (i + 1) % step == 0
+        is_moe = bool(moe) and i not in mlp_only and first_dense <= i <= last_moe and every and (i + 1) % step == 0
         kind = "mla" if cfg.get("kv_lora_rank") else "full"
         if types and types[i] in ("sliding_attention", "chunked_attention") and spec.sliding_window:
             kind = "sliding"
@@ -268,7 +275,7 @@ def _mla(spec: ModelSpec, cfg: dict) -> int:
 
 def _moe(spec: ModelSpec, p: dict[str, int], cfg: dict, H: int, *, gated: bool, width: str = "moe_intermediate_size", shared_width: str | None = None) -> None:
     """Add one MoE FFN (routed experts, router, shared experts) to the counts."""
-    E = _get(cfg, "num_local_experts", "num_experts", "n_routed_experts")
+    E = _experts(cfg)
     mi = cfg[width]
     latent = cfg.get("moe_latent_size")  # Nemotron 3 Super/Ultra: experts work in a latent space, projected H→latent→H per layer
     per = (3 if gated else 2) * (latent or H) * mi
@@ -283,7 +290,7 @@ def _moe(spec: ModelSpec, p: dict[str, int], cfg: dict, H: int, *, gated: bool, 
         p["shared"] += 3 * H * cfg[shared_width]
         return
     shared_i = _get(cfg, "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size", "shared_intermediate_size")
-    n_shared = _get(cfg, "n_shared_experts", "num_shared_experts", default=1 if shared_i else 0)
+    n_shared = _get(cfg, "n_shared_experts", "num_shared_experts", "moe_num_shared_experts", default=1 if shared_i else 0)
     if shared_i is None and n_shared:
         shared_i = n_shared * mi
         n_shared = 1
@@ -293,7 +300,7 @@ def _moe(spec: ModelSpec, p: dict[str, int], cfg: dict, H: int, *, gated: bool, 
 
 def _top_k(cfg: dict) -> int | None:
     """Routed experts per token, under any of its usual names."""
-    return _get(cfg, "num_experts_per_tok", "top_k_experts", "experts_per_token", "num_experts_per_token", "moe_topk")
+    return _get(cfg, "num_experts_per_tok", "top_k_experts", "experts_per_token", "num_experts_per_token", "moe_topk", "moe_k")
 
 
 def _gpt_oss(spec: ModelSpec, p: dict[str, int], cfg: dict) -> None:
