@@ -193,6 +193,16 @@ def test_ernie_4_5_names_its_experts_its_own_way_and_is_read_as_the_usual_names(
     assert (ernie.total_params, ernie.active_params) == (usual.total_params, usual.active_params)
 
 
+def test_ernie_4_5_vl_lists_its_expert_fields_per_modality_and_the_text_model_is_read():
+    """ERNIE-4.5-VL gives moe_num_experts, moe_intermediate_size (text first) and the MoE layers' span per modality: the text
+    experts, and the widest span as vLLM takes it (a list used to fail with a TypeError)."""
+    base = {"hidden_size": 32, "num_hidden_layers": 4, "vocab_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48}
+    vl = parse_config({**base, "model_type": "ernie4_5_moe_vl", "moe_num_experts": [4, 6], "moe_k": 2, "moe_intermediate_size": [8, 4],
+                       "moe_layer_start_index": [1, 2], "moe_layer_end_index": [2, 3]})  # fmt: skip
+    assert [layer.ffn for layer in vl.layers] == ["dense", "moe", "moe", "moe"]
+    assert (vl.num_experts, vl.moe_intermediate_size, vl.experts_per_token) == (4, 8, 2)
+
+
 def test_a_generic_config_without_an_mlp_width_is_one_line_naming_the_field(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": "mystery", "hidden_size": 32, "num_hidden_layers": 2, "vocab_size": 64, "num_attention_heads": 4}), encoding="utf-8")

@@ -109,6 +109,8 @@ MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tok
     "granite-3.0-1b-a400m": (("--max-model-len", "2048"), UNIFORM, 49155),  # real shapes: 32 experts of 512, top 8, 24 layers, hidden 1,024
     "llama-3.2-1b": (("--max-model-len", "2048"), {}, 128256),  # dense, 16 layers, hidden 2,048: a tiny model's per-step cost
     "kimi-k2-4l": (("--max-model-len", "2048", "--attention-backend", "FLASHMLA"), UNIFORM, 163840),  # Kimi-K2 cut to 4 layers, BF16: 384 experts of 2,048 (101 GiB)
+    # Llama-3.2-1B with CUDA graphs up to 2,048 tokens (a prompt's step inside a graph): whether its steady state's waves come from steps without graphs
+    "llama-3.2-1b-graphs": (("--max-model-len", "2048", "--max-cudagraph-capture-size", "2048"), {}, 128256),
     # the small MoE models again with four API server processes (vLLM's --api-server-count): whether one API server bounds their steady state
     "olmoe-1b-7b-api4": (("--max-model-len", "2048", "--api-server-count", "4"), UNIFORM, 50304),
     "granite-3.1-3b-a800m-api4": (("--max-model-len", "2048", "--api-server-count", "4"), UNIFORM, 49155),
@@ -123,7 +125,7 @@ def kit_with(kit: Path, model: str, vocab: int | None) -> Path:
     shutil.copytree(kit, tmp)
     (tmp / "configs").chmod(0o755)
     if not (tmp / "configs" / model).exists():  # MODEL-fp8, MODEL-bf16, MODEL-api4: MODEL's config (the kit's or ours), in another format or serving
-        base = model.removesuffix("-fp8").removesuffix("-bf16").removesuffix("-triton").removesuffix("-api4")
+        base = model.removesuffix("-fp8").removesuffix("-bf16").removesuffix("-triton").removesuffix("-api4").removesuffix("-graphs")
         shutil.copytree(tmp / "configs" / base if (tmp / "configs" / base).exists() else HERE / "configs" / base, tmp / "configs" / model)
     if vocab:
         (tmp / "tokenizer").chmod(0o755)

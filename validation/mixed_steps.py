@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import statistics
 import sys
 from pathlib import Path
 
@@ -127,6 +128,7 @@ def main() -> None:
             print(f"| {path.parent.name}/{path.name.split('-stagger')[0]} | {' | '.join(cells)} |")
     mla_cohorts()
     merging()
+    small_models()
 
 
 def merging() -> None:
@@ -161,6 +163,34 @@ def merging() -> None:
                     if len(x) > 1:
                         cells.append(f"{cohorts(x, gap)[0]:.1f}")
             print(f"| {name} | {c} | {', '.join(cells)} |")
+
+
+def small_models() -> None:
+    """The fourth kept-back set's prompts per step by level (servelab's figure: first tokens more than half the level's ITL p50
+    apart are different steps, ``servelab.metrics.waves.cohorts``) from each run's first tokens, and Llama-3.2-1B with vLLM's
+    capture sizes against CUDA graphs up to 2,048 tokens (validation/graphs-h200/: a step with one prompt inside a graph)."""
+    print("\nPrompts per engine step (by third of the level), the fourth kept-back set and Llama-3.2-1B with larger CUDA graphs\n")
+    print("| run | streams | prompts per step | by third | tok/s |\n|---|---|---|---|---|")
+    runs = [(COLD / "kept-back4-h200", m, ft, run) for m in ("llama-3.2-1b", "granite-3.0-1b-a400m", "ernie-4.5-21b-a3b", "kimi-k2-4l")
+            for ft, run in (("stagger", "stagger-run"), ("calibrate", "calibrate-run"), ("repeats3", "repeats3-stagger-run"))]
+    runs += [(COLD / "graphs-h200", m, "", "stagger-run") for m in ("llama-3.2-1b", "llama-3.2-1b-graphs")]  # fmt: skip
+    for folder, model, ft, run in runs:
+        tokens, run_file = folder / f"{model}-{ft + '-' if ft else ''}first-tokens.jsonl.xz", folder / f"{model}-{run}.json"
+        if not tokens.exists() or not run_file.exists():
+            continue  # Kimi-K2's repeats did not run
+        with lzma.open(tokens, "rt") as f:
+            firsts = [json.loads(line) for line in f]
+        seen: dict[int, list[dict]] = {}
+        for lv in json.loads(run_file.read_text())["levels"]:
+            seen.setdefault(lv["concurrency"], []).append(lv)
+        for c, lvs in sorted(seen.items()):
+            if c < 4:
+                continue
+            gap = COHORT_GAP * statistics.median(lv["itl_ms"]["p50"] for lv in lvs) / 1e3
+            per_step, thirds = cohorts([r["start"] + r["first_token_s"] for r in firsts if r["c"] == c], gap)
+            tok = statistics.mean(lv["output_throughput_tok_s"] for lv in lvs)
+            name = f"{folder.name}/{model} {run.removesuffix('-run')}" + (" (3 × 60 s; first tokens of ~the first two)" if ft == "repeats3" and model == "llama-3.2-1b" else "")
+            print(f"| {name} | {c} | {per_step:.2f} | {', '.join(f'{x:.1f}' for x in thirds)} | {tok:,.0f} |")
 
 
 def mla_cohorts() -> None:

@@ -89,41 +89,28 @@ def spec_tokens(argv: list[str]) -> int:
 
 
 SMALL_TIER_MAX_NUM_SEQS = 256  # the max_num_seqs default of `vllm serve` on DGX Spark, A100, RTX 5090 (server-facts.md §2.3)
-# Online FP8 (--quantization fp8) against BF16, measured on Qwen3-32B in both formats on one H200 (vLLM 0.25,
-# validation/cold-h200/qwen3-32b*): a 512-token prompt inside a CUDA graph prefills 1.45x faster (servelab, one stream: TTFT
-# 44 against 62 ms), steps of 8,192 prompt tokens 1.5-1.7x (bursts of 16-64 streams), never the datasheet's 2x; and a step
-# without CUDA graphs costs 25 ms more than with them in FP8 (a 522-token prompt, vllm bench serve, against a 512-token one,
-# servelab: 69 against 44 ms) where BF16's costs ~1 ms (63 against 62 ms): 0.39 ms over 64 layers. Held out on
-# Llama-3.1-70B fp8 (80 layers, H200): 1 % median, 3 % worst tok/s (validation/RESULTS-predict.md)
+# Online FP8 (--quantization fp8) against BF16, Qwen3-32B in both formats on one H200 (vLLM 0.25, validation/cold-h200/qwen3-32b*):
+# a 512-token prompt in a CUDA graph prefills 1.45x faster (TTFT 44 against 62 ms), steps of 8,192 prompt tokens 1.5-1.7x, never 2x;
+# a step without graphs costs 25 ms more in FP8 (a 522-token prompt: 69 against 44 ms), ~1 ms in BF16: 0.39 ms over 64 layers.
+# Held out on Llama-3.1-70B fp8 (80 layers, H200): 1 % median, 3 % worst tok/s (validation/RESULTS-predict.md)
 FP8_GAIN = 1.5
 FP8_EAGER_LAYER_S = 0.4e-3
-# The host's time to launch a step without CUDA graphs (vLLM 0.25; the "Intel Xeon Processor" hosts of the lent H100 and H200
-# machines), per layer by kind: a step above the largest capture size takes at least this long, whatever its GPU work and the
-# calibration's times without graphs. Fitted (least absolute error) on a lone prompt of 522 tokens (above the largest capture
-# size, 512: without graphs) against one of 512 (inside a graph), one stream each, 25 servers of 19 models
-# (validation/eager_host.py): every layer 0.7 ms, a BF16/FP16 MoE layer's routed experts 1.45 ms more, an MLA layer 0.5 ms more.
-# FP8 MoE layers 0: the calibration's times without graphs (fitted on FP8 MoE runs) and FP8's FP8_EAGER_LAYER_S exceed the floor.
-# The lone step's extra against the 25 measured: 143 ms of absolute error in all, against 340 without the floor; worst: Phi-4 on a
-# 4-GPU host (18.4 ms measured, 2.2 priced; 3.6 on another host), Llama-3.1-70B fp8 (55 against 34), Mixtral-8x7B fp8 (17.5 against 37).
-# Held out (the third kept-back set, 4 servers measured after): 36 ms against 35 without it, a wash (Granite-3.1-3B-A800M's 512-wide
-# experts overpriced by 15 ms, OLMoE-1B-7B's lone step right); the fourth's 4 servers: 24 ms against 59 (ERNIE-4.5's shapes 12 ms
-# short). Bursts' steps with prompts only, on Hopper only (where measured).
-# Not in the steady state's steps with prompts: there the prompts' cohorts merge as the load runs, which these times would misprice
-# (validation/RESULTS-predict.md, "The host's floor").
+# The host's time to launch a step without CUDA graphs (vLLM 0.25 on the lent Hopper machines' Xeon hosts), per layer by kind:
+# such a step takes at least this long (docs/metrics.md, "host's floor"). Fitted (least absolute error) on a lone 522-token prompt
+# (without graphs) against a 512-token one (inside a graph) on 25 servers of 19 models: 143 ms of error in all against 340 without
+# it; held out on the third and fourth kept-back sets' 8 servers, 60 against 94 (validation/eager_host.py). FP8 MoE layers 0: the
+# calibration's eager times, fitted on FP8 MoE runs, exceed it. Bursts' steps with prompts only: in the steady state the prompts'
+# cohorts merge as the load runs, which these times misprice (validation/RESULTS-predict.md, "The host's floor").
 EAGER_HOST_LAYER_S = 0.7e-3
 EAGER_HOST_MOE_S = {"bf16": 1.45e-3, "fp16": 1.45e-3, "fp8": 0.0, "fp8-block": 0.0}  # format → a MoE layer's routed experts (FP16 assumed as BF16); others: not measured
 EAGER_HOST_MLA_S = 0.5e-3
-# The host's time per engine step with CUDA graphs (vLLM 0.25's scheduler, input preparation, sampling and output handling;
-# asynchronous scheduling overlaps it with the GPU's step, so a step takes the longer of the two): STEP_HOST_S for one sequence
-# and STEP_HOST_SEQ_S more for each other sequence in the step, on the Hopper machines' Xeon hosts. STEP_HOST_S was fitted on the
-# single stream of the ~1 B-active models of the first three kept-back sets (OLMoE-1B-7B's step 1.82 ms under vllm bench serve
-# and 1.95 under servelab bench, where its GPU work prices 1.48; gpt-oss-120b cut to 12 layers 1.93 and 2.23 against 1.68) and
-# checked blind on Llama-3.2-1B (1.90 ms measured, 1.90 priced: the fourth kept-back set). STEP_HOST_SEQ_S was fitted on that
-# set's Llama-3.2-1B, whose decode step grew with the batch although its GPU work barely does (bursts: 2.36 ms at 16 streams,
-# 3.90 at 64, against 2.06 and 2.51 of GPU work), so it is not held out; it binds no model of the earlier sets, whose steps
-# exceed it (validation/RESULTS-predict.md, "The fourth kept-back set").
+# The host's time per engine step (scheduling, inputs, sampling, outputs), which asynchronous scheduling overlaps with the GPU's:
+# a step takes the longer of the two (docs/metrics.md, "host's time per step"). STEP_HOST_S fitted on the ~1 B-active models'
+# single stream (OLMoE-1B-7B, gpt-oss-120b cut; checked blind on Llama-3.2-1B: 1.90 ms measured and priced); STEP_HOST_SEQ_S a
+# sequence beyond the first, fitted on Llama-3.2-1B's bursts at 16 and 64 streams after its set was opened (not held out; above
+# 64 sequences an extrapolation): validation/RESULTS-predict.md, "The host's time per step, and a fourth kept-back set".
 STEP_HOST_S = 1.9e-3
-STEP_HOST_SEQ_S = 31e-6
+STEP_HOST_SEQ_S = 22e-6
 # What a MoE layer costs more in online FP8 than in BF16, every step (docs/metrics.md, FP8 MoE layer): its fused-MoE op
 # quantizes its activations itself (fused_moe.py fused_experts_impl -> ops.scaled_fp8_quant: a memset, a max reduction and
 # a quantization kernel, on the input and the intermediate), whose max reduction (csrc/quantization/w8a8/fp8/common.cu
@@ -159,7 +146,8 @@ class VLLM(Engine):
                + ", ".join(f"{rate:g}x in {fmt}" for fmt, rate in vllm_moe.MOE_RATE.items()) + " the dense rate; "
                f"a burst's step without CUDA graphs at least the host's launches ({EAGER_HOST_LAYER_S * 1e3:g} ms a layer, "
                f"{EAGER_HOST_MOE_S['bf16'] * 1e3:g} more a BF16 MoE layer, {EAGER_HOST_MLA_S * 1e3:g} more an MLA layer); "
-               f"on Hopper, any step at least the host's {STEP_HOST_S * 1e3:g} ms + {STEP_HOST_SEQ_S * 1e6:g} µs a sequence beyond the first")
+               f"on Hopper, every step at least the host's {STEP_HOST_S * 1e3:g} ms + {STEP_HOST_SEQ_S * 1e6:g} µs a sequence beyond the first "
+               "(fitted up to 64)")
     untuned_moe = ("it warns that performance may be sub-optimal: tune one for this GPU with vLLM's benchmarks/kernels/benchmark_moe.py --tune "
                    "and point VLLM_TUNED_CONFIG_FOLDER at the folder it writes (vllm/model_executor/layers/fused_moe/fused_moe.py, get_moe_configs). "
                    "Measured on an H200 at 8,192 tokens, the tuned files vLLM ships gained 7 % (Qwen3-30B-A3B's experts, BF16) and 12 % (Mixtral-8x7B's) "

@@ -95,12 +95,8 @@ SPECIAL = {
     "nemotron_h": _HF.format("nemotron_h"),
 }
 GENERIC = "generic decoder"  # the family of a model_type read with GENERIC_ASSUMPTIONS
-GENERIC_ASSUMPTIONS = (
-    "GQA attention without biases or q/k norms",
-    "SwiGLU MLP (3·H·I)",
-    "two RMSNorms per layer",
-    "MoE experts, MLA and sliding windows only where the usual config fields name them",
-)
+GENERIC_ASSUMPTIONS = ("GQA attention without biases or q/k norms", "SwiGLU MLP (3·H·I)", "two RMSNorms per layer",
+                       "MoE experts, MLA and sliding windows only where the usual config fields name them")  # fmt: skip
 
 
 def _ssm_bytes(cfg: dict) -> int:
@@ -122,8 +118,14 @@ def _get(cfg: dict, *keys: str, default=None):
 
 
 def _experts(cfg: dict) -> int | None:
-    """Routed experts per MoE layer, under any of its usual names (ERNIE 4.5: ``moe_num_experts``)."""
-    return _get(cfg, "num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+    """Routed experts per MoE layer, under any of its usual names (ERNIE 4.5: ``moe_num_experts``; its VL models list the
+    text experts first, then the vision ones: the text's)."""
+    return _text(_get(cfg, "num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"))
+
+
+def _text(value):
+    """The text model's entry of an ERNIE-4.5-VL per-modality list (text first), else ``value``."""
+    return value[0] if isinstance(value, list) and value else value
 
 
 def text_config(cfg: dict) -> dict:
@@ -226,6 +228,8 @@ def _decoder(spec: ModelSpec, p: dict[str, int], cfg: dict, d: Decoder) -> None:
     types = cfg.get("layer_types")
     first_dense, freq = _get(cfg, "first_k_dense_replace", "moe_layer_start_index", default=0), cfg.get("moe_layer_freq") or 1
     last_moe = _get(cfg, "moe_layer_end_index", default=cfg["num_hidden_layers"] - 1)  # ERNIE 4.5 (ernie45_moe.py: layer_idx <= end)
+    first_dense = min(first_dense) if isinstance(first_dense, list) else first_dense  # ERNIE-4.5-VL: per modality, the widest span (vLLM)
+    last_moe = max(last_moe) if isinstance(last_moe, list) else last_moe
     step = _get(cfg, "decoder_sparse_step", "interleave_moe_layer_step", "moe_layer_interval", default=1)
     mlp_only = set(cfg.get("mlp_only_layers") or [])
     dense_width = cfg.get(d.dense_width) or cfg.get("intermediate_size") or 0
@@ -276,7 +280,7 @@ def _mla(spec: ModelSpec, cfg: dict) -> int:
 def _moe(spec: ModelSpec, p: dict[str, int], cfg: dict, H: int, *, gated: bool, width: str = "moe_intermediate_size", shared_width: str | None = None) -> None:
     """Add one MoE FFN (routed experts, router, shared experts) to the counts."""
     E = _experts(cfg)
-    mi = cfg[width]
+    mi = _text(cfg[width])
     latent = cfg.get("moe_latent_size")  # Nemotron 3 Super/Ultra: experts work in a latent space, projected H→latent→H per layer
     per = (3 if gated else 2) * (latent or H) * mi
     spec.num_experts, spec.experts_per_token, spec.expert_params = E, _top_k(cfg), per

@@ -94,7 +94,8 @@ def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None 
     cost is the host's launching of the step's kernels (validation/RESULTS-predict.md, "the eager step
     alone": 10.5 to 66.5 ms by model and machine), and a MoE model's share of it sits in its layers'
     times, which t_eager ≥ 0 alone could not lower (gpt-oss-20b on an H200: validation/calibrate-h200/).
-    The host's time per step (``Engine.step_host_s``, a floor under each step) is left out of every fit.
+    The host's time per step (``Engine.step_host_s``, a floor under each step) is left out of this base fit (it is not
+    linear in the fitted times); the MoE and MLA layer times' fits see it through ``predict``.
     Each parameter is pulled toward the prior's by a Gaussian of width
     ``PRIOR_WIDTH`` against the levels' noise ``LEVEL_NOISE``, so a design that does not pin a
     parameter leaves it near the prior instead of at the edge of its range, and each parameter's

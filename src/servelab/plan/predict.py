@@ -26,9 +26,9 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
   measured), the routed experts' FLOPs at the rate the engine's MoE kernel reaches against dense matrix products
   (``MoeKernel.rate``, measured); a step without CUDA graphs adds t_eager and, in FP8 on vLLM, 0.4 ms a layer
   (``Engine.eager_extra_s``);
-- **the host's time per step** (``Engine.step_host_s``: vLLM 0.25 on Hopper 1.9 ms + 31 µs a sequence beyond the first,
-  docs/metrics.md): asynchronous scheduling prepares step n + 1 on the host while the GPU runs step n, so no step with CUDA
-  graphs is shorter; it binds on ~1 B-active models only (Llama-3.2-1B's single stream: 1.90 ms measured and priced);
+- **the host's time per step** (``Engine.step_host_s``, docs/metrics.md): asynchronous scheduling prepares step n + 1 on
+  the host while the GPU runs step n, so no step, the decode steps and those carrying prompts each, is shorter than the
+  host's time for its sequences;
 - **prefill** of one prompt alone: t_p = FLOPs ÷ (peak · η_c) (or its bytes, when larger);
 - **steady state** (``stagger``, servelab's default; vLLM's chunked prefill mixes prefills into
   decode steps): while a request decodes its O tokens, the other B − 1 streams each prefill once,
@@ -120,6 +120,7 @@ MIXED_SHARE = 0.25  # where the token budget splits no cohort, this share of the
 API_TTFT_S = 0.005  # TTFT's share outside the engine steps (HTTP, chat template, tokenization, the first chunk): 4–7 ms at one stream on vLLM 0.25 (validation/RESULTS-predict.md)
 ADMIT_S_PER_TOKEN = 2.0e-6  # the API server's time per request, per prompt token, one request after another (chat endpoint): a 256-stream burst of 1,024-token prompts ended 550 ms later than without it (validation/waves-h100/burst-*: TTFT p99 6.42–6.45 s measured, 5.88 s simulated), 2.1 ms a request
 ASYNC_WAIT_STEPS = 2  # steady state: the steps a new request waits for before the one that carries its prompt (module docstring; vLLM's asynchronous scheduling)
+HOST_NAMED = "the host's time per step"  # the bottleneck where a step's host time (Engine.step_host_s) exceeds its GPU work
 NO_GRAPH = ("prefill, in steps without CUDA graphs", "no CUDA graph (batch above the largest capture size)")  # the bottlenecks a larger capture size lifts
 BURST_REQUESTS = {"burst": 2, "batch": 1}  # requests per stream: vllm bench serve --max-concurrency C --num-prompts 2C (issue 38's truth); a grid cell, llama-benchy's batch
 
@@ -341,10 +342,13 @@ def _steady(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     tpot = float(tpot0 + layer * o_tpot + (draft + fitted_moe) * s_tpot + fitted_eager * e_tpot)
     ttft = float(ttft0 + layer * o_ttft + (draft + fitted_moe) * s_ttft + fitted_eager * e_ttft)
     t_d = float(decode) + overhead + eager * t.decode_eager
-    host = t.step_host_s + t.step_host_seq_s * (t.running - 1)
-    lift = 0.0 if t.decode_eager else max(0.0, host - t_d)  # a step with CUDA graphs no faster than the host's time for it
-    t_d, overhead = t_d + lift, overhead + lift
-    tpot, ttft = tpot + lift / per_step, ttft + (ASYNC_WAIT_STEPS if t.running > 1 else 0) * lift
+    share = t.mixed_share
+    mixed = t_d + (tpot - t_d / per_step) / share if share else ttft - API_TTFT_S  # a step that carries prompts, as priced (one stream: its prompt alone)
+    host = t.step_host_s + t.step_host_seq_s * (t.running - 1)  # the host's time for a step of the running batch (Engine.step_host_s)
+    lift, lift_mixed = max(0.0, host - t_d), max(0.0, host - mixed)  # each kind of step no faster than the host's time for it
+    tpot += (1 - share) * lift / per_step + share * lift_mixed
+    ttft += (s_ttft - 1) * ((1 - share) * lift + share * lift_mixed) + lift_mixed  # the steps it waits for, then its own
+    t_d += lift
     t_p = t.prefill_s / cal.compute_efficiency + t.prefill_allreduce_s
     b, o = t.running, output_tokens
     e2e = ttft + (o - 1) * tpot
@@ -362,11 +366,12 @@ def _steady(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
         bottleneck = "CUDA-graph padding"
     elif t.allreduce_s > 0.5 * t_d:
         bottleneck = "TP all-reduce"
+    elif lift > 0.5 * t_d:
+        bottleneck = HOST_NAMED
     elif overhead > 0.5 * t_d:
         bottleneck = "per-step overhead"
     else:
         bottleneck = "bandwidth" if t_mem + t.kv_s / cal.bw_efficiency >= t_cmp else "compute"
-    share = t.mixed_share
     p99 = ttft + ASYNC_WAIT_STEPS * (1 - share) * max(0.0, riding) / share if t.running > 1 and share else ttft  # both waiting steps carry prompts
     return Point(concurrency, b, t.padded, t_d, t_p, ttft, tpot, e2e, queue, o / e2e, concurrency * o / (e2e + queue), bottleneck, ttft, p99)
 
@@ -389,9 +394,8 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
         clock = t.power_clock if sustained and prompt else 1.0  # a wave's prefill, step after step: at the power-capped clock
         gpu = max(x.bytes_s / cal.bw_efficiency, x.flops_s / cal.compute_efficiency / clock) + x.kv_s / cal.bw_efficiency + x.allreduce_s + t0
         host = t.step_host_s + t.step_host_seq_s * (decode + math.ceil(prompt / t.input_tokens) - 1)  # the host's time for the step's sequences
-        if x.eager:  # a prompt's step without CUDA graphs: no faster than the host launches it
-            return max(gpu + eager, t.eager_host_s if prompt else 0.0, host)
-        return max(gpu, host)  # no step faster than the host's time for it
+        # no step faster than the host's time for it; a prompt's step without CUDA graphs, than the host's launches
+        return max(gpu + eager, t.eager_host_s if prompt else 0.0, host) if x.eager else max(gpu, host)
 
     requests = BURST_REQUESTS[t.mode]
     run = simulate(step_s, streams=concurrency, requests_per_stream=requests, input_tokens=t.input_tokens, output_tokens=output_tokens,
@@ -405,6 +409,8 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
         bottleneck = "prefill (a wave's prompts, chunked under max_num_batched_tokens" + ("; at the power-capped clock)" if t.power_clock < 1 else ")")
     elif x.eager and eager > 0.5 * decode:
         bottleneck = NO_GRAPH[1]
+    elif decode <= t.step_host_s + t.step_host_seq_s * (t.running - 1):
+        bottleneck = HOST_NAMED
     elif t0 > 0.5 * decode:
         bottleneck = "per-step overhead"
     else:
