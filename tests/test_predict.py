@@ -750,6 +750,7 @@ def test_no_step_is_faster_than_the_hosts_time_for_it():
     assert plan_engine().step_host_s(load_hardware("dgx-spark")) == (0.0, 0.0)
     got, without = predict(t, cal, concurrency=1, output_tokens=128), predict(dataclasses.replace(t, step_host_s=0.0), cal, concurrency=1, output_tokens=128)
     assert without.tpot_s < 1.6e-3 and got.tpot_s == pytest.approx(1.9e-3) and got.decode_step_s == pytest.approx(1.9e-3)
+    assert got.bottleneck == "the host's time per step" and without.bottleneck != got.bottleneck
     burst = _small_moe("olmoe-1b-7b", 1, mode="burst")
     assert predict(burst, cal, concurrency=1, output_tokens=128).tpot_s == pytest.approx(1.9e-3, rel=0.01)
     for c, measured in ((16, 2.36e-3), (64, 3.90e-3)):  # the decode of a burst at c streams: 1.9 ms + 22 µs × (c − 1) at least

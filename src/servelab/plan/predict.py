@@ -366,7 +366,7 @@ def _steady(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
         bottleneck = "CUDA-graph padding"
     elif t.allreduce_s > 0.5 * t_d:
         bottleneck = "TP all-reduce"
-    elif lift > 0.5 * t_d:
+    elif lift > 0:
         bottleneck = HOST_NAMED
     elif overhead > 0.5 * t_d:
         bottleneck = "per-step overhead"
