@@ -14,14 +14,15 @@ Usage: ``python validation/api_servers.py`` (no GPU).
 from __future__ import annotations
 
 import json
-import lzma
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "validation"))
 
-from servelab.metrics.waves import COHORT_GAP, cohorts  # noqa: E402
+from mixed_steps import first_tokens, step_gaps  # noqa: E402
+from servelab.metrics.waves import cohorts  # noqa: E402
 
 DATA = ROOT / "validation" / "api-server-h200"
 SERVERS = {"olmoe-1b-7b": 1, "olmoe-1b-7b-api4": 4, "granite-3.1-3b-a800m": 1, "granite-3.1-3b-a800m-api4": 4}  # run → API server processes
@@ -32,11 +33,11 @@ def main() -> dict[tuple[str, int], dict]:
     print("| model | API servers | streams | tok/s | TTFT p50, ms | TPOT p50, ms | prompts per step (by third) |\n|---|---|---|---|---|---|---|")
     out = {}
     for name, servers in SERVERS.items():
-        with lzma.open(DATA / f"{name}-first-tokens.jsonl.xz", "rt") as f:
-            firsts = [json.loads(line) for line in f]
-        for lv in json.loads((DATA / f"{name}-stagger-run.json").read_text())["levels"]:
+        firsts, levels = first_tokens(DATA / f"{name}-first-tokens.jsonl.xz"), json.loads((DATA / f"{name}-stagger-run.json").read_text())["levels"]
+        gaps = step_gaps(levels)
+        for lv in levels:
             c = lv["concurrency"]
-            exact, by_third = cohorts([r["first_token"] for r in firsts if r["c"] == c], COHORT_GAP * lv["itl_ms"]["p50"] / 1e3)
+            exact, by_third = cohorts([r["first_token"] for r in firsts if r["c"] == c], gaps[c])
             per_step, thirds = round(exact, 2), [round(x, 2) for x in by_third]
             row = {"tok_s": lv["output_throughput_tok_s"], "ttft": lv["ttft_ms"]["p50"], "tpot": lv["tpot_ms"]["p50"], "per_step": per_step, "thirds": thirds}
             out[name.removesuffix("-api4"), servers, c] = row

@@ -91,7 +91,7 @@ def check(model: str, calibration: str, kinds: tuple[str, ...], data: Path = DAT
 def show(title: str, rows: list[dict]) -> None:
     print(f"\n#### {title}\n\n(errors: predicted ÷ measured − 1; in band: measured within the prediction × (1 ± the band))\n\n| level | tok/s meas / pred | err | TTFT ms meas / pred | err | TPOT ms meas / pred | err | in band (tok/s, TTFT) |\n|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['kind']} {r['c']}{'' if r.get('scored', True) else ' (not scored: the repeats below)'} | {r['tok']:,.0f} / {r['p_tok']:,.0f} | {r['e_tok']:+.1f} % | {r['ttft']:,.0f} / {r['p_ttft']:,.0f} | {r['e_ttft']:+.1f} % | "
+        print(f"| {r['kind']} {r['c']}{'' if r['scored'] else ' (not scored: the repeats below)'} | {r['tok']:,.0f} / {r['p_tok']:,.0f} | {r['e_tok']:+.1f} % | {r['ttft']:,.0f} / {r['p_ttft']:,.0f} | {r['e_ttft']:+.1f} % | "
               f"{r['tpot']:.2f} / {r['p_tpot']:.2f} | {r['e_tpot']:+.1f} % | {'yes' if r['in_tok'] else 'NO'}, {'yes' if r['in_ttft'] else 'NO'} |")  # fmt: skip
 
 
@@ -99,7 +99,7 @@ def summary(rows: list[dict]) -> dict[str, float]:
     """The issue's measures over ``rows`` (absolute errors, %): tok/s median and worst, single-stream TPOT (the steady state's
     one stream, as validation/predict_arch.py scores it), burst TTFT mean median, and the share of the points whose measured
     tok/s, and whose TTFT, lie inside the band (two shares)."""
-    rows = [r for r in rows if r.get("scored", True)]  # a design window whose level the truth rule's repeats measured is shown, not scored
+    rows = [r for r in rows if r["scored"]]  # a design window whose level the truth rule's repeats measured is shown, not scored
     tok = [abs(r["e_tok"]) for r in rows]
     single = [abs(r["e_tpot"]) for r in rows if r["c"] == 1 and r["kind"] != "burst"]
     burst_ttft = [abs(r["e_ttft"]) for r in rows if r["kind"] == "burst"]
@@ -135,7 +135,7 @@ def main(data: Path = DATA) -> dict[str, dict]:
               f"{worst['burst']:.1f} % / {worst['stagger']:.1f} % |")  # fmt: skip
     pooled = summary([row for r in results.values() for row in r["rows"]]) if results else {}
     if pooled:
-        n = sum(row.get("scored", True) for r in results.values() for row in r["rows"])
+        n = sum(row["scored"] for r in results.values() for row in r["rows"])
         print(f"\nAll {n} kept-back points: tok/s median {pooled['tok_median']:.1f} %, worst {pooled['tok_worst']:.1f} %; burst TTFT mean median "
               f"{pooled['burst_ttft_median']:.1f} %; inside the band: tok/s {pooled['inside_tok']:.0f} %, TTFT {pooled['inside_ttft']:.0f} %")
     return results

@@ -131,6 +131,21 @@ def main() -> None:
     small_models()
 
 
+def first_tokens(path: Path) -> list[dict]:
+    """The measured requests of a first-tokens file (level ``c``, ``start`` and ``first_token_s``, s; JSON lines, xz)."""
+    with lzma.open(path, "rt") as f:
+        return [json.loads(line) for line in f]
+
+
+def step_gaps(levels: list[dict]) -> dict[int, float]:
+    """Per level of a servelab run's ``levels`` (repeats alike), the gap between first tokens at which servelab bench starts a
+    new engine step: ``COHORT_GAP`` × the level's ITL p50 (the repeats' median), s."""
+    itl: dict[int, list[float]] = {}
+    for lv in levels:
+        itl.setdefault(lv["concurrency"], []).append(lv["itl_ms"]["p50"] / 1e3)
+    return {c: COHORT_GAP * statistics.median(v) for c, v in itl.items()}
+
+
 def merging() -> None:
     """The cohorts as the load runs: prompts per engine step (``servelab.metrics.waves.cohorts``, a new step where first tokens
     are more than ``COHORT_GAP`` × the level's ITL p50 apart, as servelab bench counts them), per ``WINDOW_S`` of each level, for
@@ -147,13 +162,9 @@ def merging() -> None:
     files += [(p, p.name.removesuffix("-calibrate-first-tokens.jsonl.xz"), p.with_name(p.name.replace("-first-tokens.jsonl.xz", "-run.json")))
               for p in sorted((COLD / "kept-back3-h200").glob("*-first-tokens.jsonl.xz"))]  # fmt: skip
     for path, name, run in files:
-        with lzma.open(path, "rt") as f:
-            firsts = [json.loads(line) for line in f]
-        itl = {}  # the level's ITL p50, s (the repeats' median)
-        for lv in json.loads(run.read_text())["levels"]:
-            itl.setdefault(lv["concurrency"], []).append(lv["itl_ms"]["p50"] / 1e3)
+        firsts, gaps = first_tokens(path), step_gaps(json.loads(run.read_text())["levels"])
         for c in sorted({r["c"] for r in firsts}):
-            gap = COHORT_GAP * float(np.median(itl[c]))
+            gap = gaps[c]
             t = np.sort([r["start"] + r["first_token_s"] for r in firsts if r["c"] == c])
             runs = np.split(t, np.nonzero(np.diff(t) > 2.0)[0] + 1)  # repeats apart by more than 2 s
             cells = []
@@ -178,17 +189,12 @@ def small_models() -> None:
         tokens, run_file = folder / f"{model}-{ft + '-' if ft else ''}first-tokens.jsonl.xz", folder / f"{model}-{run}.json"
         if not tokens.exists() or not run_file.exists():
             continue  # Kimi-K2's repeats did not run
-        with lzma.open(tokens, "rt") as f:
-            firsts = [json.loads(line) for line in f]
-        seen: dict[int, list[dict]] = {}
-        for lv in json.loads(run_file.read_text())["levels"]:
-            seen.setdefault(lv["concurrency"], []).append(lv)
-        for c, lvs in sorted(seen.items()):
+        firsts, levels = first_tokens(tokens), json.loads(run_file.read_text())["levels"]
+        for c, gap in sorted(step_gaps(levels).items()):
             if c < 4:
                 continue
-            gap = COHORT_GAP * statistics.median(lv["itl_ms"]["p50"] for lv in lvs) / 1e3
             per_step, thirds = cohorts([r["start"] + r["first_token_s"] for r in firsts if r["c"] == c], gap)
-            tok = statistics.mean(lv["output_throughput_tok_s"] for lv in lvs)
+            tok = statistics.mean(lv["output_throughput_tok_s"] for lv in levels if lv["concurrency"] == c)
             name = f"{folder.name}/{model} {run.removesuffix('-run')}" + (" (3 × 60 s; first tokens of ~the first two)" if ft == "repeats3" and model == "llama-3.2-1b" else "")
             print(f"| {name} | {c} | {per_step:.2f} | {', '.join(f'{x:.1f}' for x in thirds)} | {tok:,.0f} |")
 
@@ -203,8 +209,7 @@ def mla_cohorts() -> None:
           "|---|---|---|---|---|---|---|---|")  # fmt: skip
     for c, reqs in cold_levels(arch / "deepseek-v2-lite-stagger-records.jsonl.xz").items():
         print("| " + row("", c, reqs, LONG).removeprefix("|  | ") + f" {cohort_cells(reqs, 0.0).split(' | ')[0]} |")
-    with lzma.open(arch / "deepseek-v2-lite-repeats3-first-tokens.jsonl.xz", "rt") as f:
-        firsts = [json.loads(line) for line in f]
+    firsts = first_tokens(arch / "deepseek-v2-lite-repeats3-first-tokens.jsonl.xz")
     reqs = [(r["start"], np.array([r["first_token_s"]])) for r in firsts]
     print(f"| {firsts[0]['c']} (3 × 60 s) | – | – | – | – | – | – | {cohort_cells(reqs, 0.0).split(' | ')[0]} |")
 

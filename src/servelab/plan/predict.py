@@ -26,9 +26,8 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
   measured), the routed experts' FLOPs at the rate the engine's MoE kernel reaches against dense matrix products
   (``MoeKernel.rate``, measured); a step without CUDA graphs adds t_eager and, in FP8 on vLLM, 0.4 ms a layer
   (``Engine.eager_extra_s``);
-- **the host's time per step** (``Engine.step_host_s``, docs/metrics.md): asynchronous scheduling prepares step n + 1 on
-  the host while the GPU runs step n, so no step, the decode steps and those carrying prompts each, is shorter than the
-  host's time for its sequences;
+- **the host's time per step** (``Engine.step_host_s``, docs/metrics.md): with asynchronous scheduling the host prepares
+  step n + 1 while the GPU runs step n, so no step (decode, or carrying prompts) is shorter than the host's time for it;
 - **prefill** of one prompt alone: t_p = FLOPs ÷ (peak · η_c) (or its bytes, when larger);
 - **steady state** (``stagger``, servelab's default; vLLM's chunked prefill mixes prefills into
   decode steps): while a request decodes its O tokens, the other B − 1 streams each prefill once,
@@ -185,6 +184,10 @@ class Terms:
     step_host_s: float = 0.0  # the host's time for an engine step of one sequence (Engine.step_host_s): no step is shorter
     step_host_seq_s: float = 0.0  # … and what each other sequence in the step adds to it
 
+    def host_s(self, sequences: int) -> float:
+        """The host's time for an engine step of ``sequences`` sequences, s (``Engine.step_host_s``; docs/metrics.md)."""
+        return self.step_host_s + self.step_host_seq_s * (sequences - 1)
+
 
 @dataclass(frozen=True)
 class StepTerms:
@@ -328,11 +331,6 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     acceptance rate, accepted ÷ drafted tokens (module docstring)."""
     if t.mode in BURST_REQUESTS and t.step_at and not t.draft_tokens:
         return _burst(t, cal, concurrency=concurrency, output_tokens=output_tokens)
-    return _steady(t, cal, concurrency=concurrency, output_tokens=output_tokens, acceptance=acceptance)
-
-
-def _steady(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int, acceptance: float = 0.0) -> Point:
-    """A steady-state level's prediction (module docstring), its cohorts as ``t`` gives them."""
     layer, draft = cal.layer_overhead_us / 1e6, (cal.draft_overhead_ms / 1e3 if t.draft_tokens else 0.0)
     fitted_moe, fitted_eager = fitted_extras(t, cal)  # step_times adds the format's own to tpot and ttft
     moe, eager = fitted_moe + t.moe_extra_s, fitted_eager + t.eager_extra_s  # all told
@@ -344,7 +342,7 @@ def _steady(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     t_d = float(decode) + overhead + eager * t.decode_eager
     share = t.mixed_share
     mixed = t_d + (tpot - t_d / per_step) / share if share else ttft - API_TTFT_S  # a step that carries prompts, as priced (one stream: its prompt alone)
-    host = t.step_host_s + t.step_host_seq_s * (t.running - 1)  # the host's time for a step of the running batch (Engine.step_host_s)
+    host = t.host_s(t.running)
     lift, lift_mixed = max(0.0, host - t_d), max(0.0, host - mixed)  # each kind of step no faster than the host's time for it
     tpot += (1 - share) * lift / per_step + share * lift_mixed
     ttft += (s_ttft - 1) * ((1 - share) * lift + share * lift_mixed) + lift_mixed  # the steps it waits for, then its own
@@ -393,9 +391,8 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
         x = t.step_at(decode, prompt)
         clock = t.power_clock if sustained and prompt else 1.0  # a wave's prefill, step after step: at the power-capped clock
         gpu = max(x.bytes_s / cal.bw_efficiency, x.flops_s / cal.compute_efficiency / clock) + x.kv_s / cal.bw_efficiency + x.allreduce_s + t0
-        host = t.step_host_s + t.step_host_seq_s * (decode + math.ceil(prompt / t.input_tokens) - 1)  # the host's time for the step's sequences
-        # no step faster than the host's time for it; a prompt's step without CUDA graphs, than the host's launches
-        return max(gpu + eager, t.eager_host_s if prompt else 0.0, host) if x.eager else max(gpu, host)
+        host = t.host_s(decode + math.ceil(prompt / t.input_tokens))  # no step faster than the host's time for its sequences,
+        return max(gpu + eager, t.eager_host_s if prompt else 0.0, host) if x.eager else max(gpu, host)  # a prompt's without graphs than its launches
 
     requests = BURST_REQUESTS[t.mode]
     run = simulate(step_s, streams=concurrency, requests_per_stream=requests, input_tokens=t.input_tokens, output_tokens=output_tokens,
@@ -409,7 +406,7 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
         bottleneck = "prefill (a wave's prompts, chunked under max_num_batched_tokens" + ("; at the power-capped clock)" if t.power_clock < 1 else ")")
     elif x.eager and eager > 0.5 * decode:
         bottleneck = NO_GRAPH[1]
-    elif decode <= t.step_host_s + t.step_host_seq_s * (t.running - 1):
+    elif decode <= t.host_s(t.running):
         bottleneck = HOST_NAMED
     elif t0 > 0.5 * decode:
         bottleneck = "per-step overhead"
