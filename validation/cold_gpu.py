@@ -109,6 +109,11 @@ MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tok
     "granite-3.0-1b-a400m": (("--max-model-len", "2048"), UNIFORM, 49155),  # real shapes: 32 experts of 512, top 8, 24 layers, hidden 1,024
     "llama-3.2-1b": (("--max-model-len", "2048"), {}, 128256),  # dense, 16 layers, hidden 2,048: a tiny model's per-step cost
     "kimi-k2-4l": (("--max-model-len", "2048", "--attention-backend", "FLASHMLA"), UNIFORM, 163840),  # Kimi-K2 cut to 4 layers, BF16: 384 experts of 2,048 (101 GiB)
+    # issue 53's fifth kept-back set (validation/kept-back5-h200/): chosen before the host-bound steady state's band and the API server's finding
+    "qwen3-0.6b": (("--max-model-len", "2048"), {}, None),  # real config: dense, 28 layers, hidden 1,024 (the smallest step)
+    "gemma-3-1b": (("--max-model-len", "2048"), {}, 262144),  # real shapes: dense, 26 layers, hidden 1,152, sliding window 512 on 5 of 6
+    "glm-4-9b": (("--max-model-len", "2048"), {}, 151552),  # GLM-4-9B-0414's shapes: dense, 40 layers, 2 KV heads, 4 norms a layer
+    "minimax-m2.5-8l": (("--max-model-len", "2048"), UNIFORM, 200064),  # MiniMax-M2.5 cut to 8 layers, BF16: 256 experts of 1,536, top 8, GQA
     # Llama-3.2-1B with CUDA graphs up to 2,048 tokens (a prompt's step inside a graph): whether its steady state's waves come from steps without graphs
     "llama-3.2-1b-graphs": (("--max-model-len", "2048", "--max-cudagraph-capture-size", "2048"), {}, 128256),
     # the small MoE models again with four API server processes (vLLM's --api-server-count): whether one API server bounds their steady state
