@@ -25,7 +25,8 @@ from servelab.plan.fit import Measured, fit, fit_moe, leave_one_out
 from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
 from servelab.plan.limits import limits_for
-from servelab.plan.predict import MIXED_SHARE, cohorts, predict, terms
+from servelab.plan.cohorts import MIXED_SHARE, cohorts
+from servelab.plan.predict import predict, terms, waved
 from servelab.plan.quant import get_format
 from servelab.plan.roofline import expert_flops
 
@@ -746,8 +747,8 @@ def test_no_step_is_faster_than_the_hosts_time_for_it():
     model's step is above the floor and does not move."""
     cal = calibration("vllm-0.25-h100-bf16")
     t = _small_moe("olmoe-1b-7b", 1)
-    assert plan_engine().step_host_s(load_hardware("h200")) == (t.step_host_s, t.step_host_seq_s) == pytest.approx((1.9e-3, 22e-6))
-    assert plan_engine().step_host_s(load_hardware("dgx-spark")) == (0.0, 0.0)
+    assert plan_engine().step_host_s(load_hardware("h200")) == (t.step_host_s, t.step_host_seq_s, t.host_queue) == pytest.approx((1.9e-3, 22e-6, 1.23))
+    assert plan_engine().step_host_s(load_hardware("dgx-spark")) == (0.0, 0.0, 0.0)
     got, without = predict(t, cal, concurrency=1, output_tokens=128), predict(dataclasses.replace(t, step_host_s=0.0), cal, concurrency=1, output_tokens=128)
     assert without.tpot_s < 1.6e-3 and got.tpot_s == pytest.approx(1.9e-3) and got.decode_step_s == pytest.approx(1.9e-3)
     assert got.bottleneck == "the host's time per step" and without.bottleneck != got.bottleneck
@@ -759,11 +760,51 @@ def test_no_step_is_faster_than_the_hosts_time_for_it():
         assert tpot >= 1.9e-3 + 22e-6 * (c - 1) and abs(tpot / measured - 1) < 0.05
         assert predict(llama, cal, concurrency=c, output_tokens=128).bottleneck == "the host's time per step"
         assert predict(dataclasses.replace(llama, step_host_seq_s=0.0), cal, concurrency=c, output_tokens=128).tpot_s < 0.9 * measured
-    steady = _small_moe("llama-3.2-1b", 64)  # the steady state: the decode steps and the steps with prompts each floored, once
+    steady = waved(_small_moe("llama-3.2-1b", 64))  # the steady state (in waves): the decode steps and the steps with prompts each floored, once
     raw = predict(dataclasses.replace(steady, step_host_s=0.0, step_host_seq_s=0.0), cal, concurrency=64, output_tokens=128)
     f, host = steady.mixed_share, 1.9e-3 + 22e-6 * 63
     mixed = raw.decode_step_s + (raw.tpot_s - raw.decode_step_s) / f
     assert mixed > host > raw.decode_step_s
     assert predict(steady, cal, concurrency=64, output_tokens=128).tpot_s == pytest.approx((1 - f) * host + f * mixed)
     big = _small_moe("mistral-small-24b", 1)
-    assert predict(big, cal, concurrency=1, output_tokens=128) == predict(dataclasses.replace(big, step_host_s=0.0), cal, concurrency=1, output_tokens=128)
+    floored = predict(big, cal, concurrency=1, output_tokens=128)
+    assert floored.host_share < 0.5 and dataclasses.replace(floored, host_share=0.0) == predict(dataclasses.replace(big, step_host_s=0.0), cal, concurrency=1, output_tokens=128)
+
+
+def test_a_host_bound_steady_state_rides_in_waves_and_waits_in_the_hosts_queue():
+    """Where the host's time per step is at least half the decode step's GPU time (``HOST_SHARE``), the steady state's prompts
+    ride in waves of 1.25 · √B (OLMoE-1B-7B and Granite-3.1-3B-A800M measured 5–6 a step at 16 streams, 9–11 at 64) and each
+    request waits ``HOST_QUEUE`` · B · h in the host's queue (docs/metrics.md). Not where the host does not bind (a 24 B dense
+    model), nor with a prompt or more every decode step (k ≥ 1: no decode-only steps to bunch between), nor on a GPU whose
+    host was not measured."""
+    cal = calibration("vllm-0.25-h100-bf16")
+    small = _small_moe("llama-3.2-1b", 64)
+    waves = waved(small)
+    assert waves.mixed_share == pytest.approx(small.prompts_per_step / (1.25 * 8)) and small.mixed_share > 2 * waves.mixed_share
+    got = predict(small, cal, concurrency=64, output_tokens=128)
+    host = 1.9e-3 + 22e-6 * 63
+    assert got.host_share >= 0.5 and got.host_queue_s == pytest.approx(1.23 * 64 * host)
+    no_queue = predict(dataclasses.replace(small, host_queue=0.0), cal, concurrency=64, output_tokens=128)
+    assert got.ttft_s == pytest.approx(no_queue.ttft_s + got.host_queue_s) and got.aggregate_tok_s < no_queue.aggregate_tok_s
+    assert no_queue.tpot_s < predict(dataclasses.replace(small, step_host_s=0.0, step_host_seq_s=0.0, host_queue=0.0), cal, concurrency=64,
+                                      output_tokens=128).tpot_s * 1.5  # fmt: skip
+    big = predict(_small_moe("mistral-small-24b", 64), cal, concurrency=64, output_tokens=128)
+    assert big.host_share < 0.5 and big.host_queue_s == 0.0
+    busy = _small_moe("llama-3.2-1b", 256)  # k = 255 / 128 ≥ 1
+    assert waved(busy) is busy and predict(busy, cal, concurrency=256, output_tokens=128).host_queue_s == 0.0
+    spark = _small_moe("llama-3.2-1b", 64, hw="dgx-spark")
+    assert predict(spark, cal, concurrency=64, output_tokens=128).host_queue_s == 0.0
+
+
+def test_a_host_bound_point_carries_the_hosts_band():
+    """predict --json gives a host-bound point the wider of its class's band and the host's (servelab/data/bands.yaml
+    ``host``: 25 % on tok/s, 69 % on TTFT), and marks it; a point the host does not bind keeps its class's."""
+    out = cli.invoke(app, ["predict", "--model", str(ROOT / "validation/configs/llama-3.2-1b"), "--hardware", "h200", "--concurrency", "1,64", "--json"])
+    assert out.exit_code == 0, out.output
+    points = json.loads(out.output)["variants"][0]["points"]
+    for p in points:
+        assert p["band"]["host_bound"] and p["band"]["aggregate_tok_s"] == pytest.approx([p["aggregate_tok_s"] * 0.75, p["aggregate_tok_s"] * 1.25])
+        assert p["band"]["ttft_s"] == pytest.approx([p["ttft_s"] * 0.31, p["ttft_s"] * 1.69])
+    out = cli.invoke(app, ["predict", "--model", str(ROOT / "validation/configs/mistral-small-24b"), "--hardware", "h200", "--concurrency", "64", "--json"])
+    p = json.loads(out.output)["variants"][0]["points"][0]
+    assert not p["band"]["host_bound"] and p["band"]["aggregate_tok_s"] == pytest.approx([p["aggregate_tok_s"] * 0.94, p["aggregate_tok_s"] * 1.06])

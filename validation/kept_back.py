@@ -81,7 +81,7 @@ def check(model: str, calibration: str, kinds: tuple[str, ...], data: Path = DAT
             lo, hi = p["band"]["aggregate_tok_s"]
             t_lo, t_hi = (v / p["ttft_s"] * p_ttft for v in p["band"]["ttft_s"])
             rows.append({"kind": kind, "c": c, "tok": tok, "p_tok": p["aggregate_tok_s"], "ttft": ttft, "p_ttft": p_ttft, "tpot": tpot,
-                         "p_tpot": p["tpot_s"] * 1e3, "in_tok": lo <= tok <= hi, "in_ttft": t_lo <= ttft <= t_hi,
+                         "p_tpot": p["tpot_s"] * 1e3, "in_tok": lo <= tok <= hi, "in_ttft": t_lo <= ttft <= t_hi, "host_share": p["host_share"], "queue": p["host_queue_s"] * 1e3,
                          "scored": not (kind == "design" and c in measured_levels.get("long", {}))})  # fmt: skip  # the repeats' mean stands for it
     for r in rows:
         r.update(e_tok=100 * (r["p_tok"] / r["tok"] - 1), e_ttft=100 * (r["p_ttft"] / r["ttft"] - 1), e_tpot=100 * (r["p_tpot"] / r["tpot"] - 1))

@@ -24,7 +24,7 @@ the steps that carry prompts (issue 38).
 Then the cohorts of the MoE runs' steady state: the prompts whose first tokens came out of one engine
 step (first tokens within ``COHORT_S`` of each other), per such step, beside the level's output tok/s;
 ``servelab predict`` assumes k ÷ min(k, ``MIXED_SHARE``) of them, k = (streams − 1) ÷ output tokens, where
-the token budget splits no cohort (``servelab.plan.predict.cohorts``).
+the token budget splits no cohort (``servelab.plan.cohorts.cohorts``).
 
 Then the same for an MLA MoE (:func:`mla_cohorts`), whose steps carrying prompts run without CUDA graphs for 70–80 ms:
 there the prompts bunch far beyond that rule at 64 streams (6.25 a step against 1.97; issue 53's calibrate check).

@@ -17,7 +17,7 @@ from servelab.engines import plan_engine
 from servelab.engines.cudagraph import prompt_step_graph
 from servelab.errors import ServelabError
 from servelab.rules.explain import explain, repeatability
-from servelab.plan.band import Band, band_for
+from servelab.plan.band import Band, band_for, point_band
 from servelab.plan.calibration import calibration
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.drafter import parse_drafter
@@ -25,7 +25,7 @@ from servelab.plan.hardware import load_hardware, profiles
 from servelab.plan.model_spec import load_model
 from servelab.plan.curves import PredictedLoad, price
 from servelab.plan.planner import moe_kernel_case
-from servelab.plan.predict import NO_GRAPH, Point
+from servelab.plan.predict import HOST_SHARE, NO_GRAPH, Point
 from servelab.plan.rate import RatePoint
 from servelab.report import plots
 from servelab.report.explain_table import explain_table, repeat_table
@@ -150,6 +150,10 @@ def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, rou
     caption = (f"calibration {cal.name} (η_bw {cal.bw_efficiency}, η_c {cal.compute_efficiency}, {cal.layer_overhead_us} µs per layer per step{moe}, {cal.eager_step_ms} ms more without CUDA graphs; {cal.source}). "
                f"Measured error: {cal.error} Band ({band.family_class}): ± {band.tok_s:.0%} on tok/s and TPOT, ± {band.ttft:.0%} on TTFT; {band.evidence}. "
                f"Assumes {_assumptions(routing)}.")  # fmt: skip
+    if any(p.host_share >= HOST_SHARE for _, _, pts in results for p in _points(pts)):
+        host = point_band(band, HOST_SHARE)
+        caption += (f" * host-bound (the host's time per step at least half the decode step's GPU time): TTFT includes the host's queue; "
+                    f"band ± {host.tok_s:.0%} on tok/s and TPOT, ± {host.ttft:.0%} on TTFT; {host.evidence}.")  # fmt: skip
     title = f"predicted: {spec.name} · {hw.name} · {input_tokens:,} in / {output_tokens:,} out · " + ("open loop" if rates else closed_loop)
     title, caption = escape(title), escape(caption)  # model names and calibration files are the user's text, not markup
     batch = closed_loop == "batch"
@@ -160,10 +164,12 @@ def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, rou
         console.print(escape(hint), soft_wrap=True, highlight=False)
 
 
-def _band(point: Point | RatePoint, band: Band) -> dict[str, list[float]]:
-    """A point's interval (docs/metrics.md, "predict's band"): aggregate tok/s, TTFT and TPOT × (1 ± the class's band)."""
+def _band(point: Point | RatePoint, model_band: Band) -> dict[str, list[float] | bool]:
+    """A point's interval (docs/metrics.md, "predict's band"): aggregate tok/s, TTFT and TPOT × (1 ± the class's band, or the
+    host's where the point is host-bound: ``servelab.plan.band.point_band``)."""
     p = point.point if isinstance(point, RatePoint) else point
-    return {"aggregate_tok_s": [p.aggregate_tok_s * (1 - band.tok_s), p.aggregate_tok_s * (1 + band.tok_s)],
+    band = point_band(model_band, p.host_share)
+    return {"host_bound": band is not model_band, "aggregate_tok_s": [p.aggregate_tok_s * (1 - band.tok_s), p.aggregate_tok_s * (1 + band.tok_s)],
             "ttft_s": [p.ttft_s * (1 - band.ttft), p.ttft_s * (1 + band.ttft)], "tpot_s": [p.tpot_s * (1 - band.tok_s), p.tpot_s * (1 + band.tok_s)]}
 
 
@@ -205,7 +211,7 @@ def _curve_table(v: dict, limits, points, title: str, caption: str, *, batch: bo
         level = (f"{raw.rate_rps:g}", str(p.concurrency)) if open_loop else (str(p.concurrency),)
         table.add_row(*level, str(p.running), f"{1 / p.tpot_s:,.1f}", f"{p.per_stream_tok_s:,.1f}", f"{p.aggregate_tok_s:,.0f}",
                       *((f"{p.tg_total_tok_s:,.1f}" if p.tg_total_tok_s is not None else "–",) if batch else ()), "grows" if grows else f"{p.ttft_s * 1e3:,.0f}", f"{p.tpot_s * 1e3:,.2f}",
-                      "grows" if grows else f"{(p.e2e_s + p.queue_s):,.2f}", p.bottleneck)  # fmt: skip
+                      "grows" if grows else f"{(p.e2e_s + p.queue_s):,.2f}", p.bottleneck + (" *" if p.host_share >= HOST_SHARE else ""))  # fmt: skip
     table.caption = caption + (f" max_num_seqs {limits.max_num_seqs}, max_num_batched_tokens {limits.max_num_batched_tokens}, "
                                f"KV cache for {limits.kv_requests:,.0f} such requests.")  # fmt: skip
     return table

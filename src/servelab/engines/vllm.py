@@ -21,6 +21,7 @@ from servelab.engines.vllm_bootlog import NOTABLE, READY, RULES, strip_prefix
 from servelab.engines.kv_layout import HybridLayout
 from servelab.engines.vllm_kv import hybrid_layout, kv_tokens, rules_for
 from servelab.engines import vllm_moe
+from servelab.engines.vllm_host import EAGER_HOST_LAYER_S, EAGER_HOST_MLA_S, EAGER_HOST_MOE_S, HOST_QUEUE, STEP_HOST_S, STEP_HOST_SEQ_S
 from servelab.values.specs import GIB, Hardware, ModelSpec
 
 NAME = "vllm"
@@ -95,22 +96,6 @@ SMALL_TIER_MAX_NUM_SEQS = 256  # the max_num_seqs default of `vllm serve` on DGX
 # Held out on Llama-3.1-70B fp8 (80 layers, H200): 1 % median, 3 % worst tok/s (validation/RESULTS-predict.md)
 FP8_GAIN = 1.5
 FP8_EAGER_LAYER_S = 0.4e-3
-# The host's time to launch a step without CUDA graphs (vLLM 0.25 on the lent Hopper machines' Xeon hosts), per layer by kind:
-# such a step takes at least this long (docs/metrics.md, "host's floor"). Fitted (least absolute error) on a lone 522-token prompt
-# (without graphs) against a 512-token one (inside a graph) on 25 servers of 19 models: 143 ms of error in all against 340 without
-# it; held out on the third and fourth kept-back sets' 8 servers, 60 against 94 (validation/eager_host.py). FP8 MoE layers 0: the
-# calibration's eager times, fitted on FP8 MoE runs, exceed it. Bursts' steps with prompts only: in the steady state the prompts'
-# cohorts merge as the load runs, which these times misprice (validation/RESULTS-predict.md, "The host's floor").
-EAGER_HOST_LAYER_S = 0.7e-3
-EAGER_HOST_MOE_S = {"bf16": 1.45e-3, "fp16": 1.45e-3, "fp8": 0.0, "fp8-block": 0.0}  # format → a MoE layer's routed experts (FP16 assumed as BF16); others: not measured
-EAGER_HOST_MLA_S = 0.5e-3
-# The host's time per engine step (scheduling, inputs, sampling, outputs), which asynchronous scheduling overlaps with the GPU's:
-# a step takes the longer of the two (docs/metrics.md, "host's time per step"). STEP_HOST_S fitted on the ~1 B-active models'
-# single stream (OLMoE-1B-7B, gpt-oss-120b cut; checked blind on Llama-3.2-1B: 1.90 ms measured and priced); STEP_HOST_SEQ_S a
-# sequence beyond the first, fitted on Llama-3.2-1B's bursts at 16 and 64 streams after its set was opened (not held out; above
-# 64 sequences an extrapolation): validation/RESULTS-predict.md, "The host's time per step, and a fourth kept-back set".
-STEP_HOST_S = 1.9e-3
-STEP_HOST_SEQ_S = 22e-6
 # What a MoE layer costs more in online FP8 than in BF16, every step (docs/metrics.md, FP8 MoE layer): its fused-MoE op
 # quantizes its activations itself (fused_moe.py fused_experts_impl -> ops.scaled_fp8_quant: a memset, a max reduction and
 # a quantization kernel, on the input and the intermediate), whose max reduction (csrc/quantization/w8a8/fp8/common.cu
@@ -147,7 +132,8 @@ class VLLM(Engine):
                f"a burst's step without CUDA graphs at least the host's launches ({EAGER_HOST_LAYER_S * 1e3:g} ms a layer, "
                f"{EAGER_HOST_MOE_S['bf16'] * 1e3:g} more a BF16 MoE layer, {EAGER_HOST_MLA_S * 1e3:g} more an MLA layer); "
                f"on Hopper, every step at least the host's {STEP_HOST_S * 1e3:g} ms + {STEP_HOST_SEQ_S * 1e6:g} µs a sequence beyond the first "
-               "(fitted up to 64)")
+               f"(fitted up to 64) and, where it is half the decode step's GPU work or more, a steady state's prompts in waves and "
+               f"each request {HOST_QUEUE:g} host steps a running stream in the host's queue")
     untuned_moe = ("it warns that performance may be sub-optimal: tune one for this GPU with vLLM's benchmarks/kernels/benchmark_moe.py --tune "
                    "and point VLLM_TUNED_CONFIG_FOLDER at the folder it writes (vllm/model_executor/layers/fused_moe/fused_moe.py, get_moe_configs). "
                    "Measured on an H200 at 8,192 tokens, the tuned files vLLM ships gained 7 % (Qwen3-30B-A3B's experts, BF16) and 12 % (Mixtral-8x7B's) "
@@ -380,10 +366,10 @@ class VLLM(Engine):
             return 0.0
         return EAGER_HOST_LAYER_S * len(spec.layers) + EAGER_HOST_MOE_S[fmt] * spec.moe_layers + EAGER_HOST_MLA_S * spec.count("mla")
 
-    def step_host_s(self, hw: Hardware) -> tuple[float, float]:
-        """(``STEP_HOST_S``, ``STEP_HOST_SEQ_S``) on the machines measured (Hopper: the lent H100 and H200 machines' Xeon hosts),
-        else (0, 0)."""
-        return (STEP_HOST_S, STEP_HOST_SEQ_S) if hw.compute_capability == "9.0" else (0.0, 0.0)
+    def step_host_s(self, hw: Hardware) -> tuple[float, float, float]:
+        """(``STEP_HOST_S``, ``STEP_HOST_SEQ_S``, ``HOST_QUEUE``) on the machines measured (Hopper: the lent H100 and H200 machines'
+        Xeon hosts), else (0, 0, 0)."""
+        return (STEP_HOST_S, STEP_HOST_SEQ_S, HOST_QUEUE) if hw.compute_capability == "9.0" else (0.0, 0.0, 0.0)
 
     def moe_layer_extra_s(self, dtype: str, hidden: int, width: int) -> float:
         """FP8: ``FP8_MOE_LAYER_S`` + ``FP8_MOE_READ_S`` × (⌈``hidden`` ÷ 256⌉ + ⌈``width`` ÷ 256⌉), else 0."""

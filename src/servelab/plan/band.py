@@ -6,7 +6,9 @@ MoE); ``mla`` (multi-head latent attention, the DeepSeek-V3 architecture: fine-g
 and a shared one); ``hybrid`` (Gated DeltaNet or Mamba layers beside attention). The numbers are
 ``servelab/data/bands.yaml``: for dense and MoE, validation/predict_cold.py's "family class" table
 (≥ 90 % of the held-out points within the band); a class without held-out evidence across models
-gets a wide band that says so.
+gets a wide band that says so. A *host-bound* point (``servelab.plan.predict.HOST_SHARE``: the host's time per step at least
+half its decode step's GPU time, where the small models' steady state runs in waves) carries the wider of its class's band
+and the host's (:func:`point_band`), from the held-out error of such points whatever their class (validation/host_band.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from importlib.resources import files
 import yaml
 from pydantic import BaseModel, Field
 
+from servelab.plan.predict import HOST_SHARE
 from servelab.values.specs import ModelSpec
 
 
@@ -43,6 +46,17 @@ def family_class(spec: ModelSpec) -> str:
 @cache
 def _bands() -> dict[str, dict]:
     return yaml.safe_load(files("servelab.data").joinpath("bands.yaml").read_text(encoding="utf-8"))
+
+
+def point_band(band: Band, host_share: float) -> Band:
+    """The band one predicted point carries: ``band`` (its model's class, :func:`band_for`), widened to the host's
+    (servelab/data/bands.yaml ``host``) where ``host_share`` (``Point.host_share``: the host's time per step ÷ the decode
+    step's GPU time) is at least ``HOST_SHARE``."""
+    if host_share < HOST_SHARE:
+        return band
+    host = _bands()["host"]
+    return Band(family_class=f"{band.family_class}, host-bound", tok_s=max(band.tok_s, host["tok_s"]), ttft=max(band.ttft, host["ttft"]),
+                points=host["points"], evidence=host["evidence"])  # fmt: skip
 
 
 def band_for(spec: ModelSpec, fmt: str) -> Band:

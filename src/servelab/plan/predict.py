@@ -28,6 +28,9 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
   (``Engine.eager_extra_s``);
 - **the host's time per step** (``Engine.step_host_s``, docs/metrics.md): with asynchronous scheduling the host prepares
   step n + 1 while the GPU runs step n, so no step (decode, or carrying prompts) is shorter than the host's time for it;
+  where that time h is at least ``HOST_SHARE`` of the decode step's GPU time (a *host-bound* point), a steady state's request
+  also waits in **the host's queue** before its first token: ``Terms.host_queue`` · B · h (docs/metrics.md; an empirical rule,
+  fitted on the first three kept-back sets, validation/host_band.py), and the point carries the host's band (``servelab.plan.band``);
 - **prefill** of one prompt alone: t_p = FLOPs ÷ (peak · η_c) (or its bytes, when larger);
 - **steady state** (``stagger``, servelab's default; vLLM's chunked prefill mixes prefills into
   decode steps): while a request decodes its O tokens, the other B − 1 streams each prefill once,
@@ -99,7 +102,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -107,18 +110,19 @@ import numpy as np
 from servelab.engines import plan_engine
 from servelab.plan.burst import simulate
 from servelab.plan.calibration import Calibration
+from servelab.plan.cohorts import WAVE, cohorts
 from servelab.plan.drafter import Drafter
 from servelab.plan.limits import Limits
 from servelab.plan.quant import QuantFormat
-from servelab.plan.roofline import compute_dtype, decode_step, expert_flops, prefill, spec_tokens_per_step, weights_touched
+from servelab.plan.roofline import allreduce_s, compute_dtype, decode_step, expert_flops, prefill, spec_tokens_per_step, weights_touched
 from servelab.values.specs import Hardware, ModelSpec
 
 PADDING_NAMED = 1.1  # padding is named the bottleneck when it makes the decode step this much longer
 PREFILL_NAMED = 0.5  # prefill is named when the prompts add this share of the decode step to TPOT, or more
-MIXED_SHARE = 0.25  # where the token budget splits no cohort, this share of the steps carries prompts (:func:`cohorts`; measured 19–35 % at 32–256 streams: validation/mixed_steps.py)
 API_TTFT_S = 0.005  # TTFT's share outside the engine steps (HTTP, chat template, tokenization, the first chunk): 4–7 ms at one stream on vLLM 0.25 (validation/RESULTS-predict.md)
 ADMIT_S_PER_TOKEN = 2.0e-6  # the API server's time per request, per prompt token, one request after another (chat endpoint): a 256-stream burst of 1,024-token prompts ended 550 ms later than without it (validation/waves-h100/burst-*: TTFT p99 6.42–6.45 s measured, 5.88 s simulated), 2.1 ms a request
 ASYNC_WAIT_STEPS = 2  # steady state: the steps a new request waits for before the one that carries its prompt (module docstring; vLLM's asynchronous scheduling)
+HOST_SHARE = 0.5  # a point is host-bound where the host's time per step is at least this share of its decode step's GPU time: its steady state's TTFT adds the host's queue, its band is the host's (servelab.plan.band; validation/host_band.py)
 HOST_NAMED = "the host's time per step"  # the bottleneck where a step's host time (Engine.step_host_s) exceeds its GPU work
 NO_GRAPH = ("prefill, in steps without CUDA graphs", "no CUDA graph (batch above the largest capture size)")  # the bottlenecks a larger capture size lifts
 BURST_REQUESTS = {"burst": 2, "batch": 1}  # requests per stream: vllm bench serve --max-concurrency C --num-prompts 2C (issue 38's truth); a grid cell, llama-benchy's batch
@@ -143,6 +147,8 @@ class Point:
     ttft_mean_s: float  # bursts: TTFT is bimodal (waves), so compare its mean and p99; the steady state: the p50 (``ttft_s``)
     ttft_p99_s: float
     tg_total_tok_s: float | None = None  # bursts and batches run step by step: Σ (O − 1) ÷ (last token − first first-token), servelab grid's tg t/s (total)
+    host_share: float = 0.0  # the host's time per step ÷ the decode step's GPU time, at the running batch (``HOST_SHARE``)
+    host_queue_s: float = 0.0  # the steady state's wait in the host's queue, in its TTFT (s; docs/metrics.md "host's queue")
 
 
 @dataclass(frozen=True)
@@ -183,6 +189,7 @@ class Terms:
     eager_host_s: float = 0.0  # the host's time to launch a step without CUDA graphs (Engine.eager_host_s): a burst's such step with prompts takes at least this long
     step_host_s: float = 0.0  # the host's time for an engine step of one sequence (Engine.step_host_s): no step is shorter
     step_host_seq_s: float = 0.0  # … and what each other sequence in the step adds to it
+    host_queue: float = 0.0  # host steps per running stream a steady state's request waits where the host binds (Engine.step_host_s: the host's queue)
 
     def host_s(self, sequences: int) -> float:
         """The host's time for an engine step of ``sequences`` sequences, s (``Engine.step_host_s``; docs/metrics.md)."""
@@ -260,33 +267,19 @@ def terms(
                  engine.eager_host_s(spec, fmt.name, hw), *engine.step_host_s(hw))  # fmt: skip
 
 
-def cohorts(k: float, budget: float) -> tuple[float, float]:
-    """The steady state's mixed steps (module docstring): ``(f, m)``, the share of the engine steps
-    that carry prompts and the prompts each carries, at ``k`` prompts per step (≥ 0) under a token
-    budget that holds ``budget`` prompts a step beside the decode batch (its free tokens ÷ the
-    prompt's; ≤ 0: none). Cohorts of m₀ = k ÷ min(k, ``MIXED_SHARE``) prompts on average, exponential
-    about it, each taking ⌈X ÷ budget⌉ steps: 1 + 1 ÷ (e^(budget ÷ m₀) − 1) on average; f = min(1, k ÷ m).
-    (0, 1) when k is 0. Defined in docs/metrics.md, "mixed step"."""
-    if k <= 0:
-        return 0.0, 1.0
-    natural = k / min(k, MIXED_SHARE)
-    ratio = budget / natural
-    steps = 1 + 1 / math.expm1(min(ratio, 50.0)) if ratio > 1e-9 else math.inf  # a cohort's steps (⌈X ÷ b⌉ averaged over X)
-    share = min(1.0, k * steps / natural)
-    return share, k / share
-
-
-def allreduce_s(spec: ModelSpec, hw: Hardware, tokens: int, tp: int) -> float:
-    """Time of one step's tensor-parallel all-reduces over ``tokens`` tokens: two per layer (after
-    attention and after the MLP, vLLM's RowParallelLinear; vidur prices ``2 · TP_allreduce`` per
-    layer the same way), each the ring all-reduce's 2 · (tp − 1) ÷ tp of the BF16 activations
-    (tokens × hidden × 2 B) over the interconnect plus a fixed latency (``Hardware.allreduce_latency_us``,
-    an estimate). 0 at TP 1; not measured against a run yet."""
-    if tp <= 1:
-        return 0.0
-    bw = (hw.interconnect_gbs or hw.bandwidth_gbs) * 1e9
-    per = hw.allreduce_latency_us / 1e6 + 2 * (tp - 1) / tp * tokens * spec.hidden_size * 2 / bw
-    return 2 * len(spec.layers) * per
+def waved(t: Terms) -> Terms:
+    """``t`` with the steady state's prompts in waves (docs/metrics.md, "waves"): where the host binds, the streams bunch into
+    cohorts of ``WAVE`` · √B prompts (no fewer than :func:`cohorts` prices, no more than a step's token budget holds), each
+    riding one mixed step (``Terms.step_at``); ``t`` itself where that is no more, or with draft tokens or no ``step_at``."""
+    if t.running < 2 or t.draft_tokens or not t.step_at or not t.mixed_share or t.prompts_per_step >= 1:  # waves need decode-only steps between them
+        return t
+    natural, decode = t.prompts_per_step / t.mixed_share, t.running - 1
+    room = math.floor((t.max_num_batched_tokens - decode) / t.input_tokens)
+    m = min(WAVE * math.sqrt(t.running), room)
+    if m <= natural:
+        return t
+    x = t.step_at(decode, round(m * t.input_tokens))
+    return replace(t, mixed_share=t.prompts_per_step / m, mixed_bytes_s=x.bytes_s, mixed_flops_s=x.flops_s, mixed_eager=x.eager)
 
 
 def step_times(t: Terms, bw, cmp, per_step: float):
@@ -337,15 +330,22 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     overhead = layer * (t.layers + t.draft_passes) + moe + draft  # a step's: its layers', its MoE layers', each draft pass's, the drafting time
     per_step = spec_tokens_per_step(acceptance, t.draft_tokens)
     tpot0, ttft0, decode, (o_tpot, o_ttft), (e_tpot, e_ttft), (s_tpot, s_ttft) = step_times(t, cal.bw_efficiency, cal.compute_efficiency, per_step)
+    host = t.host_s(t.running)
+    host_share = host / (float(decode) + overhead + eager * t.decode_eager)
+    waving = host_share >= HOST_SHARE and (waves := waved(t)) is not t
+    if waving:  # the host binds: the prompts ride in waves
+        t = waves
+        tpot0, ttft0, decode, (o_tpot, o_ttft), (e_tpot, e_ttft), (s_tpot, s_ttft) = step_times(t, cal.bw_efficiency, cal.compute_efficiency, per_step)
     tpot = float(tpot0 + layer * o_tpot + (draft + fitted_moe) * s_tpot + fitted_eager * e_tpot)
     ttft = float(ttft0 + layer * o_ttft + (draft + fitted_moe) * s_ttft + fitted_eager * e_ttft)
     t_d = float(decode) + overhead + eager * t.decode_eager
     share = t.mixed_share
     mixed = t_d + (tpot - t_d / per_step) / share if share else ttft - API_TTFT_S  # a step that carries prompts, as priced (one stream: its prompt alone)
-    host = t.host_s(t.running)
     lift, lift_mixed = max(0.0, host - t_d), max(0.0, host - mixed)  # each kind of step no faster than the host's time for it
     tpot += (1 - share) * lift / per_step + share * lift_mixed
     ttft += (s_ttft - 1) * ((1 - share) * lift + share * lift_mixed) + lift_mixed  # the steps it waits for, then its own
+    queue_s = t.host_queue * t.running * host if waving else 0.0  # in waves, a request waits in the host's queue: its turn behind every running stream
+    ttft += queue_s
     t_d += lift
     t_p = t.prefill_s / cal.compute_efficiency + t.prefill_allreduce_s
     b, o = t.running, output_tokens
@@ -371,7 +371,8 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     else:
         bottleneck = "bandwidth" if t_mem + t.kv_s / cal.bw_efficiency >= t_cmp else "compute"
     p99 = ttft + ASYNC_WAIT_STEPS * (1 - share) * max(0.0, riding) / share if t.running > 1 and share else ttft  # both waiting steps carry prompts
-    return Point(concurrency, b, t.padded, t_d, t_p, ttft, tpot, e2e, queue, o / e2e, concurrency * o / (e2e + queue), bottleneck, ttft, p99)
+    return Point(concurrency, b, t.padded, t_d, t_p, ttft, tpot, e2e, queue, o / e2e, concurrency * o / (e2e + queue), bottleneck, ttft, p99,
+                 host_share=host_share, host_queue_s=queue_s)
 
 
 def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) -> Point:
@@ -400,6 +401,7 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
     e2e, tpot, mean = API_TTFT_S + float(np.mean(run.e2e_s)), run.tpot_s(output_tokens), run.ttft("mean")
     decode, prefill = step_s(t.running, 0, False), step_s(0, t.input_tokens, False)
     x = t.step_at(t.running, 0)
+    gpu_decode = max(x.bytes_s / cal.bw_efficiency, x.flops_s / cal.compute_efficiency) + x.kv_s / cal.bw_efficiency + x.allreduce_s + t0 + (eager if x.eager else 0.0)
     if concurrency > t.running:
         bottleneck = "slot cap / KV capacity"
     elif mean >= PREFILL_NAMED * (e2e - mean):
@@ -414,4 +416,4 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
         bottleneck = "bandwidth" if (x.bytes_s + x.kv_s) / cal.bw_efficiency >= x.flops_s / cal.compute_efficiency else "compute"
     return Point(concurrency, t.running, t.padded, decode, prefill, API_TTFT_S + run.ttft("p50"), tpot, e2e, 0.0, output_tokens / e2e,
                  concurrency * requests * output_tokens / run.span_s, bottleneck, API_TTFT_S + mean, API_TTFT_S + run.ttft("p99"),
-                 run.tg_total_tok_s(output_tokens))  # fmt: skip
+                 run.tg_total_tok_s(output_tokens), t.host_s(t.running) / gpu_decode)  # fmt: skip

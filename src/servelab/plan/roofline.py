@@ -160,3 +160,16 @@ def decode_ceiling(
     per_step = spec_tokens_per_step(acceptance, draft_tokens)
     per_stream = per_step / step.time_s
     return per_stream, per_stream * batch, step
+
+
+def allreduce_s(spec: ModelSpec, hw: Hardware, tokens: int, tp: int) -> float:
+    """Time of one step's tensor-parallel all-reduces over ``tokens`` tokens: two per layer (after
+    attention and after the MLP, vLLM's RowParallelLinear; vidur prices ``2 · TP_allreduce`` per
+    layer the same way), each the ring all-reduce's 2 · (tp − 1) ÷ tp of the BF16 activations
+    (tokens × hidden × 2 B) over the interconnect plus a fixed latency (``Hardware.allreduce_latency_us``,
+    an estimate). 0 at TP 1; not measured against a run yet."""
+    if tp <= 1:
+        return 0.0
+    bw = (hw.interconnect_gbs or hw.bandwidth_gbs) * 1e9
+    per = hw.allreduce_latency_us / 1e6 + 2 * (tp - 1) / tp * tokens * spec.hidden_size * 2 / bw
+    return 2 * len(spec.layers) * per

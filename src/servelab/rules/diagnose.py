@@ -14,7 +14,7 @@ from servelab.engines.cudagraph import padding, prompt_step_graph
 from servelab.metrics.repeats import TOK_S_SPREAD, TTFT_SPREAD, repeat_stats
 from servelab.metrics.summary import LevelSummary
 from servelab.metrics.waves import BUNCHED, WaveStats
-from servelab.plan.predict import cohorts
+from servelab.plan.cohorts import cohorts
 from servelab.store.results import Finding, RunResult, TraceInfo
 
 PREFIX_HIT_TOLERANCE = 0.01  # cold runs: more than 1% of prompt tokens from cache is contamination
@@ -324,7 +324,7 @@ def _waves(c: int, w: WaveStats, closed_loop: str) -> Finding:
 
 
 def _expected_cohort(c: int, output_tokens: int) -> float:
-    """The prompts a step carries on average where nothing bunches them, by predict's rule (``servelab.plan.predict.cohorts``:
+    """The prompts a step carries on average where nothing bunches them, by predict's rule (``servelab.plan.cohorts.cohorts``:
     k = (c − 1) ÷ O prompts a decode step, in cohorts of k ÷ min(k, MIXED_SHARE), which is 1 at least)."""
     return cohorts((c - 1) / max(output_tokens, 1), math.inf)[1]
 
@@ -339,8 +339,9 @@ def _bunched(c: int, w: WaveStats, expected: float) -> Finding:
                            "together unbunched, though its streams were ramped apart: they bunched into cohorts that ride one step each, so TTFT "
                            "waits for a cohort's step and tok/s "
                            "depends on how far they bunched, which grows as the load runs (a short window's figure is not the settled one: measure "
-                           "minutes, or an open-loop --rate); slow steps that carry prompts do this, such as steps without CUDA graphs "
-                           "(finding prompt_steps_without_graphs)",
+                           "minutes, or an open-loop --rate); slow steps that carry prompts do this (steps without CUDA graphs: finding "
+                           "prompt_steps_without_graphs), and so does a host that takes half of each step or more, graphs or not (~1 B "
+                           "models on vLLM: servelab predict prices such levels in waves, docs/metrics.md \"waves\")",
                    evidence={"concurrency": c, "prompts_per_step": w.prompts_per_step, "by_third": w.prompts_per_step_by_third, "expected": round(expected, 2)})  # fmt: skip
 
 

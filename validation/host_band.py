@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""The host-bound points (issue 53): where the host's time per step is at least half the decode step's GPU time
+(``servelab.plan.predict.HOST_SHARE``), the small models' steady state runs in waves and their requests wait at the host
+(validation/RESULTS-predict.md, "Where the requests wait"). Fitted here on the first three kept-back sets only, and checked on
+the fourth (seen before this rule was made, not fitted on) and the fifth (measured before it was made, opened after predict was
+frozen with it):
+
+1. **The host's queue** (``servelab.engines.vllm_host.HOST_QUEUE``): over the fitted sets' steady-state levels priced in waves
+   (``servelab.plan.predict.waved``), the median of (measured TTFT p50 − predicted TTFT without the queue) ÷ (B · h), B the
+   running streams and h the host's time per step for them (``Engine.step_host_s``): the queue predict added ÷ ``HOST_QUEUE``.
+2. **The host's band** (servelab/data/bands.yaml ``host``): the relative half-width that holds each fitted host-bound point's
+   measured tok/s, and its TTFT (bursts' mean, steady state's p50), within the prediction × (1 ± it), at the 90th percentile.
+
+Then, per set, the host-bound points inside the band as predict now prints it (``servelab.plan.band.point_band``).
+
+Usage: ``python validation/host_band.py`` (no GPU; ~4 min: every kept-back set's held-out replay).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import calibrate_check as cc  # noqa: E402
+import kept_back  # noqa: E402
+from servelab.engines.vllm_host import HOST_QUEUE  # noqa: E402
+from servelab.plan.predict import HOST_SHARE  # noqa: E402
+
+FITTED = ("kept-back-h200", "kept-back2-h200", "kept-back3-h200")
+CHECKED = ("kept-back4-h200", "kept-back5-h200")
+
+
+def rows(folder: str) -> list[dict]:
+    """The scored held-out rows (``kept_back.check``, the shipped calibration) of every model in validation/FOLDER, each with its model."""
+    data = cc.ROOT / "validation" / folder
+    models = sorted(p.name.removesuffix("-bursts.json") for p in data.glob("*-bursts.json"))
+    return [{**r, "model": m} for m in models for r in kept_back.check(m, cc.SHIPPED, ("burst", "design", "stagger", "long"), data) if r["scored"]]
+
+
+def needed(pred: float, meas: float) -> float:
+    """The relative half-width b with meas within pred × (1 ± b)."""
+    return meas / pred - 1 if meas > pred else 1 - meas / pred
+
+
+def p90(values: list[float]) -> float:
+    """The 90th percentile (the nearest rank at or above it)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, -(-9 * len(ordered) // 10) - 1)]
+
+
+def fit(fitted: list[dict]) -> tuple[float, float, float, int]:
+    """From the fitted sets' host-bound rows: (the host's queue κ, the band's tok/s and TTFT half-widths, the levels κ was fitted on)."""
+    steady = [r for r in fitted if r["queue"]]  # the steady-state levels priced in waves, the host's queue in their TTFT
+    kappa = statistics.median((r["ttft"] - (r["p_ttft"] - r["queue"])) / (r["queue"] / HOST_QUEUE) for r in steady)
+    return kappa, p90([needed(r["p_tok"], r["tok"]) for r in fitted]), p90([needed(r["p_ttft"], r["ttft"]) for r in fitted]), len(steady)
+
+
+def main() -> dict:
+    """Print the fit, the band and each set's host-bound points; return them."""
+    by_set = {s: [r for r in rows(s) if r["host_share"] >= HOST_SHARE] for s in FITTED + CHECKED if (cc.ROOT / "validation" / s).exists()}
+    fitted = [r for s in FITTED for r in by_set[s]]
+    kappa, band_tok, band_ttft, levels = fit(fitted)
+    print(f"The host's queue, fitted on {levels} host-bound steady-state levels of {', '.join(FITTED)}: {kappa:.2f} host steps a running "
+          f"stream (shipped: HOST_QUEUE {HOST_QUEUE})\nThe host's band from their {len(fitted)} host-bound points: tok/s {band_tok:.1%}, "
+          f"TTFT {band_ttft:.1%} at the 90th percentile\n")  # fmt: skip
+    print("| set | host-bound points | models | tok/s error median / worst | TTFT error median | inside the band: tok/s, TTFT |\n|---|---|---|---|---|---|")
+    out = {"kappa": kappa, "band_tok": band_tok, "band_ttft": band_ttft, "sets": {}}
+    for s, got in by_set.items():
+        if not got:
+            continue
+        tok, ttft = [abs(r["e_tok"]) for r in got], [abs(r["e_ttft"]) for r in got]
+        inside = (100 * sum(r["in_tok"] for r in got) / len(got), 100 * sum(r["in_ttft"] for r in got) / len(got))
+        role = "fitted" if s in FITTED else "checked"
+        out["sets"][s] = {"points": len(got), "tok_median": statistics.median(tok), "tok_worst": max(tok), "ttft_median": statistics.median(ttft), "inside": inside}
+        print(f"| {s} ({role}) | {len(got)} | {', '.join(sorted({r['model'] for r in got}))} | {statistics.median(tok):.1f} / {max(tok):.1f} % | "
+              f"{statistics.median(ttft):.1f} % | {inside[0]:.0f} %, {inside[1]:.0f} % |")  # fmt: skip
+    return out
+
+
+if __name__ == "__main__":
+    main()
