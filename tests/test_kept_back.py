@@ -29,6 +29,8 @@ DATA3 = kept_back.DATA.parent / "kept-back3-h200"  # the third: configs committe
 MODELS3 = ("glm-4.5-air-16l", "granite-3.1-3b-a800m", "olmoe-1b-7b", "phi-3.5-moe")
 DATA4 = kept_back.DATA.parent / "kept-back4-h200"  # the fourth: configs committed before the host's time per step was modelled, opened after predict was frozen with its first form (2fe8e8f)
 MODELS4 = ("ernie-4.5-21b-a3b", "granite-3.0-1b-a400m", "kimi-k2-4l", "llama-3.2-1b")
+DATA5 = kept_back.DATA.parent / "kept-back5-h200"  # the fifth: configs committed before the host-bound steady state was modelled, opened after predict was frozen with it (56a97d5)
+MODELS5 = ("gemma-3-1b", "glm-4-9b", "minimax-m2.5-8l", "qwen3-0.6b")
 HITS = {("granite-3.3-8b", 64), ("olmoe-1b-7b", 64), ("granite-3.1-3b-a800m", 64), ("granite-3.0-1b-a400m", 64)}  # vllm bench serve's random prompts repeated 512 tokens once (0.8 %)
 
 
@@ -56,7 +58,7 @@ def results4():
         return kept_back.main(DATA4)
 
 
-@pytest.mark.parametrize(("data", "models"), [(kept_back.DATA, MODELS), (DATA2, MODELS2), (DATA3, MODELS3), (DATA4, MODELS4)])
+@pytest.mark.parametrize(("data", "models"), [(kept_back.DATA, MODELS), (DATA2, MODELS2), (DATA3, MODELS3), (DATA4, MODELS4), (DATA5, MODELS5)])
 def test_every_kept_back_level_is_cold_and_complete(data, models):
     """No prefix-cache hit (but 512 of ~66,800 prompt tokens in three 64-stream bursts, ``HITS``: vllm bench serve's random
     prompts, one seed a level, repeated 512 tokens once; 0.8 %) and no Triton JIT line inside any window, no failed request:
@@ -67,7 +69,7 @@ def test_every_kept_back_level_is_cold_and_complete(data, models):
             assert (lv["prefix_cache_hits"], lv["jit_lines"], lv["failed"]) == (hits, [], 0), (model, lv["concurrency"])
         for name in ("calibrate-run", "stagger-run", "repeats3-stagger-run"):
             if name.startswith("repeats") and not (data / f"{model}-{name}.json").exists():
-                continue  # the truth rule's repeats: the fourth set's only (Kimi-K2's did not finish)
+                continue  # the truth rule's repeats: the fourth and fifth sets' only (Kimi-K2's did not finish, MiniMax-M2.5's came back cut)
             run = json.loads((data / f"{model}-{name}.json").read_text())
             assert run["status"] == "complete"
             for lv in run["levels"]:
@@ -177,3 +179,21 @@ def test_the_hosts_queue_and_band_are_what_the_first_three_sets_fitted(results, 
     assert (len(fitted), levels) == (29, 11) and kappa == pytest.approx(HOST_QUEUE, abs=0.005)
     host = point_band(band_for(load_model("qwen3-8b"), "bf16"), HOST_SHARE)
     assert band_tok <= host.tok_s < band_tok + 0.01 and band_ttft <= host.ttft < band_ttft + 0.01
+
+
+@pytest.fixture(scope="module")
+def results5():
+    with contextlib.redirect_stdout(io.StringIO()):
+        return kept_back.main(DATA5)
+
+
+def test_the_fifth_set_as_it_was_checked_blind(results5):
+    """The fifth set, replayed (validation/kept-back5-h200/blind-56a97d5.txt): MiniMax-M2.5's cut meets the tok/s median and
+    band goals; the two small dense models' host-bound points mostly fall inside the host's band; pooled, the band held 72 %
+    of the tok/s points and 69 % of the TTFT points (goal 90: not met), so that a change that loses ground fails here."""
+    assert sorted(results5) == list(MODELS5)
+    minimax = results5["minimax-m2.5-8l"]["held"]
+    assert minimax["tok_median"] <= 8.0 and minimax["inside_tok"] == minimax["inside_ttft"] == 100.0
+    assert results5["qwen3-0.6b"]["held"]["inside_tok"] >= 85.0
+    pooled = kept_back.summary([row for r in results5.values() for row in r["rows"]])
+    assert pooled["tok_median"] <= 12.6 and pooled["inside_tok"] >= 72.0 and pooled["inside_ttft"] >= 69.0

@@ -22,6 +22,7 @@ import statistics
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import calibrate_check as cc  # noqa: E402
 import kept_back  # noqa: E402

@@ -28,7 +28,12 @@ per step (``Engine.step_host_s``) was modelled and opened after predict was froz
 streams were measured again under the truth rule (3 × 60 s on a second start of each server: MODEL-repeats3-stagger-run.json;
 Kimi-K2's did not finish within the device's call), whose mean stands for the level (``long``) in place of the design's window.
 
-Usage: ``python validation/kept_back.py [kept-back2-h200 | kept-back3-h200 | kept-back4-h200]`` (no GPU; the folder under validation/, default the first set).
+The fifth (validation/kept-back5-h200/: Qwen3-0.6B, Gemma-3-1B, GLM-4-9B-0414's shapes, MiniMax-M2.5 cut to 8 layers in BF16;
+one 4 × H200 host, the fourth's recipe and repeats) was committed before the host-bound steady state (waves, the host's queue,
+the host's band) was modelled and opened after predict was frozen with it (commit 56a97d5); MiniMax-M2.5's repeats came back
+cut by the device call's end (no run file), so its design window is scored.
+
+Usage: ``python validation/kept_back.py [kept-back2-h200 | … | kept-back5-h200]`` (no GPU; the folder under validation/, default the first set).
 """
 
 from __future__ import annotations
