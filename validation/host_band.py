@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import calibrate_check as cc  # noqa: E402
 import kept_back  # noqa: E402
 from servelab.engines.vllm_host import HOST_QUEUE  # noqa: E402
-from servelab.plan.predict import HOST_SHARE  # noqa: E402
+from servelab.plan.cohorts import HOST_SHARE  # noqa: E402
 
 FITTED = ("kept-back-h200", "kept-back2-h200", "kept-back3-h200")
 CHECKED = ("kept-back4-h200", "kept-back5-h200")

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How many of vLLM's engine steps carry prompts, and what such a step costs: the measurement behind
-``MIXED_SHARE`` in src/servelab/plan/predict.py (issue 17).
+``MIXED_SHARE`` in src/servelab/plan/cohorts.py (issue 17).
 
 Every stream's tokens arrive once per engine step, so the arrival times of all the chunks of a level,
 merged, fall into clusters one step apart (a new step starts after a gap of more than 1.5 ms). A

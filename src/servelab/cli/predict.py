@@ -25,7 +25,8 @@ from servelab.plan.hardware import load_hardware, profiles
 from servelab.plan.model_spec import load_model
 from servelab.plan.curves import PredictedLoad, price
 from servelab.plan.planner import moe_kernel_case
-from servelab.plan.predict import HOST_SHARE, NO_GRAPH, Point
+from servelab.plan.cohorts import HOST_SHARE
+from servelab.plan.predict import NO_GRAPH, Point
 from servelab.plan.rate import RatePoint
 from servelab.report import plots
 from servelab.report.explain_table import explain_table, repeat_table
@@ -152,7 +153,8 @@ def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, rou
                f"Assumes {_assumptions(routing)}.")  # fmt: skip
     if any(p.host_share >= HOST_SHARE for _, _, pts in results for p in _points(pts)):
         host = point_band(band, HOST_SHARE)
-        caption += (f" * host-bound (the host's time per step at least half the decode step's GPU time): TTFT includes the host's queue; "
+        caption += (f" * host-bound (the host's time per step at least {HOST_SHARE:.0%} of the decode step's GPU time): above one stream, "
+                    f"where fewer than one prompt a decode step arrives, a steady state's prompts ride in waves and its TTFT includes the host's queue; "
                     f"band ± {host.tok_s:.0%} on tok/s and TPOT, ± {host.ttft:.0%} on TTFT; {host.evidence}.")  # fmt: skip
     title = f"predicted: {spec.name} · {hw.name} · {input_tokens:,} in / {output_tokens:,} out · " + ("open loop" if rates else closed_loop)
     title, caption = escape(title), escape(caption)  # model names and calibration files are the user's text, not markup
@@ -169,7 +171,7 @@ def _band(point: Point | RatePoint, model_band: Band) -> dict[str, list[float] |
     host's where the point is host-bound: ``servelab.plan.band.point_band``)."""
     p = point.point if isinstance(point, RatePoint) else point
     band = point_band(model_band, p.host_share)
-    return {"host_bound": band is not model_band, "aggregate_tok_s": [p.aggregate_tok_s * (1 - band.tok_s), p.aggregate_tok_s * (1 + band.tok_s)],
+    return {"host_bound": p.host_share >= HOST_SHARE, "aggregate_tok_s": [p.aggregate_tok_s * (1 - band.tok_s), p.aggregate_tok_s * (1 + band.tok_s)],
             "ttft_s": [p.ttft_s * (1 - band.ttft), p.ttft_s * (1 + band.ttft)], "tpot_s": [p.tpot_s * (1 - band.tok_s), p.tpot_s * (1 + band.tok_s)]}
 
 

@@ -132,7 +132,7 @@ class VLLM(Engine):
                f"a burst's step without CUDA graphs at least the host's launches ({EAGER_HOST_LAYER_S * 1e3:g} ms a layer, "
                f"{EAGER_HOST_MOE_S['bf16'] * 1e3:g} more a BF16 MoE layer, {EAGER_HOST_MLA_S * 1e3:g} more an MLA layer); "
                f"on Hopper, every step at least the host's {STEP_HOST_S * 1e3:g} ms + {STEP_HOST_SEQ_S * 1e6:g} µs a sequence beyond the first "
-               f"(fitted up to 64) and, where it is half the decode step's GPU work or more, a steady state's prompts in waves and "
+               f"(fitted up to 64) and, where that binds (the host-bound points marked *), a steady state's prompts in waves and "
                f"each request {HOST_QUEUE:g} host steps a running stream in the host's queue")
     untuned_moe = ("it warns that performance may be sub-optimal: tune one for this GPU with vLLM's benchmarks/kernels/benchmark_moe.py --tune "
                    "and point VLLM_TUNED_CONFIG_FOLDER at the folder it writes (vllm/model_executor/layers/fused_moe/fused_moe.py, get_moe_configs). "

@@ -1,11 +1,11 @@
 """vLLM's host (the API server and the engine core's CPU work): what it costs a step and a request, on the machines measured
-(vLLM 0.25 on the lent Hopper machines' Xeon hosts). Used through ``servelab.engines.vllm.Vllm.eager_host_s`` and
+(vLLM 0.25 on the lent Hopper machines' Xeon hosts). Used through ``servelab.engines.vllm.VLLM.eager_host_s`` and
 ``step_host_s``; defined in docs/metrics.md ("host's floor", "host's time per step", "host's queue")."""
 
 # The host's time to launch a step without CUDA graphs (vLLM 0.25 on the lent Hopper machines' Xeon hosts), per layer by kind:
 # such a step takes at least this long (docs/metrics.md, "host's floor"). Fitted (least absolute error) on a lone 522-token prompt
 # (without graphs) against a 512-token one (inside a graph) on 25 servers of 19 models: 143 ms of error in all against 340 without
-# it; held out on the third and fourth kept-back sets' 8 servers, 60 against 94 (validation/eager_host.py). FP8 MoE layers 0: the
+# it; held out on the third to fifth kept-back sets' 12 servers, 110 against 161 (validation/eager_host.py). FP8 MoE layers 0: the
 # calibration's eager times, fitted on FP8 MoE runs, exceed it. Bursts' steps with prompts only: in the steady state the prompts'
 # cohorts merge as the load runs, which these times misprice (validation/RESULTS-predict.md, "The host's floor").
 EAGER_HOST_LAYER_S = 0.7e-3
@@ -18,9 +18,10 @@ EAGER_HOST_MLA_S = 0.5e-3
 # 64 sequences an extrapolation): validation/RESULTS-predict.md, "The host's time per step, and a fourth kept-back set".
 STEP_HOST_S = 1.9e-3
 STEP_HOST_SEQ_S = 22e-6
-# The host's queue (docs/metrics.md, "host's queue"): where the host's time per step is at least half the decode step's GPU time
-# (servelab.plan.predict.HOST_SHARE), a steady state's requests wait before their first token about HOST_QUEUE host steps
-# per running stream (vLLM's API server answers their headers late, ~90 ms at 64 streams on ~1 B models, and the engine core
-# takes the prompts in waves). Fitted (the median of measured − predicted TTFT ÷ (B · the host's step)) on the first three
-# kept-back sets' 11 such levels (OLMoE-1B-7B, Granite-3.1-3B-A800M), before the fifth set was measured: validation/host_band.py.
-HOST_QUEUE = 1.23
+# The host's queue (docs/metrics.md, "waves"): where the host binds (servelab.plan.cohorts.host_weight: the host's time per step
+# at least half the decode step's GPU time, and the prompts in waves), a steady state's request waits before its first token
+# about HOST_QUEUE host steps for each running stream (up to servelab.plan.predict.QUEUE_STREAMS): vLLM's API server answered
+# ~1 B models' headers ~90 ms late at 64 streams, and the engine core took their prompts in waves. Fitted (the median of
+# measured − predicted TTFT ÷ the queue's host steps) on the first three kept-back sets' 11 such levels (OLMoE-1B-7B,
+# Granite-3.1-3B-A800M), before the fifth set was measured (1.23 then; 1.28 with the ramp): validation/host_band.py.
+HOST_QUEUE = 1.28

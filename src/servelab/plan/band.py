@@ -19,7 +19,7 @@ from importlib.resources import files
 import yaml
 from pydantic import BaseModel, Field
 
-from servelab.plan.predict import HOST_SHARE
+from servelab.plan.cohorts import HOST_SHARE
 from servelab.values.specs import ModelSpec
 
 
@@ -52,9 +52,9 @@ def point_band(band: Band, host_share: float) -> Band:
     """The band one predicted point carries: ``band`` (its model's class, :func:`band_for`), widened to the host's
     (servelab/data/bands.yaml ``host``) where ``host_share`` (``Point.host_share``: the host's time per step ÷ the decode
     step's GPU time) is at least ``HOST_SHARE``."""
-    if host_share < HOST_SHARE:
-        return band
     host = _bands()["host"]
+    if host_share < HOST_SHARE or (band.tok_s >= host["tok_s"] and band.ttft >= host["ttft"]):
+        return band
     return Band(family_class=f"{band.family_class}, host-bound", tok_s=max(band.tok_s, host["tok_s"]), ttft=max(band.ttft, host["ttft"]),
                 points=host["points"], evidence=host["evidence"])  # fmt: skip
 

@@ -1,12 +1,20 @@
 """The steady state's cohorts: how many prompts ride one engine step beside the decode batch (issue 17, issue 53), as
-``servelab.plan.predict`` prices them (docs/metrics.md, "mixed step", "waves"); the measured count is ``servelab.metrics.waves``."""
+``servelab.plan.predict`` prices them (docs/metrics.md, "mixed step", "waves": where the host binds, in waves); the measured
+count is ``servelab.metrics.waves``."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from servelab.plan.predict import Terms
 
 MIXED_SHARE = 0.25  # where the token budget splits no cohort, this share of the steps carries prompts (:func:`cohorts`; measured 19–35 % at 32–256 streams: validation/mixed_steps.py)
-WAVE = 1.25  # where the host binds, a steady state's prompts ride in cohorts of WAVE · √B (measured 5–6 at 16 streams, 9–11 at 64 on OLMoE-1B-7B and Granite-3.1-3B-A800M: validation/mixed_steps.py)
+WAVE = 5.75  # where the host binds, a steady state's wave carries one prompt for every WAVE running streams: the median of B ÷ the prompts per step over OLMoE-1B-7B's and Granite-3.1-3B-A800M's levels at 16 and 64 streams (the third kept-back set: 3.1 and 5.0 at 16, 9.9 and 10.1 at 64; validation/api_servers.py)
+HOST_SHARE = 0.5  # a point is host-bound where the host's time per step is at least this share of its decode step's GPU time: its steady state's TTFT adds the host's queue, its band is the host's (servelab.plan.band; validation/host_band.py)
+HOST_RAMP = 0.05  # … fully so from HOST_SHARE + HOST_RAMP (host_weight: a ramp keeps the curve continuous)
 
 
 def cohorts(k: float, budget: float) -> tuple[float, float]:
@@ -23,3 +31,28 @@ def cohorts(k: float, budget: float) -> tuple[float, float]:
     steps = 1 + 1 / math.expm1(min(ratio, 50.0)) if ratio > 1e-9 else math.inf  # a cohort's steps (⌈X ÷ b⌉ averaged over X)
     share = min(1.0, k * steps / natural)
     return share, k / share
+
+
+def host_weight(t: Terms, host_share: float) -> float:
+    """How far a steady-state level runs as host-bound (docs/metrics.md, "waves"), 0–1: 0 up to ``HOST_SHARE`` of the host's
+    time per step over its decode step's GPU time, 1 from ``HOST_SHARE`` + ``HOST_RAMP``, linear between; times 1 up to half
+    a prompt a decode step (k ≤ ½), 0 from one (waves need decode-only steps between them), linear between. A ramp, not a
+    threshold, so that the curve stays continuous in the streams and the lengths."""
+    share = min(1.0, max(0.0, (host_share - HOST_SHARE) / HOST_RAMP))
+    return share * min(1.0, max(0.0, 2 * (1 - t.prompts_per_step))) if t.running > 1 else 0.0
+
+
+def waved(t: Terms, weight: float = 1.0) -> Terms:
+    """``t`` with the steady state's prompts in waves (docs/metrics.md, "waves"): where the host binds (``weight``,
+    :func:`host_weight`), the streams bunch into cohorts of one prompt for every ``WAVE`` running streams, blended with
+    :func:`cohorts`' m₀ by ``weight`` and no more than a step's token budget holds, each riding one mixed step
+    (``Terms.step_at``); ``t`` itself where that is no more than m₀, or with draft tokens or no ``step_at``."""
+    if weight <= 0 or t.draft_tokens or not t.step_at or not t.mixed_share:
+        return t
+    natural, decode = t.prompts_per_step / t.mixed_share, t.running - 1
+    room = math.floor((t.max_num_batched_tokens - decode) / t.input_tokens)
+    m = min(natural + weight * max(0.0, t.running / WAVE - natural), room)
+    if m <= natural:
+        return t
+    x = t.step_at(decode, round(m * t.input_tokens))
+    return replace(t, mixed_share=t.prompts_per_step / m, mixed_bytes_s=x.bytes_s, mixed_flops_s=x.flops_s, mixed_eager=x.eager)

@@ -64,7 +64,7 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
   ``max_num_batched_tokens`` after the API server hands them on one by one (the launch spread),
   then the wave decodes at full batch with CUDA graphs; each stream's next request (``BURST_REQUESTS``
   per stream) arrives as its previous one ends; a step with prompts without CUDA graphs takes at least
-  the host's time to launch it (``Engine.eager_host_s``; the steady state keeps its fitted times: its cohorts merge). TTFT is bimodal: its mean and p99 are the figures
+  the host's time to launch it (``Engine.eager_host_s``; the steady state's steps with prompts keep their fitted times: where the host binds its prompts ride in waves, :func:`waved`). TTFT is bimodal: its mean and p99 are the figures
   to compare (``ttft_mean_s``, ``ttft_p99_s``); a burst with speculative decoding is priced as the
   steady state (not step by step); **batch** (``--closed-loop batch``): the same with one request per
   stream, a ``servelab grid`` cell or a llama-benchy batch, whose tg t/s (total) is ``tg_total_tok_s``;
@@ -102,7 +102,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -110,7 +110,7 @@ import numpy as np
 from servelab.engines import plan_engine
 from servelab.plan.burst import simulate
 from servelab.plan.calibration import Calibration
-from servelab.plan.cohorts import WAVE, cohorts
+from servelab.plan.cohorts import cohorts, host_weight, waved
 from servelab.plan.drafter import Drafter
 from servelab.plan.limits import Limits
 from servelab.plan.quant import QuantFormat
@@ -122,7 +122,7 @@ PREFILL_NAMED = 0.5  # prefill is named when the prompts add this share of the d
 API_TTFT_S = 0.005  # TTFT's share outside the engine steps (HTTP, chat template, tokenization, the first chunk): 4–7 ms at one stream on vLLM 0.25 (validation/RESULTS-predict.md)
 ADMIT_S_PER_TOKEN = 2.0e-6  # the API server's time per request, per prompt token, one request after another (chat endpoint): a 256-stream burst of 1,024-token prompts ended 550 ms later than without it (validation/waves-h100/burst-*: TTFT p99 6.42–6.45 s measured, 5.88 s simulated), 2.1 ms a request
 ASYNC_WAIT_STEPS = 2  # steady state: the steps a new request waits for before the one that carries its prompt (module docstring; vLLM's asynchronous scheduling)
-HOST_SHARE = 0.5  # a point is host-bound where the host's time per step is at least this share of its decode step's GPU time: its steady state's TTFT adds the host's queue, its band is the host's (servelab.plan.band; validation/host_band.py)
+QUEUE_STREAMS = 64  # the host's queue counts the running streams up to this many, the most it was measured at (above: held there, an extrapolation)
 HOST_NAMED = "the host's time per step"  # the bottleneck where a step's host time (Engine.step_host_s) exceeds its GPU work
 NO_GRAPH = ("prefill, in steps without CUDA graphs", "no CUDA graph (batch above the largest capture size)")  # the bottlenecks a larger capture size lifts
 BURST_REQUESTS = {"burst": 2, "batch": 1}  # requests per stream: vllm bench serve --max-concurrency C --num-prompts 2C (issue 38's truth); a grid cell, llama-benchy's batch
@@ -267,21 +267,6 @@ def terms(
                  engine.eager_host_s(spec, fmt.name, hw), *engine.step_host_s(hw))  # fmt: skip
 
 
-def waved(t: Terms) -> Terms:
-    """``t`` with the steady state's prompts in waves (docs/metrics.md, "waves"): where the host binds, the streams bunch into
-    cohorts of ``WAVE`` · √B prompts (no fewer than :func:`cohorts` prices, no more than a step's token budget holds), each
-    riding one mixed step (``Terms.step_at``); ``t`` itself where that is no more, or with draft tokens or no ``step_at``."""
-    if t.running < 2 or t.draft_tokens or not t.step_at or not t.mixed_share or t.prompts_per_step >= 1:  # waves need decode-only steps between them
-        return t
-    natural, decode = t.prompts_per_step / t.mixed_share, t.running - 1
-    room = math.floor((t.max_num_batched_tokens - decode) / t.input_tokens)
-    m = min(WAVE * math.sqrt(t.running), room)
-    if m <= natural:
-        return t
-    x = t.step_at(decode, round(m * t.input_tokens))
-    return replace(t, mixed_share=t.prompts_per_step / m, mixed_bytes_s=x.bytes_s, mixed_flops_s=x.flops_s, mixed_eager=x.eager)
-
-
 def step_times(t: Terms, bw, cmp, per_step: float):
     """TPOT and TTFT of a level without the calibrated times per step (module docstring), and what
     one second of each adds to them: ``(tpot, ttft, decode step, (the per-layer time on tpot, on
@@ -332,8 +317,8 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     tpot0, ttft0, decode, (o_tpot, o_ttft), (e_tpot, e_ttft), (s_tpot, s_ttft) = step_times(t, cal.bw_efficiency, cal.compute_efficiency, per_step)
     host = t.host_s(t.running)
     host_share = host / (float(decode) + overhead + eager * t.decode_eager)
-    waving = host_share >= HOST_SHARE and (waves := waved(t)) is not t
-    if waving:  # the host binds: the prompts ride in waves
+    weight = host_weight(t, host_share)
+    if (waves := waved(t, weight)) is not t:  # the host binds: the prompts ride in waves
         t = waves
         tpot0, ttft0, decode, (o_tpot, o_ttft), (e_tpot, e_ttft), (s_tpot, s_ttft) = step_times(t, cal.bw_efficiency, cal.compute_efficiency, per_step)
     tpot = float(tpot0 + layer * o_tpot + (draft + fitted_moe) * s_tpot + fitted_eager * e_tpot)
@@ -344,7 +329,7 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     lift, lift_mixed = max(0.0, host - t_d), max(0.0, host - mixed)  # each kind of step no faster than the host's time for it
     tpot += (1 - share) * lift / per_step + share * lift_mixed
     ttft += (s_ttft - 1) * ((1 - share) * lift + share * lift_mixed) + lift_mixed  # the steps it waits for, then its own
-    queue_s = t.host_queue * t.running * host if waving else 0.0  # in waves, a request waits in the host's queue: its turn behind every running stream
+    queue_s = weight * t.host_queue * min(t.running, QUEUE_STREAMS) * host  # where the host binds, a request waits in its queue: its turn behind the running streams
     ttft += queue_s
     t_d += lift
     t_p = t.prefill_s / cal.compute_efficiency + t.prefill_allreduce_s
