@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from servelab.plan.predict import Terms
+from typing import Any
 
 MIXED_SHARE = 0.25  # where the token budget splits no cohort, this share of the steps carries prompts (:func:`cohorts`; measured 19–35 % at 32–256 streams: validation/mixed_steps.py)
 WAVE = 5.75  # where the host binds, a steady state's wave carries one prompt for every WAVE running streams: the median of B ÷ the prompts per step over OLMoE-1B-7B's and Granite-3.1-3B-A800M's levels at 16 and 64 streams (the third kept-back set: 3.1 and 5.0 at 16, 9.9 and 10.1 at 64; validation/api_servers.py)
@@ -33,8 +30,8 @@ def cohorts(k: float, budget: float) -> tuple[float, float]:
     return share, k / share
 
 
-def host_weight(t: Terms, host_share: float) -> float:
-    """How far a steady-state level runs as host-bound (docs/metrics.md, "waves"), 0–1: 0 up to ``HOST_SHARE`` of the host's
+def host_weight(t: Any, host_share: float) -> float:
+    """How far a steady-state level (``t``: its ``servelab.plan.predict.Terms``) runs as host-bound (docs/metrics.md, "waves"), 0–1: 0 up to ``HOST_SHARE`` of the host's
     time per step over its decode step's GPU time, 1 from ``HOST_SHARE`` + ``HOST_RAMP``, linear between; times 1 up to half
     a prompt a decode step (k ≤ ½), 0 from one (waves need decode-only steps between them), linear between. A ramp, not a
     threshold, so that the curve stays continuous in the streams and the lengths."""
@@ -42,8 +39,8 @@ def host_weight(t: Terms, host_share: float) -> float:
     return share * min(1.0, max(0.0, 2 * (1 - t.prompts_per_step))) if t.running > 1 else 0.0
 
 
-def waved(t: Terms, weight: float = 1.0) -> Terms:
-    """``t`` with the steady state's prompts in waves (docs/metrics.md, "waves"): where the host binds (``weight``,
+def waved(t: Any, weight: float = 1.0) -> Any:
+    """``t`` (a level's ``servelab.plan.predict.Terms``) with the steady state's prompts in waves (docs/metrics.md, "waves"): where the host binds (``weight``,
     :func:`host_weight`), the streams bunch into cohorts of one prompt for every ``WAVE`` running streams, blended with
     :func:`cohorts`' m₀ by ``weight`` and no more than a step's token budget holds, each riding one mixed step
     (``Terms.step_at``); ``t`` itself where that is no more than m₀, or with draft tokens or no ``step_at``."""
