@@ -826,3 +826,20 @@ def test_a_host_bound_point_carries_the_hosts_band():
     out = cli.invoke(app, ["predict", "--model", str(ROOT / "validation/configs/mistral-small-24b"), "--hardware", "h200", "--concurrency", "64", "--json"])
     p = json.loads(out.output)["variants"][0]["points"][0]
     assert not p["band"]["host_bound"] and p["band"]["aggregate_tok_s"] == pytest.approx([p["aggregate_tok_s"] * 0.94, p["aggregate_tok_s"] * 1.06])
+
+
+def test_explain_names_the_host_where_it_binds():
+    """issue 53 (5): ``servelab explain`` on a host-bound server's run (the fifth kept-back set's Qwen3-0.6B) names the host's
+    terms (its share of the step, the host's queue in ms) where a level departs from the curve (4 streams: tok/s 22 % off) or
+    its TTFT does (32 streams), not where it agrees (16); a server the host does not bind (MiniMax-M2.5's cut at 16 and 32
+    streams) gets none."""
+    from servelab.cli.predict import read_run
+    from servelab.rules.explain import explain
+
+    data = ROOT / "validation" / "kept-back5-h200"
+    cal, hw, bf16 = calibration("vllm-0.25-h100-bf16"), load_hardware("h200"), get_format("bf16")
+    rows = explain(read_run(data / "qwen3-0.6b-stagger-run.json"), load_model(str(ROOT / "validation/configs/qwen3-0.6b")), bf16, hw, cal)
+    hosted = {r.concurrency: r.cause for r in rows if "the host binds" in r.cause}
+    assert set(hosted) == {4, 32} and all("in the host's queue" in cause for cause in hosted.values())
+    rows = explain(read_run(data / "minimax-m2.5-8l-stagger-run.json"), load_model(str(ROOT / "validation/configs/minimax-m2.5-8l")), bf16, hw, cal)
+    assert not [r for r in rows if r.concurrency >= 16 and "the host binds" in r.cause]
