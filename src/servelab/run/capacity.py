@@ -28,7 +28,8 @@ from servelab.plan.calibration import calibration
 from servelab.plan.checkpoint import weight_format
 from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
-from servelab.plan.band import Band, band_for
+from servelab.plan.band import Band, band_for, point_band
+from servelab.plan.cohorts import HOST_SHARE
 from servelab.plan.curves import GROWTH, PredictedLoad, price, within
 from servelab.plan.pricing import class_band
 from servelab.store.results import RunResult, load_run
@@ -242,7 +243,7 @@ class Prober:
 class Predicted(BaseModel):
     """``servelab predict``'s capacity for a search's start: the largest concurrency within the
     objectives (None: not even one stream), the bottleneck there, and its band: the capacity were every
-    predicted time (1 ± ``half_width``, the family class's tok/s band at least ``FLOOR_BAND``:
+    predicted time (1 ± ``half_width``, the family class's tok/s band, or the host's where the start is host-bound, at least ``FLOOR_BAND``:
     ``servelab.plan.pricing.class_band``) times itself (``servelab.plan.band``, ``servelab.plan.curves.within``)."""
 
     streams: int | None
@@ -272,6 +273,8 @@ def predicted_start(target: Target, load: Load) -> Predicted:
     if not curves:
         raise ServelabError(unfit[0][1])
     band = band_for(spec, fmt.name)
-    half = class_band(band)
-    got = within(curves[0], load.slo, half)
-    return Predicted(streams=got.streams, bottleneck=got.bottleneck, bracket=got.band, band=band, half_width=half)
+    got = within(curves[0], load.slo, class_band(band))
+    if got.streams and (at := curves[0].at(got.streams)).host_share >= HOST_SHARE:  # a host-bound start: the host's band, as predict shows it
+        band = point_band(band, at.host_share)
+        got = within(curves[0], load.slo, class_band(band))
+    return Predicted(streams=got.streams, bottleneck=got.bottleneck, bracket=got.band, band=band, half_width=class_band(band))
