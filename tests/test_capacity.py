@@ -159,7 +159,8 @@ def test_capacity_json_is_the_only_thing_on_stdout(tmp_path):
     doc = json.loads(out.stdout)
     assert doc["max_concurrency"] and doc["probes"] and "probe 01-c16" in out.stderr
     band = doc["predicted_band"]  # predict's capacity for --hardware's Qwen3-8B, with its family class's band (issue 53)
-    assert band["family_class"] == "dense" and band["streams"][0] <= doc["predicted"] <= band["streams"][1] and band["streams"][0] < band["streams"][1]
+    assert band["family_class"] in ("dense", "dense, host-bound")  # 64 / 8 tokens: its start may be host-bound (servelab.plan.band.point_band)
+    assert band["streams"][0] <= doc["predicted"] <= band["streams"][1] and band["streams"][0] < band["streams"][1]
 
 
 def test_a_host_bound_predicted_start_carries_the_hosts_band():
