@@ -151,7 +151,7 @@ def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, rou
     caption = (f"calibration {cal.name} (η_bw {cal.bw_efficiency}, η_c {cal.compute_efficiency}, {cal.layer_overhead_us} µs per layer per step{moe}, {cal.eager_step_ms} ms more without CUDA graphs; {cal.source}). "
                f"Measured error: {cal.error} Band ({band.family_class}): ± {band.tok_s:.0%} on tok/s and TPOT, ± {band.ttft:.0%} on TTFT; {band.evidence}. "
                f"Assumes {_assumptions(routing)}.")  # fmt: skip
-    if any(p.host_share >= HOST_SHARE for _, _, pts in results for p in _points(pts)):
+    if any(p.host_bound for _, _, pts in results for p in _points(pts)):
         host = point_band(band, HOST_SHARE)
         caption += (f" * host-bound (the host's time per step at least {HOST_SHARE:.0%} of the decode step's GPU time): above one stream, "
                     f"where fewer than one prompt a decode step arrives, a steady state's prompts ride in waves and its TTFT includes the host's queue; "
@@ -171,7 +171,7 @@ def _band(point: Point | RatePoint, model_band: Band) -> dict[str, list[float] |
     host's where the point is host-bound: ``servelab.plan.band.point_band``)."""
     p = point.point if isinstance(point, RatePoint) else point
     band = point_band(model_band, p.host_share)
-    return {"host_bound": p.host_share >= HOST_SHARE, "aggregate_tok_s": [p.aggregate_tok_s * (1 - band.tok_s), p.aggregate_tok_s * (1 + band.tok_s)],
+    return {"host_bound": p.host_bound, "aggregate_tok_s": [p.aggregate_tok_s * (1 - band.tok_s), p.aggregate_tok_s * (1 + band.tok_s)],
             "ttft_s": [p.ttft_s * (1 - band.ttft), p.ttft_s * (1 + band.ttft)], "tpot_s": [p.tpot_s * (1 - band.tok_s), p.tpot_s * (1 + band.tok_s)]}
 
 
@@ -213,7 +213,7 @@ def _curve_table(v: dict, limits, points, title: str, caption: str, *, batch: bo
         level = (f"{raw.rate_rps:g}", str(p.concurrency)) if open_loop else (str(p.concurrency),)
         table.add_row(*level, str(p.running), f"{1 / p.tpot_s:,.1f}", f"{p.per_stream_tok_s:,.1f}", f"{p.aggregate_tok_s:,.0f}",
                       *((f"{p.tg_total_tok_s:,.1f}" if p.tg_total_tok_s is not None else "–",) if batch else ()), "grows" if grows else f"{p.ttft_s * 1e3:,.0f}", f"{p.tpot_s * 1e3:,.2f}",
-                      "grows" if grows else f"{(p.e2e_s + p.queue_s):,.2f}", p.bottleneck + (" *" if p.host_share >= HOST_SHARE else ""))  # fmt: skip
+                      "grows" if grows else f"{(p.e2e_s + p.queue_s):,.2f}", p.bottleneck + (" *" if p.host_bound else ""))  # fmt: skip
     table.caption = caption + (f" max_num_seqs {limits.max_num_seqs}, max_num_batched_tokens {limits.max_num_batched_tokens}, "
                                f"KV cache for {limits.kv_requests:,.0f} such requests.")  # fmt: skip
     return table

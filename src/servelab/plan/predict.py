@@ -110,7 +110,7 @@ import numpy as np
 from servelab.engines import plan_engine
 from servelab.plan.burst import simulate
 from servelab.plan.calibration import Calibration
-from servelab.plan.cohorts import cohorts, host_weight, waved
+from servelab.plan.cohorts import HOST_SHARE, cohorts, host_weight, waved
 from servelab.plan.drafter import Drafter
 from servelab.plan.limits import Limits
 from servelab.plan.quant import QuantFormat
@@ -149,6 +149,11 @@ class Point:
     tg_total_tok_s: float | None = None  # bursts and batches run step by step: Σ (O − 1) ÷ (last token − first first-token), servelab grid's tg t/s (total)
     host_share: float = 0.0  # the host's time per step ÷ the decode step's GPU time, at the running batch (``HOST_SHARE``)
     host_queue_s: float = 0.0  # the steady state's wait in the host's queue, in its TTFT (s; docs/metrics.md "host's queue")
+
+    @property
+    def host_bound(self) -> bool:
+        """The host's time per step is at least ``HOST_SHARE`` of the decode step's GPU time (docs/metrics.md, "waves")."""
+        return self.host_share >= HOST_SHARE
 
 
 @dataclass(frozen=True)
@@ -315,15 +320,14 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     overhead = layer * (t.layers + t.draft_passes) + moe + draft  # a step's: its layers', its MoE layers', each draft pass's, the drafting time
     per_step = spec_tokens_per_step(acceptance, t.draft_tokens)
     tpot0, ttft0, decode, (o_tpot, o_ttft), (e_tpot, e_ttft), (s_tpot, s_ttft) = step_times(t, cal.bw_efficiency, cal.compute_efficiency, per_step)
-    host = t.host_s(t.running)
-    host_share = host / (float(decode) + overhead + eager * t.decode_eager)
+    t_d, host = float(decode) + overhead + eager * t.decode_eager, t.host_s(t.running)  # the decode step (the waves change only the mixed one)
+    host_share = host / t_d
     weight = host_weight(t, host_share)
     if (waves := waved(t, weight)) is not t:  # the host binds: the prompts ride in waves
         t = waves
-        tpot0, ttft0, decode, (o_tpot, o_ttft), (e_tpot, e_ttft), (s_tpot, s_ttft) = step_times(t, cal.bw_efficiency, cal.compute_efficiency, per_step)
+        tpot0, ttft0, _, (o_tpot, o_ttft), (e_tpot, e_ttft), (s_tpot, s_ttft) = step_times(t, cal.bw_efficiency, cal.compute_efficiency, per_step)
     tpot = float(tpot0 + layer * o_tpot + (draft + fitted_moe) * s_tpot + fitted_eager * e_tpot)
     ttft = float(ttft0 + layer * o_ttft + (draft + fitted_moe) * s_ttft + fitted_eager * e_ttft)
-    t_d = float(decode) + overhead + eager * t.decode_eager
     share = t.mixed_share
     mixed = t_d + (tpot - t_d / per_step) / share if share else ttft - API_TTFT_S  # a step that carries prompts, as priced (one stream: its prompt alone)
     lift, lift_mixed = max(0.0, host - t_d), max(0.0, host - mixed)  # each kind of step no faster than the host's time for it
@@ -373,10 +377,13 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
     eager = fitted_eager + t.eager_extra_s
     t0 = cal.layer_overhead_us / 1e6 * t.layers + fitted_moe + t.moe_extra_s
 
+    def gpu_s(x: StepTerms, clock: float = 1.0) -> float:
+        """A step's GPU time without t_eager, s, its FLOPs at ``clock`` × the calibrated rate."""
+        return max(x.bytes_s / cal.bw_efficiency, x.flops_s / cal.compute_efficiency / clock) + x.kv_s / cal.bw_efficiency + x.allreduce_s + t0
+
     def step_s(decode: int, prompt: int, sustained: bool) -> float:
         x = t.step_at(decode, prompt)
-        clock = t.power_clock if sustained and prompt else 1.0  # a wave's prefill, step after step: at the power-capped clock
-        gpu = max(x.bytes_s / cal.bw_efficiency, x.flops_s / cal.compute_efficiency / clock) + x.kv_s / cal.bw_efficiency + x.allreduce_s + t0
+        gpu = gpu_s(x, t.power_clock if sustained and prompt else 1.0)  # a wave's prefill, step after step: at the power-capped clock
         host = t.host_s(decode + math.ceil(prompt / t.input_tokens))  # no step faster than the host's time for its sequences,
         return max(gpu + eager, t.eager_host_s if prompt else 0.0, host) if x.eager else max(gpu, host)  # a prompt's without graphs than its launches
 
@@ -386,7 +393,7 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
     e2e, tpot, mean = API_TTFT_S + float(np.mean(run.e2e_s)), run.tpot_s(output_tokens), run.ttft("mean")
     decode, prefill = step_s(t.running, 0, False), step_s(0, t.input_tokens, False)
     x = t.step_at(t.running, 0)
-    gpu_decode = max(x.bytes_s / cal.bw_efficiency, x.flops_s / cal.compute_efficiency) + x.kv_s / cal.bw_efficiency + x.allreduce_s + t0 + (eager if x.eager else 0.0)
+    gpu_decode = gpu_s(x) + (eager if x.eager else 0.0)
     if concurrency > t.running:
         bottleneck = "slot cap / KV capacity"
     elif mean >= PREFILL_NAMED * (e2e - mean):

@@ -26,7 +26,6 @@ from servelab.rules.diagnose import diagnose
 from servelab.errors import ServelabError
 from servelab.metrics.repeats import RepeatStats, repeat_stats
 from servelab.plan.calibration import Calibration
-from servelab.plan.cohorts import HOST_SHARE
 from servelab.plan.fit import Measured, measured_levels, predicted_ttft
 from servelab.plan.predict import API_TTFT_S, BURST_REQUESTS, Point, predict
 from servelab.plan.quant import QuantFormat
@@ -84,14 +83,14 @@ def explain(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardware, cal
         wave = _wave(m)
         if wave:
             named.insert(0, wave)
+        host = _host_terms(pt)
         if agree:
             ttft_off = abs(predicted_ttft(m, pt) / m.ttft_s - 1) > 2 * AGREE
-            host = f"; {_host_terms(pt)}" if _host_terms(pt) else ""
-            cause = "as predicted" + (f" but TTFT ({_ttft_terms(m)}{host})" if ttft_off else "") + "".join(f"; {n}" for n in named)
+            cause = "as predicted" + (f" but TTFT ({_ttft_terms(m)}{f'; {host}' if host else ''})" if ttft_off else "") + "".join(f"; {n}" for n in named)
         elif named:
             cause = "; ".join(named)
-        elif _host_terms(pt):
-            cause = f"{_host_terms(pt)}: the host-bound steady state is an empirical rule fitted on small models (docs/metrics.md, \"waves\")"
+        elif host:
+            cause = f"{host}: the host-bound steady state is an empirical rule fitted on small models (docs/metrics.md, \"waves\")"
         elif m.terms.draft_tokens:
             cause = (f"speculative decoding ({m.terms.draft_tokens} draft tokens, acceptance {m.acceptance:.0%} from the server's counters): "
                      f"the drafting time per step is not {cal.draft_overhead_ms:g} ms as in {cal.name}")  # fmt: skip
@@ -130,7 +129,7 @@ def _architecture_terms(m: Measured, cal: Calibration) -> str:
 def _host_terms(pt: Point) -> str:
     """For a host-bound point (``servelab.plan.cohorts.HOST_SHARE``): the terms predict priced for it, the host's share of the
     step and the host's queue in its TTFT (ms; docs/metrics.md, "waves"); "" for another point."""
-    if pt.host_share < HOST_SHARE:
+    if not pt.host_bound:
         return ""
     queue = f", {pt.host_queue_s * 1e3:,.0f} ms of its TTFT in the host's queue" if pt.host_queue_s else ""
     return f"the host binds: its time per step {pt.host_share:.0%} of the GPU's{queue}"

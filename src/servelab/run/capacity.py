@@ -29,7 +29,6 @@ from servelab.plan.checkpoint import weight_format
 from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
 from servelab.plan.band import Band, band_for, point_band
-from servelab.plan.cohorts import HOST_SHARE
 from servelab.plan.curves import GROWTH, PredictedLoad, price, within
 from servelab.plan.pricing import class_band
 from servelab.store.results import RunResult, load_run
@@ -274,7 +273,7 @@ def predicted_start(target: Target, load: Load) -> Predicted:
         raise ServelabError(unfit[0][1])
     band = band_for(spec, fmt.name)
     got = within(curves[0], load.slo, class_band(band))
-    if got.streams and (at := curves[0].at(got.streams)).host_share >= HOST_SHARE:  # a host-bound start: the host's band, as predict shows it
+    if got.streams and (at := curves[0].at(got.streams)).host_bound:  # a host-bound start: the host's band, as predict shows it
         band = point_band(band, at.host_share)
         got = within(curves[0], load.slo, class_band(band))
     return Predicted(streams=got.streams, bottleneck=got.bottleneck, bracket=got.band, band=band, half_width=class_band(band))
