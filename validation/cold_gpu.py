@@ -114,6 +114,11 @@ MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tok
     "gemma-3-1b": (("--max-model-len", "2048"), {}, 262144),  # real shapes: dense, 26 layers, hidden 1,152, sliding window 512 on 5 of 6
     "glm-4-9b": (("--max-model-len", "2048"), {}, 151552),  # GLM-4-9B-0414's shapes: dense, 40 layers, 2 KV heads, 4 norms a layer
     "minimax-m2.5-8l": (("--max-model-len", "2048"), UNIFORM, 200064),  # MiniMax-M2.5 cut to 8 layers, BF16: 256 experts of 1,536, top 8, GQA
+    # issue 53's sixth kept-back set (validation/kept-back6-h200/): chosen after the host-bound burst's queue was drafted, before predict was frozen with it
+    "qwen2.5-0.5b": (("--max-model-len", "2048"), {}, None),  # real config: dense, 24 layers, hidden 896, 2 KV heads, tied embeddings
+    "smollm2-1.7b": (("--max-model-len", "2048"), {}, 49152),  # real config: dense (Llama), 24 layers, hidden 2,048, 32 KV heads (MHA)
+    "qwen3-1.7b": (("--max-model-len", "2048"), {}, None),  # real config: dense, 28 layers, hidden 2,048
+    "qwen3-30b-a3b-16l": (("--max-model-len", "2048"), UNIFORM, None),  # Qwen3-30B-A3B cut to 16 layers, BF16: 128 experts of 768, top 8
     # Llama-3.2-1B with CUDA graphs up to 2,048 tokens (a prompt's step inside a graph): whether its steady state's waves come from steps without graphs
     "llama-3.2-1b-graphs": (("--max-model-len", "2048", "--max-cudagraph-capture-size", "2048"), {}, 128256),
     # the small MoE models again with four API server processes (vLLM's --api-server-count): whether one API server bounds their steady state
