@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import calibrate_check as cc  # noqa: E402
 import kept_back  # noqa: E402
-from servelab.engines.vllm_host import HOST_QUEUE  # noqa: E402
+from servelab.engines.vllm_host import BURST_QUEUE, HOST_QUEUE  # noqa: E402
 from servelab.plan.cohorts import HOST_SHARE  # noqa: E402
 
 FITTED = ("kept-back-h200", "kept-back2-h200", "kept-back3-h200")
@@ -51,23 +51,31 @@ def p90(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, -(-9 * len(ordered) // 10) - 1)]
 
 
-def fit(fitted: list[dict]) -> tuple[float, float, float, int]:
-    """From the fitted sets' host-bound rows: (the host's queue κ, the band's tok/s and TTFT half-widths, the levels κ was fitted on)."""
-    steady = [r for r in fitted if r["queue"]]  # the steady-state levels priced in waves, the host's queue in their TTFT
-    kappa = statistics.median((r["ttft"] - (r["p_ttft"] - r["queue"])) / (r["queue"] / HOST_QUEUE) for r in steady)
-    return kappa, p90([needed(r["p_tok"], r["tok"]) for r in fitted]), p90([needed(r["p_ttft"], r["ttft"]) for r in fitted]), len(steady)
+def kappa(rows: list[dict], shipped: float) -> float:
+    """The median over ``rows`` (each priced with the host's queue at ``shipped`` host steps a running stream) of the measured TTFT
+    beyond the prediction without the queue, in the queue's host steps: the κ that fits them."""
+    return statistics.median((r["ttft"] - (r["p_ttft"] - r["queue"])) / (r["queue"] / shipped) for r in rows)
+
+
+def fit(fitted: list[dict]) -> tuple[float, float, float, float, int, int]:
+    """From the fitted sets' host-bound rows: (the host's queue κ in the steady state and in bursts, the band's tok/s and TTFT
+    half-widths, the levels each κ was fitted on)."""
+    steady = [r for r in fitted if r["queue"] and r["kind"] != "burst"]  # the steady-state levels priced in waves, the host's queue in their TTFT
+    bursts = [r for r in fitted if r["queue"] and r["kind"] == "burst"]  # the host-bound bursts beyond one stream
+    return (kappa(steady, HOST_QUEUE), kappa(bursts, BURST_QUEUE), p90([needed(r["p_tok"], r["tok"]) for r in fitted]),
+            p90([needed(r["p_ttft"], r["ttft"]) for r in fitted]), len(steady), len(bursts))  # fmt: skip
 
 
 def main() -> dict:
     """Print the fit, the band and each set's host-bound points; return them."""
     by_set = {s: [r for r in rows(s) if r["host_share"] >= HOST_SHARE] for s in FITTED + CHECKED if (cc.ROOT / "validation" / s).exists()}
     fitted = [r for s in FITTED for r in by_set[s]]
-    kappa, band_tok, band_ttft, levels = fit(fitted)
-    print(f"The host's queue, fitted on {levels} host-bound steady-state levels of {', '.join(FITTED)}: {kappa:.2f} host steps a running "
-          f"stream (shipped: HOST_QUEUE {HOST_QUEUE})\nThe host's band from their {len(fitted)} host-bound points: tok/s {band_tok:.1%}, "
-          f"TTFT {band_ttft:.1%} at the 90th percentile\n")  # fmt: skip
+    k_steady, k_burst, band_tok, band_ttft, levels, bursts = fit(fitted)
+    print(f"The host's queue, fitted on {levels} host-bound steady-state levels of {', '.join(FITTED)}: {k_steady:.2f} host steps a running "
+          f"stream (shipped: HOST_QUEUE {HOST_QUEUE}); on their {bursts} host-bound bursts: {k_burst:.2f} (shipped: BURST_QUEUE {BURST_QUEUE})\n"
+          f"The host's band from their {len(fitted)} host-bound points: tok/s {band_tok:.1%}, TTFT {band_ttft:.1%} at the 90th percentile\n")  # fmt: skip
     print("| set | host-bound points | models | tok/s error median / worst | TTFT error median | inside the band: tok/s, TTFT |\n|---|---|---|---|---|---|")
-    out = {"kappa": kappa, "band_tok": band_tok, "band_ttft": band_ttft, "sets": {}}
+    out = {"kappa": k_steady, "kappa_burst": k_burst, "band_tok": band_tok, "band_ttft": band_ttft, "sets": {}}
     for s, got in by_set.items():
         if not got:
             continue

@@ -154,7 +154,7 @@ def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, rou
     if any(p.host_bound for _, _, pts in results for p in _points(pts)):
         host = point_band(band, HOST_SHARE)
         caption += (f" * host-bound (the host's time per step at least {HOST_SHARE:.0%} of the decode step's GPU time): above one stream, "
-                    f"where fewer than one prompt a decode step arrives, a steady state's prompts ride in waves and its TTFT includes the host's queue; "
+                    f"where fewer than one prompt a decode step arrives, a steady state's prompts ride in waves, and a steady state's or a burst's TTFT includes the host's queue; "
                     f"band ± {host.tok_s:.0%} on tok/s and TPOT, ± {host.ttft:.0%} on TTFT; {host.evidence}.")  # fmt: skip
     title = f"predicted: {spec.name} · {hw.name} · {input_tokens:,} in / {output_tokens:,} out · " + ("open loop" if rates else closed_loop)
     title, caption = escape(title), escape(caption)  # model names and calibration files are the user's text, not markup

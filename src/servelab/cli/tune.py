@@ -21,7 +21,8 @@ from servelab.recipes import Recipe, load_recipe, parse_assignments
 from servelab.report.tune_table import ledger_table, points_table, verdict
 from servelab.run.capacity import Capacity, Prober, probe_load, search
 from servelab.run.measure import Served, bench_options
-from servelab.plan.band import band_for
+from servelab.plan.band import band_for, point_band
+from servelab.plan.cohorts import HOST_SHARE
 from servelab.plan.pricing import ASSUMPTIONS, PRIOR_BAND, Pricer, class_band, price_points, unreachable
 from servelab.run.tune import Tuner, document_json, earlier, grid, points
 from servelab.store.results import write_document
@@ -100,8 +101,9 @@ def _pricer(recipe: Recipe, recipe_file: Path, quant: str | None, load: Load, ha
         return None
     spec, hw = read_model(model), load_hardware(hardware)
     fmt = weight_format(quant, spec)
-    band = class_band(band_for(spec, fmt.name))  # predict's honest band for the model's family class
-    return Pricer(spec, hw, calibration(name, spec, fmt), PredictedLoad(load.input_tokens, load.output_tokens, [1]), load.slo, prior_band=band)
+    band = band_for(spec, fmt.name)  # predict's honest band for the model's family class, and a host-bound point's
+    return Pricer(spec, hw, calibration(name, spec, fmt), PredictedLoad(load.input_tokens, load.output_tokens, [1]), load.slo,
+                  prior_band=class_band(band), host_band=class_band(point_band(band, HOST_SHARE)))  # fmt: skip
 
 
 def _price(doc: TuneDocument, pricer: Pricer | None) -> None:

@@ -339,12 +339,12 @@ class Engine:
         0 unless measured."""
         return 0.0
 
-    def step_host_s(self, hw: Hardware) -> tuple[float, float, float]:
-        """The host's time for one engine step with CUDA graphs on ``hw``'s machine (scheduling, inputs, sampling, outputs):
-        (s for a step of one sequence, s more for each other sequence, and the host's queue: the host steps per running stream
-        a steady state's request waits before its first token where the host binds); with asynchronous scheduling a step takes
-        at least that long, however little GPU work it carries (``servelab.plan.predict``); (0, 0, 0) unless measured."""
-        return 0.0, 0.0, 0.0
+    def step_host_s(self, hw: Hardware) -> tuple[float, float, float, float]:
+        """The host's time for one engine step with CUDA graphs on ``hw``'s machine (scheduling, inputs, sampling, outputs): (s for
+        a step of one sequence, s more for each other sequence, and the host's queues: the host steps per running stream a request
+        waits before its first token where the host binds, in a steady state and in a burst); with asynchronous scheduling a step
+        takes at least that long, however little GPU work it carries (``servelab.plan.predict``); (0, 0, 0, 0) unless measured."""
+        return 0.0, 0.0, 0.0, 0.0
 
     def moe_layer_extra_s(self, dtype: str, hidden: int, width: int) -> float:
         """Time a MoE layer adds to every step in ``dtype`` beyond what it adds in BF16 (the

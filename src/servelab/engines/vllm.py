@@ -21,7 +21,7 @@ from servelab.engines.vllm_bootlog import NOTABLE, READY, RULES, strip_prefix
 from servelab.engines.kv_layout import HybridLayout
 from servelab.engines.vllm_kv import hybrid_layout, kv_tokens, rules_for
 from servelab.engines import vllm_moe
-from servelab.engines.vllm_host import EAGER_HOST_LAYER_S, EAGER_HOST_MLA_S, EAGER_HOST_MOE_S, HOST_QUEUE, STEP_HOST_S, STEP_HOST_SEQ_S
+from servelab.engines.vllm_host import BURST_QUEUE, EAGER_HOST_LAYER_S, EAGER_HOST_MLA_S, EAGER_HOST_MOE_S, HOST_QUEUE, STEP_HOST_S, STEP_HOST_SEQ_S
 from servelab.values.specs import GIB, Hardware, ModelSpec
 
 NAME = "vllm"
@@ -133,7 +133,7 @@ class VLLM(Engine):
                f"{EAGER_HOST_MOE_S['bf16'] * 1e3:g} more a BF16 MoE layer, {EAGER_HOST_MLA_S * 1e3:g} more an MLA layer); "
                f"on Hopper, every step at least the host's {STEP_HOST_S * 1e3:g} ms + {STEP_HOST_SEQ_S * 1e6:g} µs a sequence beyond the first "
                f"(fitted up to 64) and, where that binds (the host-bound points marked *), a steady state's prompts in waves and "
-               f"each request {HOST_QUEUE:g} host steps a running stream in the host's queue")
+               f"each request {HOST_QUEUE:g} host steps a running stream in the host's queue ({BURST_QUEUE:g} in a burst)")
     untuned_moe = ("it warns that performance may be sub-optimal: tune one for this GPU with vLLM's benchmarks/kernels/benchmark_moe.py --tune "
                    "and point VLLM_TUNED_CONFIG_FOLDER at the folder it writes (vllm/model_executor/layers/fused_moe/fused_moe.py, get_moe_configs). "
                    "Measured on an H200 at 8,192 tokens, the tuned files vLLM ships gained 7 % (Qwen3-30B-A3B's experts, BF16) and 12 % (Mixtral-8x7B's) "
@@ -366,10 +366,10 @@ class VLLM(Engine):
             return 0.0
         return EAGER_HOST_LAYER_S * len(spec.layers) + EAGER_HOST_MOE_S[fmt] * spec.moe_layers + EAGER_HOST_MLA_S * spec.count("mla")
 
-    def step_host_s(self, hw: Hardware) -> tuple[float, float, float]:
-        """(``STEP_HOST_S``, ``STEP_HOST_SEQ_S``, ``HOST_QUEUE``) on the machines measured (Hopper: the lent H100 and H200 machines'
-        Xeon hosts), else (0, 0, 0)."""
-        return (STEP_HOST_S, STEP_HOST_SEQ_S, HOST_QUEUE) if hw.compute_capability == "9.0" else (0.0, 0.0, 0.0)
+    def step_host_s(self, hw: Hardware) -> tuple[float, float, float, float]:
+        """(``STEP_HOST_S``, ``STEP_HOST_SEQ_S``, ``HOST_QUEUE``, ``BURST_QUEUE``) on the machines measured (Hopper: the lent H100
+        and H200 machines' Xeon hosts), else (0, 0, 0, 0)."""
+        return (STEP_HOST_S, STEP_HOST_SEQ_S, HOST_QUEUE, BURST_QUEUE) if hw.compute_capability == "9.0" else (0.0, 0.0, 0.0, 0.0)
 
     def moe_layer_extra_s(self, dtype: str, hidden: int, width: int) -> float:
         """FP8: ``FP8_MOE_LAYER_S`` + ``FP8_MOE_READ_S`` × (⌈``hidden`` ÷ 256⌉ + ⌈``width`` ÷ 256⌉), else 0."""

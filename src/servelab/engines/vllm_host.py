@@ -25,3 +25,11 @@ STEP_HOST_SEQ_S = 22e-6
 # measured − predicted TTFT ÷ the queue's host steps) on the first three kept-back sets' 11 such levels (OLMoE-1B-7B,
 # Granite-3.1-3B-A800M), before the fifth set was measured (1.23 then; 1.28 with the ramp): validation/host_band.py.
 HOST_QUEUE = 1.28
+# … and a burst's request (servelab.plan.predict's bursts: the host's time per step at least half the decode step's GPU time at the
+# burst's running batch, ramped as above) about BURST_QUEUE host steps of one sequence (STEP_HOST_S) for each running stream, behind
+# the burst's other requests before the engine (vllm bench serve's mean TTFT of ~1 B models' 64-stream bursts: 200–400 ms, every
+# request alike, where the engine's steps price 80–250). Fitted (the median, as above) on the first three kept-back sets' four such
+# bursts beyond one stream (OLMoE-1B-7B, Granite-3.1-3B-A800M at 16 and 64 streams: 1.08, 0.98, 3.57, 1.34) after the fifth set
+# was opened, before the sixth was measured (validation/host_band.py); with the host's time at the batch in place of one sequence's
+# (as the steady state's) the fitted bursts' 16 and 64 streams disagreed by twice as much.
+BURST_QUEUE = 1.21

@@ -80,14 +80,15 @@ class Burst:
 
 def simulate(
     step_s: Callable[[int, int, bool], float], *, streams: int, requests_per_stream: int, input_tokens: int, output_tokens: int,
-    max_num_seqs: int, max_num_batched_tokens: int, admit_s: float = 0.0,
+    max_num_seqs: int, max_num_batched_tokens: int, admit_s: float = 0.0, wait_s: float = 0.0,
 ) -> Burst:  # fmt: skip
     """Run a burst of ``streams`` closed-loop streams, each sending ``requests_per_stream`` requests of
     ``input_tokens`` prompt and ``output_tokens`` output tokens one after another, through the
     scheduler of the module docstring. ``step_s(decode_tokens, prompt_tokens, sustained)``: a step's time, s
     (``sustained``: the step before it carried prompts too);
     ``admit_s``: the API server's time per request, s, one request after another (requests sent
-    together reach the engine ``admit_s`` apart: the launch spread).
+    together reach the engine ``admit_s`` apart: the launch spread); ``wait_s``: what each request waits at the host besides,
+    s (``servelab.plan.predict``'s host's queue).
 
     Raises:
         ValueError: a length, stream count or limit below 1.
@@ -102,9 +103,8 @@ def simulate(
 
     def send(stream: int, at: float) -> _Request:
         nonlocal api_free
-        r = _Request(stream, at, arrives=max(at, api_free))
-        api_free = r.arrives + admit_s
-        return r
+        api_free = max(at, api_free) + admit_s
+        return _Request(stream, at, arrives=api_free - admit_s + wait_s)
 
     arrivals: deque[_Request] = deque(send(s, 0.0) for s in range(streams))  # in arrival order
     waiting: deque[_Request] = deque()

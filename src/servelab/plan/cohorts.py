@@ -35,8 +35,13 @@ def host_weight(t: Any, host_share: float) -> float:
     time per step over its decode step's GPU time, 1 from ``HOST_SHARE`` + ``HOST_RAMP``, linear between; times 1 up to half
     a prompt a decode step (k ≤ ½), 0 from one (waves need decode-only steps between them), linear between. A ramp, not a
     threshold, so that the curve stays continuous in the streams and the lengths."""
-    share = min(1.0, max(0.0, (host_share - HOST_SHARE) / HOST_RAMP))
-    return share * min(1.0, max(0.0, 2 * (1 - t.prompts_per_step))) if t.running > 1 else 0.0
+    return host_ramp(host_share) * min(1.0, max(0.0, 2 * (1 - t.prompts_per_step))) if t.running > 1 else 0.0
+
+
+def host_ramp(host_share: float) -> float:
+    """How far a level with ``host_share`` (the host's time per step over its decode step's GPU time) is host-bound, 0–1: 0 up
+    to ``HOST_SHARE``, 1 from ``HOST_SHARE`` + ``HOST_RAMP``, linear between (a ramp keeps the curve continuous)."""
+    return min(1.0, max(0.0, (host_share - HOST_SHARE) / HOST_RAMP))
 
 
 def waved(t: Any, weight: float = 1.0) -> Any:

@@ -29,8 +29,9 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
 - **the host's time per step** (``Engine.step_host_s``, docs/metrics.md): with asynchronous scheduling the host prepares
   step n + 1 while the GPU runs step n, so no step (decode, or carrying prompts) is shorter than the host's time for it;
   where that time h is at least ``HOST_SHARE`` of the decode step's GPU time (a *host-bound* point), a steady state's request
-  also waits in **the host's queue** before its first token: ``Terms.host_queue`` · B · h (docs/metrics.md; an empirical rule,
-  fitted on the first three kept-back sets, validation/host_band.py), and the point carries the host's band (``servelab.plan.band``);
+  also waits in **the host's queue** before its first token: ``Terms.host_queue`` · B · h, a burst's ``Terms.burst_queue`` · B · h₁
+  (h₁ the host's time for a step of one sequence; docs/metrics.md; empirical rules, fitted on the first three kept-back sets,
+  validation/host_band.py), and the point carries the host's band (``servelab.plan.band``);
 - **prefill** of one prompt alone: t_p = FLOPs ÷ (peak · η_c) (or its bytes, when larger);
 - **steady state** (``stagger``, servelab's default; vLLM's chunked prefill mixes prefills into
   decode steps): while a request decodes its O tokens, the other B − 1 streams each prefill once,
@@ -110,7 +111,7 @@ import numpy as np
 from servelab.engines import plan_engine
 from servelab.plan.burst import simulate
 from servelab.plan.calibration import Calibration
-from servelab.plan.cohorts import HOST_SHARE, cohorts, host_weight, waved
+from servelab.plan.cohorts import HOST_SHARE, cohorts, host_ramp, host_weight, waved
 from servelab.plan.drafter import Drafter
 from servelab.plan.limits import Limits
 from servelab.plan.quant import QuantFormat
@@ -195,6 +196,7 @@ class Terms:
     step_host_s: float = 0.0  # the host's time for an engine step of one sequence (Engine.step_host_s): no step is shorter
     step_host_seq_s: float = 0.0  # … and what each other sequence in the step adds to it
     host_queue: float = 0.0  # host steps per running stream a steady state's request waits where the host binds (Engine.step_host_s: the host's queue)
+    burst_queue: float = 0.0  # … and a burst's request
 
     def host_s(self, sequences: int) -> float:
         """The host's time for an engine step of ``sequences`` sequences, s (``Engine.step_host_s``; docs/metrics.md)."""
@@ -387,16 +389,22 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
         host = t.host_s(decode + math.ceil(prompt / t.input_tokens))  # no step faster than the host's time for its sequences,
         return max(gpu + eager, t.eager_host_s if prompt else 0.0, host) if x.eager else max(gpu, host)  # a prompt's without graphs than its launches
 
+    def gpu_decode_s(b: int) -> float:
+        """The GPU time of a decode step of ``b`` sequences, s (with t_eager above the largest capture size)."""
+        x = t.step_at(b, 0)
+        return gpu_s(x) + (eager if x.eager else 0.0)
+
+    x, qb = t.step_at(t.running, 0), min(t.running, QUEUE_STREAMS)  # the queue as at 64 streams above them, the most it was measured at
+    gpu_decode, host = gpu_decode_s(t.running), t.host_s(t.running)
+    queue_s = host_ramp(t.host_s(qb) / gpu_decode_s(qb)) * t.burst_queue * qb * t.step_host_s if t.running > 1 else 0.0  # every request of a host-bound burst waits behind the others
     requests = BURST_REQUESTS[t.mode]
     run = simulate(step_s, streams=concurrency, requests_per_stream=requests, input_tokens=t.input_tokens, output_tokens=output_tokens,
-                   max_num_seqs=t.max_running, max_num_batched_tokens=t.max_num_batched_tokens, admit_s=ADMIT_S_PER_TOKEN * t.input_tokens)  # fmt: skip
+                   max_num_seqs=t.max_running, max_num_batched_tokens=t.max_num_batched_tokens, admit_s=ADMIT_S_PER_TOKEN * t.input_tokens, wait_s=queue_s)  # fmt: skip
     e2e, tpot, mean = API_TTFT_S + float(np.mean(run.e2e_s)), run.tpot_s(output_tokens), run.ttft("mean")
     decode, prefill = step_s(t.running, 0, False), step_s(0, t.input_tokens, False)
-    x = t.step_at(t.running, 0)
-    gpu_decode = gpu_s(x) + (eager if x.eager else 0.0)
     if concurrency > t.running:
         bottleneck = "slot cap / KV capacity"
-    elif mean >= PREFILL_NAMED * (e2e - mean):
+    elif mean - queue_s >= PREFILL_NAMED * (e2e - mean):  # the host's queue is the host's, not the prefill's
         bottleneck = "prefill (a wave's prompts, chunked under max_num_batched_tokens" + ("; at the power-capped clock)" if t.power_clock < 1 else ")")
     elif x.eager and eager > 0.5 * decode:
         bottleneck = NO_GRAPH[1]
@@ -408,4 +416,4 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
         bottleneck = "bandwidth" if (x.bytes_s + x.kv_s) / cal.bw_efficiency >= x.flops_s / cal.compute_efficiency else "compute"
     return Point(concurrency, t.running, t.padded, decode, prefill, API_TTFT_S + run.ttft("p50"), tpot, e2e, 0.0, output_tokens / e2e,
                  concurrency * requests * output_tokens / run.span_s, bottleneck, API_TTFT_S + mean, API_TTFT_S + run.ttft("p99"),
-                 run.tg_total_tok_s(output_tokens), t.host_s(t.running) / gpu_decode)  # fmt: skip
+                 run.tg_total_tok_s(output_tokens), host / gpu_decode, queue_s)  # fmt: skip
