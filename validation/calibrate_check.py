@@ -30,10 +30,10 @@ DATA = ROOT / "validation" / "calibrate-h200"
 SHIPPED = "vllm-0.25-h100-bf16"
 
 
-def predicted(model: str, calibration: str, mode: str, levels: list[int], input_tokens: int) -> dict[int, dict]:
+def predicted(model: str, calibration: str, mode: str, levels: list[int], input_tokens: int, hardware: str = "h200") -> dict[int, dict]:
     """servelab predict's points (by concurrency) for ``model`` (validation/configs/MODEL, in its config's format: bf16 here) under
-    the check's load with ``calibration``, at the prompt length the level sent."""
-    cmd = [sys.executable, "-m", "servelab", "predict", "--model", str(ROOT / "validation" / "configs" / model), "--hardware", "h200", "--closed-loop", mode,
+    the check's load with ``calibration`` on ``hardware`` (a profile name), at the prompt length the level sent."""
+    cmd = [sys.executable, "-m", "servelab", "predict", "--model", str(ROOT / "validation" / "configs" / model), "--hardware", hardware, "--closed-loop", mode,
            "--input-tokens", str(input_tokens),
            "--output-tokens", "128", "--concurrency", ",".join(map(str, levels)), "--calibration", calibration, "--json"]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
@@ -56,10 +56,10 @@ def measured(mode: str, lv: dict) -> tuple[float, float, float]:
     return lv["output_throughput_tok_s"], lv["ttft_ms"]["p50"], lv["tpot_ms"]["p50"]
 
 
-def calibrated(run: Path, model: str, out: Path) -> str:
+def calibrated(run: Path, model: str, out: Path, hardware: str = "h200") -> str:
     """``servelab calibrate`` (this checkout's fit, the shipped calibration as prior) on the design run ``run`` that
-    ``servelab calibrate --url`` measured on the server, written to ``out``: its path."""
-    cmd = [sys.executable, "-m", "servelab", "calibrate", str(run), "--hardware", "h200", "--model", str(ROOT / "validation" / "configs" / model), "--out", str(out)]
+    ``servelab calibrate --url`` measured on the server (``hardware``: its profile name), written to ``out``: its path."""
+    cmd = [sys.executable, "-m", "servelab", "calibrate", str(run), "--hardware", hardware, "--model", str(ROOT / "validation" / "configs" / model), "--out", str(out)]
     subprocess.run(cmd, capture_output=True, text=True, check=True, env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
     return str(out)
 

@@ -57,7 +57,7 @@ def levels(model: str, data: Path = DATA) -> dict[str, dict[int, dict]]:
     out = {"burst": {lv["concurrency"]: lv for lv in json.loads((data / f"{model}-bursts.json").read_text())["levels"]}}
     for kind, name in (("design", "calibrate-run"), ("stagger", "stagger-run")):
         path = data / f"{model}-{name}.json"
-        out[kind] = {lv["concurrency"]: lv for lv in json.loads(path.read_text())["levels"] if lv["ok"]} if path.exists() else {}
+        out[kind] = {lv["concurrency"]: lv for lv in json.loads(path.read_text())["levels"] if lv["ok"] and not lv.get("cut_short")} if path.exists() else {}  # a level cut short is not scored
     long = data / f"{model}-repeats3-stagger-run.json"  # the truth rule's repeats (3 × 60 s): their mean stands for the level
     if long.exists():
         reps = [lv for lv in json.loads(long.read_text())["levels"] if lv["ok"]]
@@ -70,6 +70,11 @@ def levels(model: str, data: Path = DATA) -> dict[str, dict[int, dict]]:
     return out
 
 
+def hardware(data: Path) -> str:
+    """The hardware profile of a kept-back folder's GPU: its name's suffix (``-h100``: an H100 SXM; else an H200)."""
+    return "h100-sxm" if data.name.endswith("-h100") else "h200"
+
+
 def check(model: str, calibration: str, kinds: tuple[str, ...], data: Path = DATA) -> list[dict]:
     """One row per level of ``kinds``: measured, predicted with ``calibration`` and the signed errors (%), and whether the
     measured tok/s and TTFT lie inside the point's band."""
@@ -78,7 +83,7 @@ def check(model: str, calibration: str, kinds: tuple[str, ...], data: Path = DAT
     for kind, got in measured_levels.items():
         if kind not in kinds or not got:
             continue
-        pred = cc.predicted(model, calibration, "burst" if kind == "burst" else "stagger", sorted(got), cc.prompt_tokens(got))
+        pred = cc.predicted(model, calibration, "burst" if kind == "burst" else "stagger", sorted(got), cc.prompt_tokens(got), hardware(data))
         for c, lv in sorted(got.items()):
             tok, ttft, tpot = cc.measured(kind, lv)
             p = pred[c]
@@ -126,7 +131,7 @@ def main(data: Path = DATA) -> dict[str, dict]:
             results[model] = {"held": summary(held), "rows": held}
             run = data / f"{model}-calibrate-run.json"
             if run.exists():
-                own = cc.calibrated(run, model, Path(tmp) / f"{model}.yaml")
+                own = cc.calibrated(run, model, Path(tmp) / f"{model}.yaml", hardware(data))
                 after = check(model, own, ("burst", "stagger", "long"), data)
                 show(f"after servelab calibrate on its design run (1, 16, 64 streams): {model}", after)
                 results[model]["after"] = after
