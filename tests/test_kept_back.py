@@ -31,7 +31,10 @@ DATA4 = kept_back.DATA.parent / "kept-back4-h200"  # the fourth: configs committ
 MODELS4 = ("ernie-4.5-21b-a3b", "granite-3.0-1b-a400m", "kimi-k2-4l", "llama-3.2-1b")
 DATA5 = kept_back.DATA.parent / "kept-back5-h200"  # the fifth: configs committed before the host-bound steady state was modelled, opened after predict was frozen with it (56a97d5)
 MODELS5 = ("gemma-3-1b", "glm-4-9b", "minimax-m2.5-8l", "qwen3-0.6b")
-HITS = {("granite-3.3-8b", 64), ("olmoe-1b-7b", 64), ("granite-3.1-3b-a800m", 64), ("granite-3.0-1b-a400m", 64)}  # vllm bench serve's random prompts repeated 512 tokens once (0.8 %)
+DATA6 = kept_back.DATA.parent / "kept-back6-h100"  # the sixth (an H100): configs committed before predict was frozen with the host-bound burst's queue, opened after (ca8afdb)
+MODELS6 = ("qwen2.5-0.5b", "smollm2-1.7b")
+PARTIAL = {("qwen2.5-0.5b", "stagger-run")}  # stopped by the device call's limit in its 32-stream level (cut_short: not scored)
+HITS = {("granite-3.3-8b", 64), ("olmoe-1b-7b", 64), ("granite-3.1-3b-a800m", 64), ("granite-3.0-1b-a400m", 64), ("smollm2-1.7b", 64)}  # vllm bench serve's random prompts repeated 512 tokens once (0.8 %)
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +61,9 @@ def results4():
         return kept_back.main(DATA4)
 
 
-@pytest.mark.parametrize(("data", "models"), [(kept_back.DATA, MODELS), (DATA2, MODELS2), (DATA3, MODELS3), (DATA4, MODELS4), (DATA5, MODELS5)])
+@pytest.mark.parametrize(("data", "models"), [(kept_back.DATA, MODELS), (DATA2, MODELS2), (DATA3, MODELS3), (DATA4, MODELS4), (DATA5, MODELS5), (DATA6, MODELS6)])
 def test_every_kept_back_level_is_cold_and_complete(data, models):
-    """No prefix-cache hit (but 512 of ~66,800 prompt tokens in three 64-stream bursts, ``HITS``: vllm bench serve's random
+    """No prefix-cache hit (but 512 of ~66,800 prompt tokens in five 64-stream bursts, ``HITS``: vllm bench serve's random
     prompts, one seed a level, repeated 512 tokens once; 0.8 %) and no Triton JIT line inside any window, no failed request:
     the truth rules."""
     for model in models:
@@ -71,8 +74,9 @@ def test_every_kept_back_level_is_cold_and_complete(data, models):
             if name.startswith("repeats") and not (data / f"{model}-{name}.json").exists():
                 continue  # the truth rule's repeats: the fourth and fifth sets' only (Kimi-K2's did not finish, MiniMax-M2.5's came back cut)
             run = json.loads((data / f"{model}-{name}.json").read_text())
-            assert run["status"] == "complete"
+            assert run["status"] == ("partial" if (model, name) in PARTIAL else "complete")
             for lv in run["levels"]:
+                assert lv["cut_short"] == ((model, name) in PARTIAL and lv is run["levels"][-1]), (model, name, lv["concurrency"])
                 assert lv["server"]["prefix_cache_hit_rate"] == 0.0 and not lv["jit_kernels"], (model, name, lv["concurrency"])
                 assert lv["failed_requests"] == 0 and set(lv["error_kinds"]) <= {"cancelled"}, (model, name, lv["concurrency"])  # cancelled: cut by the window's end
     assert "Intel(R) Xeon(R) Processor" in (data / "host.txt").read_text()
@@ -198,3 +202,23 @@ def test_the_fifth_set_as_it_was_checked_blind(results5):
     assert results5["qwen3-0.6b"]["held"]["inside_tok"] >= 85.0
     pooled = kept_back.summary([row for r in results5.values() for row in r["rows"]])
     assert pooled["tok_median"] <= 12.6 and pooled["inside_tok"] >= 69.0 and pooled["inside_ttft"] >= 66.0
+
+
+@pytest.fixture(scope="module")
+def results6():
+    with contextlib.redirect_stdout(io.StringIO()):
+        return kept_back.main(DATA6)
+
+
+def test_the_sixth_set_as_it_was_checked_blind(results6):
+    """The sixth set (an H100 host), replayed: as frozen (ca8afdb, validation/kept-back6-h100/blind-ca8afdb.txt) pooled tok/s
+    median 8.5 %, burst TTFT mean median 8.7 % (the goal's 25 %: met; 42.2 % with the predict before the burst's queue,
+    0ceea54), 82 % of the points inside the band on tok/s and on TTFT; SmolLM2-1.7B meets the tok/s worst and single-stream
+    goals, and after ``calibrate`` both servers' bursts are within 15 %: so that a change that loses ground fails here."""
+    assert sorted(results6) == list(MODELS6)
+    pooled = kept_back.summary([row for r in results6.values() for row in r["rows"]])
+    assert pooled["tok_median"] <= 8.6 and pooled["burst_ttft_median"] <= 8.8 and pooled["inside_tok"] >= 82.0 and pooled["inside_ttft"] >= 82.0
+    smol = results6["smollm2-1.7b"]["held"]
+    assert smol["tok_worst"] <= 12.1 and smol["single"] <= 3.2
+    for r in results6.values():
+        assert all(abs(row["e_tok"]) <= 15.0 for row in r["after"] if row["kind"] == "burst")

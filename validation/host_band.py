@@ -2,12 +2,14 @@
 """The host-bound points (issue 53): where the host's time per step is at least half the decode step's GPU time
 (``servelab.plan.predict.HOST_SHARE``), the small models' steady state runs in waves and their requests wait at the host
 (validation/RESULTS-predict.md, "Where the requests wait"). Fitted here on the first three kept-back sets only, and checked on
-the fourth (seen before this rule was made, not fitted on) and the fifth (measured before it was made, opened after predict was
-frozen with it):
+the fourth (seen before this rule was made, not fitted on), the fifth (measured before the steady state's rule was made, opened
+after predict was frozen with it; seen when the burst's was made) and the sixth (an H100's, opened after predict was frozen with
+the burst's):
 
 1. **The host's queue** (``servelab.engines.vllm_host.HOST_QUEUE``): over the fitted sets' steady-state levels priced in waves
    (``servelab.plan.predict.waved``), the median of (measured TTFT p50 − predicted TTFT without the queue) ÷ (B · h), B the
-   running streams and h the host's time per step for them (``Engine.step_host_s``): the queue predict added ÷ ``HOST_QUEUE``.
+   running streams and h the host's time per step for them (``Engine.step_host_s``): the queue predict added ÷ ``HOST_QUEUE``;
+   in bursts (``BURST_QUEUE``), the same over their host-bound bursts beyond one stream (mean TTFT), h₁ (one sequence's) for h.
 2. **The host's band** (servelab/data/bands.yaml ``host``): the relative half-width that holds each fitted host-bound point's
    measured tok/s, and its TTFT (bursts' mean, steady state's p50), within the prediction × (1 ± it), at the 90th percentile.
 
@@ -30,7 +32,7 @@ from servelab.engines.vllm_host import BURST_QUEUE, HOST_QUEUE  # noqa: E402
 from servelab.plan.cohorts import HOST_SHARE  # noqa: E402
 
 FITTED = ("kept-back-h200", "kept-back2-h200", "kept-back3-h200")
-CHECKED = ("kept-back4-h200", "kept-back5-h200")
+CHECKED = ("kept-back4-h200", "kept-back5-h200", "kept-back6-h100")
 
 
 def rows(folder: str) -> list[dict]:

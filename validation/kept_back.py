@@ -33,7 +33,11 @@ one 4 × H200 host, the fourth's recipe and repeats) was committed before the ho
 the host's band) was modelled and opened after predict was frozen with it (commit 56a97d5); MiniMax-M2.5's repeats came back
 cut by the device call's end (no run file), so its design window is scored.
 
-Usage: ``python validation/kept_back.py [kept-back2-h200 | … | kept-back5-h200]`` (no GPU; the folder under validation/, default the first set).
+The sixth (validation/kept-back6-h100/: Qwen2.5-0.5B and SmolLM2-1.7B on one H100 host, lent where an H200 was asked for; the
+fifth's recipe without repeats) was committed before predict was frozen with the host-bound burst's queue and opened after
+(commit ca8afdb); a folder whose name ends in -h100 is predicted and calibrated for an H100 SXM.
+
+Usage: ``python validation/kept_back.py [kept-back2-h200 | … | kept-back6-h100]`` (no GPU; the folder under validation/, default the first set).
 """
 
 from __future__ import annotations

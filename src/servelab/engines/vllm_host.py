@@ -5,7 +5,7 @@
 # The host's time to launch a step without CUDA graphs (vLLM 0.25 on the lent Hopper machines' Xeon hosts), per layer by kind:
 # such a step takes at least this long (docs/metrics.md, "host's floor"). Fitted (least absolute error) on a lone 522-token prompt
 # (without graphs) against a 512-token one (inside a graph) on 25 servers of 19 models: 143 ms of error in all against 340 without
-# it; held out on the third to fifth kept-back sets' 12 servers, 110 against 161 (validation/eager_host.py). FP8 MoE layers 0: the
+# it; held out on the third to sixth kept-back sets' 14 servers, 133 against 190 (validation/eager_host.py). FP8 MoE layers 0: the
 # calibration's eager times, fitted on FP8 MoE runs, exceed it. Bursts' steps with prompts only: in the steady state the prompts'
 # cohorts merge as the load runs, which these times misprice (validation/RESULTS-predict.md, "The host's floor").
 EAGER_HOST_LAYER_S = 0.7e-3
