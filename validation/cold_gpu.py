@@ -114,7 +114,7 @@ MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tok
     "gemma-3-1b": (("--max-model-len", "2048"), {}, 262144),  # real shapes: dense, 26 layers, hidden 1,152, sliding window 512 on 5 of 6
     "glm-4-9b": (("--max-model-len", "2048"), {}, 151552),  # GLM-4-9B-0414's shapes: dense, 40 layers, 2 KV heads, 4 norms a layer
     "minimax-m2.5-8l": (("--max-model-len", "2048"), UNIFORM, 200064),  # MiniMax-M2.5 cut to 8 layers, BF16: 256 experts of 1,536, top 8, GQA
-    # issue 53's sixth kept-back set (validation/kept-back6-h200/): chosen after the host-bound burst's queue was drafted, before predict was frozen with it
+    # issue 53's sixth kept-back set (validation/kept-back6-h100/: lent an H100): chosen after the host-bound burst's queue was drafted, before predict was frozen with it
     "qwen2.5-0.5b": (("--max-model-len", "2048"), {}, None),  # real config: dense, 24 layers, hidden 896, 2 KV heads, tied embeddings
     "smollm2-1.7b": (("--max-model-len", "2048"), {}, 49152),  # real config: dense (Llama), 24 layers, hidden 2,048, 32 KV heads (MHA)
     "qwen3-1.7b": (("--max-model-len", "2048"), {}, None),  # real config: dense, 28 layers, hidden 2,048

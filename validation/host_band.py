@@ -53,10 +53,10 @@ def p90(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, -(-9 * len(ordered) // 10) - 1)]
 
 
-def kappa(rows: list[dict], shipped: float) -> float:
-    """The median over ``rows`` (each priced with the host's queue at ``shipped`` host steps a running stream) of the measured TTFT
+def kappa(levels: list[dict], shipped: float) -> float:
+    """The median over ``levels`` (each priced with the host's queue at ``shipped`` host steps a running stream) of the measured TTFT
     beyond the prediction without the queue, in the queue's host steps: the κ that fits them."""
-    return statistics.median((r["ttft"] - (r["p_ttft"] - r["queue"])) / (r["queue"] / shipped) for r in rows)
+    return statistics.median((r["ttft"] - (r["p_ttft"] - r["queue"])) / (r["queue"] / shipped) for r in levels)
 
 
 def fit(fitted: list[dict]) -> tuple[float, float, float, float, int, int]:

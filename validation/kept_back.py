@@ -64,7 +64,7 @@ def levels(model: str, data: Path = DATA) -> dict[str, dict[int, dict]]:
         out[kind] = {lv["concurrency"]: lv for lv in json.loads(path.read_text())["levels"] if lv["ok"] and not lv.get("cut_short")} if path.exists() else {}  # a level cut short is not scored
     long = data / f"{model}-repeats3-stagger-run.json"  # the truth rule's repeats (3 × 60 s): their mean stands for the level
     if long.exists():
-        reps = [lv for lv in json.loads(long.read_text())["levels"] if lv["ok"]]
+        reps = [lv for lv in json.loads(long.read_text())["levels"] if lv["ok"] and not lv.get("cut_short")]
         for c in sorted({lv["concurrency"] for lv in reps}):
             at = [lv for lv in reps if lv["concurrency"] == c]
             out.setdefault("long", {})[c] = {"output_throughput_tok_s": statistics.mean(lv["output_throughput_tok_s"] for lv in at),

@@ -342,7 +342,7 @@ class Engine:
     def step_host_s(self, hw: Hardware) -> tuple[float, float, float, float]:
         """The host's time for one engine step with CUDA graphs on ``hw``'s machine (scheduling, inputs, sampling, outputs): (s for
         a step of one sequence, s more for each other sequence, and the host's queues: the host steps per running stream a request
-        waits before its first token where the host binds, in a steady state and in a burst); with asynchronous scheduling a step
+        waits before its first token where the host binds, in a steady state, and in a burst of one sequence's); asynchronously a step
         takes at least that long, however little GPU work it carries (``servelab.plan.predict``); (0, 0, 0, 0) unless measured."""
         return 0.0, 0.0, 0.0, 0.0
 

@@ -103,8 +103,9 @@ def simulate(
 
     def send(stream: int, at: float) -> _Request:
         nonlocal api_free
-        api_free = max(at, api_free) + admit_s
-        return _Request(stream, at, arrives=api_free - admit_s + wait_s)
+        start = max(at, api_free)
+        api_free = start + admit_s
+        return _Request(stream, at, arrives=start + wait_s)
 
     arrivals: deque[_Request] = deque(send(s, 0.0) for s in range(streams))  # in arrival order
     waiting: deque[_Request] = deque()

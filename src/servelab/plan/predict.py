@@ -29,7 +29,7 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
 - **the host's time per step** (``Engine.step_host_s``, docs/metrics.md): with asynchronous scheduling the host prepares
   step n + 1 while the GPU runs step n, so no step (decode, or carrying prompts) is shorter than the host's time for it;
   where that time h is at least ``HOST_SHARE`` of the decode step's GPU time (a *host-bound* point), a steady state's request
-  also waits in **the host's queue** before its first token: ``Terms.host_queue`` · B · h, a burst's ``Terms.burst_queue`` · B · h₁
+  also waits in **the host's queue** before its first token: ``Terms.host_queue`` · B · h, a burst's ``Terms.burst_queue`` · B · h₁ (B and its ramp at most 64)
   (h₁ the host's time for a step of one sequence; docs/metrics.md; empirical rules, fitted on the first three kept-back sets,
   validation/host_band.py), and the point carries the host's band (``servelab.plan.band``);
 - **prefill** of one prompt alone: t_p = FLOPs ÷ (peak · η_c) (or its bytes, when larger);
@@ -149,7 +149,7 @@ class Point:
     ttft_p99_s: float
     tg_total_tok_s: float | None = None  # bursts and batches run step by step: Σ (O − 1) ÷ (last token − first first-token), servelab grid's tg t/s (total)
     host_share: float = 0.0  # the host's time per step ÷ the decode step's GPU time, at the running batch (``HOST_SHARE``)
-    host_queue_s: float = 0.0  # the steady state's wait in the host's queue, in its TTFT (s; docs/metrics.md "host's queue")
+    host_queue_s: float = 0.0  # the wait in the host's queue, in its TTFT (s; steady state and bursts; docs/metrics.md "host's queue")
 
     @property
     def host_bound(self) -> bool:

@@ -71,8 +71,7 @@ class Pricer:
     objectives: list[Objective]
     factors: dict[str, float] = field(default_factory=dict)  # objective key → measured percentile ÷ predicted mean (refit)
     prior_band: float = PRIOR_BAND  # before any launch: the family class's tok/s band (servelab.plan.band), at least FLOOR_BAND
-    host_band: float = 0.0  # … and a host-bound point's (its predicted capacity host-bound: servelab.plan.band.point_band), until the calibration is fitted on launches
-    fitted: bool = False  # the calibration was fitted on launches (refit): the band is then what they measured
+    host_band: float = 0.0  # … at least, a host-bound point's (its predicted capacity host-bound: servelab.plan.band.point_band; the refit does not see the host's terms)
 
     def curve(self, settings: dict[str, str | None]) -> Curve | str:
         """The point's curve, or why it does not fit (plan's one line).
@@ -85,14 +84,14 @@ class Pricer:
 
     def within(self, settings: dict[str, str | None], band: float) -> Within | str:
         """The point's predicted capacity within the objectives, each target ÷ its factor
-        (``servelab.plan.curves.within``), its bracket ``band`` wide, or ``host_band`` where that capacity is host-bound and no
-        launch has been fitted yet (as predict and capacity show it); or why it does not fit."""
+        (``servelab.plan.curves.within``), its bracket ``band`` wide, at least ``host_band`` where that capacity is host-bound (as
+        predict and capacity show it: the calibration's refit on launches does not see the host's terms); or why it does not fit."""
         curve = self.curve(settings)
         if isinstance(curve, str):
             return curve
         targets = [o.model_copy(update={"target_ms": o.target_ms / self.factors.get(o.key, 1.0)}) for o in self.objectives]
         got = within(curve, targets, band)
-        if self.host_band > band and not self.fitted and got.streams and curve.at(got.streams).host_bound:
+        if 0 < band < self.host_band and got.streams and curve.at(got.streams).host_bound:  # band 0: the capacity alone is asked for
             got = within(curve, targets, self.host_band)
         return got
 
@@ -114,7 +113,6 @@ class Pricer:
             self.cal = fit(rows, "tune", f"servelab tune, fitted on {len(rows)} probes of {len(launched)} launches")
         except ServelabError:
             return
-        self.fitted = True
         curves = {p.label: self.curve(p.settings) for p, _ in launched}  # with the fitted calibration
         ratios: dict[str, list[float]] = {}
         for point, lv in probes:
