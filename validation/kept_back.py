@@ -55,16 +55,21 @@ DATA = cc.ROOT / "validation" / "kept-back-h200"
 GOALS = "tok/s median ≤ 8 %, worst ≤ 20 %; single stream ≤ 10 %; burst TTFT mean, median ≤ 25 %; ≥ 90 % of points inside the band"
 
 
+def scored(path: Path) -> list[dict]:
+    """A servelab run file's levels that are scored: with successful requests, and not cut short by the device call's end."""
+    return [lv for lv in json.loads(path.read_text())["levels"] if lv["ok"] and not lv.get("cut_short")]
+
+
 def levels(model: str, data: Path = DATA) -> dict[str, dict[int, dict]]:
     """The model's measured levels in ``data`` by kind: ``burst`` (vllm bench serve rows), ``design`` and ``stagger`` (servelab runs),
     and ``long`` (the truth rule's repeats, MODEL-repeats3-stagger-run.json: their mean tok/s, TTFT p50 and TPOT p50 a level)."""
     out = {"burst": {lv["concurrency"]: lv for lv in json.loads((data / f"{model}-bursts.json").read_text())["levels"]}}
     for kind, name in (("design", "calibrate-run"), ("stagger", "stagger-run")):
         path = data / f"{model}-{name}.json"
-        out[kind] = {lv["concurrency"]: lv for lv in json.loads(path.read_text())["levels"] if lv["ok"] and not lv.get("cut_short")} if path.exists() else {}  # a level cut short is not scored
+        out[kind] = {lv["concurrency"]: lv for lv in scored(path)} if path.exists() else {}
     long = data / f"{model}-repeats3-stagger-run.json"  # the truth rule's repeats (3 × 60 s): their mean stands for the level
     if long.exists():
-        reps = [lv for lv in json.loads(long.read_text())["levels"] if lv["ok"] and not lv.get("cut_short")]
+        reps = scored(long)
         for c in sorted({lv["concurrency"] for lv in reps}):
             at = [lv for lv in reps if lv["concurrency"] == c]
             out.setdefault("long", {})[c] = {"output_throughput_tok_s": statistics.mean(lv["output_throughput_tok_s"] for lv in at),
