@@ -11,7 +11,7 @@ import sys
 import yaml
 from typer.testing import CliRunner
 
-from conftest import wait_for_records
+from conftest import scrape_idle, wait_for_records
 from servelab.cli import app
 from servelab.plan.calibration import calibration
 from servelab.plan.design import design_levels
@@ -21,12 +21,13 @@ from servelab.store.results import load_run
 def test_calibrate_url_runs_its_design_and_fits_with_priors(llama, tmp_path, monkeypatch):
     monkeypatch.setenv("SERVELAB_DB", str(tmp_path / "runs.db"))
     out, run_dir = tmp_path / "cal.yaml", tmp_path / "design"
+    scrape_idle(llama.url)  # an earlier test's cut-off requests would share the 2 CI cores with the design's windows
     res = CliRunner().invoke(app, ["calibrate", "--url", llama.url, "--hardware", "h100-sxm", "--model", "gemma-3-270m", "--quant", "gguf-q4_k_m",
-                                   "--input-tokens", "64", "--output-tokens", "16", "--duration", "4s", "--max-streams", "4", "--output", str(run_dir),
+                                   "--input-tokens", "64", "--output-tokens", "8", "--duration", "6s", "--max-streams", "4", "--output", str(run_dir),
                                    "--out", str(out)])  # fmt: skip
     assert res.exit_code == 0, res.output
     run, _ = load_run(run_dir)
-    assert design_levels("gemma-3-270m", "gguf-q4_k_m", "h100-sxm", 1, 64, 16) == [1, 16, 64]  # an H100's vLLM: one stream, a quarter, 64
+    assert design_levels("gemma-3-270m", "gguf-q4_k_m", "h100-sxm", 1, 64, 8) == [1, 16, 64]  # an H100's vLLM: one stream, a quarter, 64
     assert [lv.concurrency for lv in run.levels] == [1, 2, 4]  # the embedded server's 4 slots (--max-streams)
     assert run.load.closed_loop == "stagger" and run.load.prefix_cache == "cold"
     cal = calibration(str(out))
