@@ -94,7 +94,7 @@ def main() -> dict[bool, tuple[int, float, float]]:
     print("| server | layers (MoE, MLA) | format | step inside a graph, ms | without: extra measured | priced with the floor | without it |\n|---|---|---|---|---|---|---|")
     totals: dict[bool, tuple[int, float, float]] = {}
     for s in rows:
-        spec, host = s["spec"], ENGINE.eager_host_s(s["spec"], s["fmt"], s["hw"])
+        spec, host = s["spec"], ENGINE.eager_host_s(s["spec"], s["fmt"], s["hw"])[1]
         a, b = priced(s, host), fitted_eager(s)
         n, with_floor, without = totals.get(s["held_out"], (0, 0.0, 0.0))
         totals[s["held_out"]] = (n + 1, with_floor + abs(a - s["extra"]), without + abs(b - s["extra"]))

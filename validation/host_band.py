@@ -6,10 +6,11 @@ the fourth (seen before this rule was made, not fitted on), the fifth (measured 
 after predict was frozen with it; seen when the burst's was made) and the sixth (an H100's, opened after predict was frozen with
 the burst's):
 
-1. **The host's queue** (``servelab.engines.vllm_host.HOST_QUEUE``): over the fitted sets' steady-state levels priced in waves
-   (``servelab.plan.predict.waved``), the median of (measured TTFT p50 − predicted TTFT without the queue) ÷ (B · h), B the
-   running streams and h the host's time per step for them (``Engine.step_host_s``): the queue predict added ÷ ``HOST_QUEUE``;
-   in bursts (``BURST_QUEUE``), the same over their host-bound bursts beyond one stream (mean TTFT), h₁ (one sequence's) for h.
+1. **The host's queue** (``servelab.engines.vllm_host.HOST_QUEUE``): over the fitted sets' host-bound bursts beyond one stream,
+   the median of (measured mean TTFT − predicted TTFT without the queue) ÷ (B · h₁), B the running streams and h₁ the host's time
+   for a step of one sequence (``Engine.step_host_s``): the queue predict added ÷ ``HOST_QUEUE``. The same over their steady-state
+   levels priced in waves (``servelab.plan.predict.waved``; TTFT p50) is printed beside it, not shipped: the steady state takes
+   the bursts' constant (validation/RESULTS-predict.md, "One host's queue").
 2. **The host's band** (servelab/data/bands.yaml ``host``): the relative half-width that holds each fitted host-bound point's
    measured tok/s, and its TTFT (bursts' mean, steady state's p50), within the prediction × (1 ± it), at the 90th percentile.
 
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import calibrate_check as cc  # noqa: E402
 import kept_back  # noqa: E402
-from servelab.engines.vllm_host import BURST_QUEUE, HOST_QUEUE  # noqa: E402
+from servelab.engines.vllm_host import HOST_QUEUE  # noqa: E402
 from servelab.plan.cohorts import HOST_SHARE  # noqa: E402
 
 FITTED = ("kept-back-h200", "kept-back2-h200", "kept-back3-h200")
@@ -53,18 +54,18 @@ def p90(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, -(-9 * len(ordered) // 10) - 1)]
 
 
-def kappa(levels: list[dict], shipped: float) -> float:
-    """The median over ``levels`` (each priced with the host's queue at ``shipped`` host steps a running stream) of the measured TTFT
-    beyond the prediction without the queue, in the queue's host steps: the κ that fits them."""
-    return statistics.median((r["ttft"] - (r["p_ttft"] - r["queue"])) / (r["queue"] / shipped) for r in levels)
+def kappa(levels: list[dict]) -> float:
+    """The median over ``levels`` (each priced with the host's queue at ``HOST_QUEUE`` host steps a running stream) of the measured
+    TTFT beyond the prediction without the queue, in the queue's host steps: the κ that fits them."""
+    return statistics.median((r["ttft"] - (r["p_ttft"] - r["queue"])) / (r["queue"] / HOST_QUEUE) for r in levels)
 
 
 def fit(fitted: list[dict]) -> tuple[float, float, float, float, int, int]:
-    """From the fitted sets' host-bound rows: (the host's queue κ in the steady state and in bursts, the band's tok/s and TTFT
-    half-widths, the levels each κ was fitted on)."""
+    """From the fitted sets' host-bound rows: (the host's queue κ that the steady state's levels would take and that the bursts
+    fit (shipped), the band's tok/s and TTFT half-widths, the levels each κ was taken over)."""
     steady = [r for r in fitted if r["queue"] and r["kind"] != "burst"]  # the steady-state levels priced in waves, the host's queue in their TTFT
     bursts = [r for r in fitted if r["queue"] and r["kind"] == "burst"]  # the host-bound bursts beyond one stream
-    return (kappa(steady, HOST_QUEUE), kappa(bursts, BURST_QUEUE), p90([needed(r["p_tok"], r["tok"]) for r in fitted]),
+    return (kappa(steady), kappa(bursts), p90([needed(r["p_tok"], r["tok"]) for r in fitted]),
             p90([needed(r["p_ttft"], r["ttft"]) for r in fitted]), len(steady), len(bursts))  # fmt: skip
 
 
@@ -73,8 +74,8 @@ def main() -> dict:
     by_set = {s: [r for r in rows(s) if r["host_share"] >= HOST_SHARE] for s in FITTED + CHECKED if (cc.ROOT / "validation" / s).exists()}
     fitted = [r for s in FITTED for r in by_set[s]]
     k_steady, k_burst, band_tok, band_ttft, levels, bursts = fit(fitted)
-    print(f"The host's queue, fitted on {levels} host-bound steady-state levels of {', '.join(FITTED)}: {k_steady:.2f} host steps a running "
-          f"stream (shipped: HOST_QUEUE {HOST_QUEUE}); on their {bursts} host-bound bursts: {k_burst:.2f} (shipped: BURST_QUEUE {BURST_QUEUE})\n"
+    print(f"The host's queue, fitted on {bursts} host-bound bursts of {', '.join(FITTED)}: {k_burst:.2f} one-sequence host steps a running "
+          f"stream (shipped: HOST_QUEUE {HOST_QUEUE}); their {levels} host-bound steady-state levels would take {k_steady:.2f} (not shipped)\n"
           f"The host's band from their {len(fitted)} host-bound points: tok/s {band_tok:.1%}, TTFT {band_ttft:.1%} at the 90th percentile\n")  # fmt: skip
     print("| set | host-bound points | models | tok/s error median / worst | TTFT error median | inside the band: tok/s, TTFT |\n|---|---|---|---|---|---|")
     out = {"kappa": k_steady, "kappa_burst": k_burst, "band_tok": band_tok, "band_ttft": band_ttft, "sets": {}}

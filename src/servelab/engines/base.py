@@ -333,18 +333,18 @@ class Engine:
         calibration's t_eager), s, for a model of ``layers`` layers; 0 unless measured."""
         return 0.0
 
-    def eager_host_s(self, spec: ModelSpec, fmt: str, hw: Hardware) -> float:
+    def eager_host_s(self, spec: ModelSpec, fmt: str, hw: Hardware) -> tuple[float, float]:
         """The host's time to launch one step of ``spec`` without CUDA graphs in weight format ``fmt`` (a servelab format name) on
-        ``hw``'s machine, s: such a step takes at least this long, however little GPU work it carries (``servelab.plan.predict``);
-        0 unless measured."""
-        return 0.0
+        ``hw``'s machine, s, as a steady state's and a burst's step with prompts pays it (``servelab.plan.predict``): such a step takes
+        at least this long, however little GPU work it carries; (0, 0) unless measured."""
+        return 0.0, 0.0
 
-    def step_host_s(self, hw: Hardware) -> tuple[float, float, float, float]:
+    def step_host_s(self, hw: Hardware) -> tuple[float, float, float]:
         """The host's time for one engine step with CUDA graphs on ``hw``'s machine (scheduling, inputs, sampling, outputs): (s for
-        a step of one sequence, s more for each other sequence, and the host's queues: the host steps per running stream a request
-        waits before its first token where the host binds, in a steady state, and in a burst of one sequence's); asynchronously a step
-        takes at least that long, however little GPU work it carries (``servelab.plan.predict``); (0, 0, 0, 0) unless measured."""
-        return 0.0, 0.0, 0.0, 0.0
+        a step of one sequence, s more for each other sequence, and the host's queue: the one-sequence host steps per running stream
+        a request waits before its first token where the host binds); asynchronously a step takes at least that long, however
+        little GPU work it carries (``servelab.plan.predict``); (0, 0, 0) unless measured."""
+        return 0.0, 0.0, 0.0
 
     def moe_layer_extra_s(self, dtype: str, hidden: int, width: int) -> float:
         """Time a MoE layer adds to every step in ``dtype`` beyond what it adds in BF16 (the

@@ -21,7 +21,7 @@ from servelab.engines.vllm_bootlog import NOTABLE, READY, RULES, strip_prefix
 from servelab.engines.kv_layout import HybridLayout
 from servelab.engines.vllm_kv import hybrid_layout, kv_tokens, rules_for
 from servelab.engines import vllm_moe
-from servelab.engines.vllm_host import BURST_QUEUE, EAGER_HOST_LAYER_S, EAGER_HOST_MLA_S, EAGER_HOST_MOE_S, HOST_QUEUE, STEP_HOST_S, STEP_HOST_SEQ_S
+from servelab.engines.vllm_host import EAGER_HOST_LAYER_S, EAGER_HOST_MLA_S, EAGER_HOST_MOE_S, HOST_QUEUE, STEP_HOST_S, STEP_HOST_SEQ_S
 from servelab.values.specs import GIB, Hardware, ModelSpec
 
 NAME = "vllm"
@@ -129,11 +129,11 @@ class VLLM(Engine):
                f"and {FP8_MOE_LAYER_S * 1e6:.1f} µs + {FP8_MOE_READ_S * 1e6:g} µs per {FP8_QUANT_THREADS} elements of hidden size and of "
                "expert width a MoE layer dearer in every step; on Hopper, its Triton fused-MoE experts' FLOPs at "
                + ", ".join(f"{rate:g}x in {fmt}" for fmt, rate in vllm_moe.MOE_RATE.items()) + " the dense rate; "
-               f"a burst's step without CUDA graphs at least the host's launches ({EAGER_HOST_LAYER_S * 1e3:g} ms a layer, "
+               f"a step with prompts without CUDA graphs at least the host's launches ({EAGER_HOST_LAYER_S * 1e3:g} ms a layer; in a burst "
                f"{EAGER_HOST_MOE_S['bf16'] * 1e3:g} more a BF16 MoE layer, {EAGER_HOST_MLA_S * 1e3:g} more an MLA layer); "
                f"on Hopper, every step at least the host's {STEP_HOST_S * 1e3:g} ms + {STEP_HOST_SEQ_S * 1e6:g} µs a sequence beyond the first "
                f"(fitted up to 64) and, where that binds (the host-bound points marked *), a steady state's prompts in waves and "
-               f"each request {HOST_QUEUE:g} host steps a running stream in the host's queue ({BURST_QUEUE:g} in a burst)")
+               f"each request {HOST_QUEUE:g} one-sequence host steps a running stream in the host's queue")
     untuned_moe = ("it warns that performance may be sub-optimal: tune one for this GPU with vLLM's benchmarks/kernels/benchmark_moe.py --tune "
                    "and point VLLM_TUNED_CONFIG_FOLDER at the folder it writes (vllm/model_executor/layers/fused_moe/fused_moe.py, get_moe_configs). "
                    "Measured on an H200 at 8,192 tokens, the tuned files vLLM ships gained 7 % (Qwen3-30B-A3B's experts, BF16) and 12 % (Mixtral-8x7B's) "
@@ -357,19 +357,20 @@ class VLLM(Engine):
         """``FP8_EAGER_LAYER_S`` per layer in FP8 (its activation-quantization kernels outside a CUDA graph), else 0."""
         return FP8_EAGER_LAYER_S * layers if dtype == "fp8" else 0.0
 
-    def eager_host_s(self, spec: ModelSpec, fmt: str, hw: Hardware) -> float:
-        """``EAGER_HOST_LAYER_S`` a layer, ``EAGER_HOST_MOE_S`` more a MoE layer and ``EAGER_HOST_MLA_S`` more an MLA layer, in the
+    def eager_host_s(self, spec: ModelSpec, fmt: str, hw: Hardware) -> tuple[float, float]:
+        """(``EAGER_HOST_LAYER_S`` a layer, and that + ``EAGER_HOST_MOE_S`` a MoE layer + ``EAGER_HOST_MLA_S`` an MLA layer), in the
         formats measured (BF16, FP8 per tensor and per block; FP16 assumed as BF16) on the machines measured (Hopper: the lent
         H100 and H200 machines' Xeon hosts); 0 elsewhere (MXFP4, NVFP4, int4 run other MoE and linear kernels; other GPUs come
         with other hosts: a DGX Spark's is an ARM Grace)."""
         if fmt not in EAGER_HOST_MOE_S or hw.compute_capability != "9.0":
-            return 0.0
-        return EAGER_HOST_LAYER_S * len(spec.layers) + EAGER_HOST_MOE_S[fmt] * spec.moe_layers + EAGER_HOST_MLA_S * spec.count("mla")
+            return 0.0, 0.0
+        layers = EAGER_HOST_LAYER_S * len(spec.layers)
+        return layers, layers + EAGER_HOST_MOE_S[fmt] * spec.moe_layers + EAGER_HOST_MLA_S * spec.count("mla")
 
-    def step_host_s(self, hw: Hardware) -> tuple[float, float, float, float]:
-        """(``STEP_HOST_S``, ``STEP_HOST_SEQ_S``, ``HOST_QUEUE``, ``BURST_QUEUE``) on the machines measured (Hopper: the lent H100
-        and H200 machines' Xeon hosts), else (0, 0, 0, 0)."""
-        return (STEP_HOST_S, STEP_HOST_SEQ_S, HOST_QUEUE, BURST_QUEUE) if hw.compute_capability == "9.0" else (0.0, 0.0, 0.0, 0.0)
+    def step_host_s(self, hw: Hardware) -> tuple[float, float, float]:
+        """(``STEP_HOST_S``, ``STEP_HOST_SEQ_S``, ``HOST_QUEUE``) on the machines measured (Hopper: the lent H100 and H200 machines'
+        Xeon hosts), else (0, 0, 0)."""
+        return (STEP_HOST_S, STEP_HOST_SEQ_S, HOST_QUEUE) if hw.compute_capability == "9.0" else (0.0, 0.0, 0.0)
 
     def moe_layer_extra_s(self, dtype: str, hidden: int, width: int) -> float:
         """FP8: ``FP8_MOE_LAYER_S`` + ``FP8_MOE_READ_S`` × (⌈``hidden`` ÷ 256⌉ + ⌈``width`` ÷ 256⌉), else 0."""

@@ -29,7 +29,7 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
 - **the host's time per step** (``Engine.step_host_s``, docs/metrics.md): with asynchronous scheduling the host prepares
   step n + 1 while the GPU runs step n, so no step (decode, or carrying prompts) is shorter than the host's time for it;
   where that time h is at least ``HOST_SHARE`` of the decode step's GPU time (a *host-bound* point), a steady state's request
-  also waits in **the host's queue** before its first token: ``Terms.host_queue`` · B · h, a burst's ``Terms.burst_queue`` · B · h₁ (B and its ramp at most 64)
+  also waits in **the host's queue** before its first token: ``Terms.host_queue`` · B · h₁, in the steady state and in a burst (B and its ramp at most 64)
   (h₁ the host's time for a step of one sequence; docs/metrics.md; empirical rules, fitted on the first three kept-back sets,
   validation/host_band.py), and the point carries the host's band (``servelab.plan.band``);
 - **prefill** of one prompt alone: t_p = FLOPs ÷ (peak · η_c) (or its bytes, when larger);
@@ -65,7 +65,7 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
   ``max_num_batched_tokens`` after the API server hands them on one by one (the launch spread),
   then the wave decodes at full batch with CUDA graphs; each stream's next request (``BURST_REQUESTS``
   per stream) arrives as its previous one ends; a step with prompts without CUDA graphs takes at least
-  the host's time to launch it (``Engine.eager_host_s``; the steady state's steps with prompts keep their fitted times: where the host binds its prompts ride in waves, :func:`waved`). TTFT is bimodal: its mean and p99 are the figures
+  the host's time to launch it (``Engine.eager_host_s``; a steady state's, its layers' launches alone: ``Terms.eager_launch_s``). TTFT is bimodal: its mean and p99 are the figures
   to compare (``ttft_mean_s``, ``ttft_p99_s``); a burst with speculative decoding is priced as the
   steady state (not step by step); **batch** (``--closed-loop batch``): the same with one request per
   stream, a ``servelab grid`` cell or a llama-benchy batch, whose tg t/s (total) is ``tg_total_tok_s``;
@@ -192,11 +192,11 @@ class Terms:
     mixed_share: float = 0.0  # f: the share of the steps that carry prompts, k ÷ f prompts each (:func:`cohorts`)
     mla_layers: int = 0  # MLA attention layers: a step pays Calibration.mla_layer_us for each
     untuned_moe_layers: int = 0  # MoE layers whose fused-MoE kernel runs the engine's default config (Engine.moe_kernel): Calibration.untuned_moe_layer_us each
-    eager_host_s: float = 0.0  # the host's time to launch a step without CUDA graphs (Engine.eager_host_s): a burst's such step with prompts takes at least this long
+    eager_launch_s: float = 0.0  # the host's time to launch a step's layers without CUDA graphs (Engine.eager_host_s): a steady state's such step with prompts takes at least this long
+    eager_host_s: float = 0.0  # … with its MoE and MLA layers' extras: a burst's such step with prompts takes at least this long
     step_host_s: float = 0.0  # the host's time for an engine step of one sequence (Engine.step_host_s): no step is shorter
     step_host_seq_s: float = 0.0  # … and what each other sequence in the step adds to it
-    host_queue: float = 0.0  # host steps per running stream a steady state's request waits where the host binds (Engine.step_host_s: the host's queue)
-    burst_queue: float = 0.0  # … and a burst's request
+    host_queue: float = 0.0  # one-sequence host steps per running stream a request waits where the host binds (Engine.step_host_s: the host's queue)
 
     def host_s(self, sequences: int) -> float:
         """The host's time for an engine step of ``sequences`` sequences, s (``Engine.step_host_s``; docs/metrics.md)."""
@@ -271,7 +271,7 @@ def terms(
                  step_at, input_tokens, max_running, limits.max_num_batched_tokens, len(spec.layers), spec.moe_layers,
                  engine.eager_extra_s(dtype, len(spec.layers)), engine.moe_layer_extra_s(dtype, spec.hidden_size, spec.moe_intermediate_size // tp) * spec.moe_layers,
                  engine.sustained_clock(hw, dtype, bool(spec.moe_layers)), share, spec.count("mla"), spec.moe_layers if untuned else 0,
-                 engine.eager_host_s(spec, fmt.name, hw), *engine.step_host_s(hw))  # fmt: skip
+                 *engine.eager_host_s(spec, fmt.name, hw), *engine.step_host_s(hw))  # fmt: skip
 
 
 def step_times(t: Terms, bw, cmp, per_step: float):
@@ -332,10 +332,11 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     ttft = float(ttft0 + layer * o_ttft + (draft + fitted_moe) * s_ttft + fitted_eager * e_ttft)
     share = t.mixed_share
     mixed = t_d + (tpot - t_d / per_step) / share if share else ttft - API_TTFT_S  # a step that carries prompts, as priced (one stream: its prompt alone)
-    lift, lift_mixed = max(0.0, host - t_d), max(0.0, host - mixed)  # each kind of step no faster than the host's time for it
+    floor = max(host, host_ramp(host_share) * t.eager_launch_s) if t.mixed_eager else host  # where the host binds, a step with prompts without graphs: at least its launches
+    lift, lift_mixed = max(0.0, host - t_d), max(0.0, floor - mixed)  # each kind of step no faster than the host's time for it
     tpot += (1 - share) * lift / per_step + share * lift_mixed
     ttft += (s_ttft - 1) * ((1 - share) * lift + share * lift_mixed) + lift_mixed  # the steps it waits for, then its own
-    queue_s = weight * t.host_queue * min(t.running, QUEUE_STREAMS) * host  # where the host binds, a request waits in its queue: its turn behind the running streams
+    queue_s = weight * t.host_queue * min(t.running, QUEUE_STREAMS) * t.step_host_s  # where the host binds, a request waits in its queue: its turn behind the running streams
     ttft += queue_s
     t_d += lift
     t_p = t.prefill_s / cal.compute_efficiency + t.prefill_allreduce_s
@@ -396,7 +397,7 @@ def _burst(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int) 
 
     x, qb = t.step_at(t.running, 0), min(t.running, QUEUE_STREAMS)  # the queue as at 64 streams above them, the most it was measured at
     gpu_decode, host = gpu_decode_s(t.running), t.host_s(t.running)
-    queue_s = host_ramp(t.host_s(qb) / gpu_decode_s(qb)) * t.burst_queue * qb * t.step_host_s if t.running > 1 else 0.0  # every request of a host-bound burst waits behind the others
+    queue_s = host_ramp(t.host_s(qb) / gpu_decode_s(qb)) * t.host_queue * qb * t.step_host_s if t.running > 1 else 0.0  # every request of a host-bound burst waits behind the others
     requests = BURST_REQUESTS[t.mode]
     run = simulate(step_s, streams=concurrency, requests_per_stream=requests, input_tokens=t.input_tokens, output_tokens=output_tokens,
                    max_num_seqs=t.max_running, max_num_batched_tokens=t.max_num_batched_tokens, admit_s=ADMIT_S_PER_TOKEN * t.input_tokens, wait_s=queue_s)  # fmt: skip
