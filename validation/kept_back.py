@@ -37,7 +37,11 @@ The sixth (validation/kept-back6-h100/: Qwen2.5-0.5B and SmolLM2-1.7B on one H10
 fifth's recipe without repeats) was committed before predict was frozen with the host-bound burst's queue and opened after
 (commit ca8afdb); a folder whose name ends in -h100 is predicted and calibrated for an H100 SXM.
 
-Usage: ``python validation/kept_back.py [kept-back2-h200 | … | kept-back6-h100]`` (no GPU; the folder under validation/, default the first set).
+The seventh (validation/kept-back7-h100/: Qwen3-1.7B and Qwen3-30B-A3B cut to 16 layers on one H100 host; the sixth's recipe)
+was committed with the sixth's configs (4adb0a2), and measured and opened after predict was frozen with the host-bound
+steady state's floor and one host's queue (commit d525186).
+
+Usage: ``python validation/kept_back.py [kept-back2-h200 | … | kept-back7-h100]`` (no GPU; the folder under validation/, default the first set).
 """
 
 from __future__ import annotations

@@ -335,8 +335,8 @@ class Engine:
 
     def eager_host_s(self, spec: ModelSpec, fmt: str, hw: Hardware) -> tuple[float, float]:
         """The host's time to launch one step of ``spec`` without CUDA graphs in weight format ``fmt`` (a servelab format name) on
-        ``hw``'s machine, s, as a steady state's and a burst's step with prompts pays it (``servelab.plan.predict``): such a step takes
-        at least this long, however little GPU work it carries; (0, 0) unless measured."""
+        ``hw``'s machine, s: (its layers' launches, as a host-bound steady state's step with prompts pays them; with its MoE and MLA
+        layers' extras, as a burst's does; ``servelab.plan.predict``), however little GPU work it carries; (0, 0) unless measured."""
         return 0.0, 0.0
 
     def step_host_s(self, hw: Hardware) -> tuple[float, float, float]:

@@ -95,7 +95,8 @@ def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None 
     alone": 10.5 to 66.5 ms by model and machine), and a MoE model's share of it sits in its layers'
     times, which t_eager ≥ 0 alone could not lower (gpt-oss-20b on an H200: validation/calibrate-h200/).
     The host's time per step (``Engine.step_host_s``, a floor under each step) is left out of this base fit (it is not
-    linear in the fitted times), and so are the host-bound steady state's waves and host's queue (``predict.waved``): a
+    linear in the fitted times), and so are the host-bound steady state's waves, host's floor and host's queue (``predict.waved``,
+    ``Terms.eager_launch_s``): a
     host-bound server's calibration absorbs them in its fitted times, which predict then adds again (the fifth kept-back set's
     two small dense models: their 64-stream repeats 7–14 % off with the shipped calibration, 14–18 % after calibrate;
     validation/RESULTS-predict.md); the MoE and MLA layer times' fits see them through ``predict``.

@@ -192,7 +192,7 @@ class Terms:
     mixed_share: float = 0.0  # f: the share of the steps that carry prompts, k ÷ f prompts each (:func:`cohorts`)
     mla_layers: int = 0  # MLA attention layers: a step pays Calibration.mla_layer_us for each
     untuned_moe_layers: int = 0  # MoE layers whose fused-MoE kernel runs the engine's default config (Engine.moe_kernel): Calibration.untuned_moe_layer_us each
-    eager_launch_s: float = 0.0  # the host's time to launch a step's layers without CUDA graphs (Engine.eager_host_s): a steady state's such step with prompts takes at least this long
+    eager_launch_s: float = 0.0  # the host's time to launch a step's layers without CUDA graphs (Engine.eager_host_s): a steady state's such step with prompts takes at least this long × host_ramp
     eager_host_s: float = 0.0  # … with its MoE and MLA layers' extras: a burst's such step with prompts takes at least this long
     step_host_s: float = 0.0  # the host's time for an engine step of one sequence (Engine.step_host_s): no step is shorter
     step_host_seq_s: float = 0.0  # … and what each other sequence in the step adds to it
