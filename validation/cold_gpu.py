@@ -119,6 +119,9 @@ MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tok
     "smollm2-1.7b": (("--max-model-len", "2048"), {}, 49152),  # real config: dense (Llama), 24 layers, hidden 2,048, 32 KV heads (MHA)
     "qwen3-1.7b": (("--max-model-len", "2048"), {}, None),  # real config: dense, 28 layers, hidden 2,048
     "qwen3-30b-a3b-16l": (("--max-model-len", "2048"), UNIFORM, None),  # Qwen3-30B-A3B cut to 16 layers, BF16: 128 experts of 768, top 8
+    # issue 53's eighth kept-back set (validation/kept-back8-h100/): chosen after calibrate fitted the host's scale, before it was measured on a new machine
+    "llama-3.2-3b": (("--max-model-len", "2048"), {}, 128256),  # real shapes: dense, 28 layers, hidden 3,072, 8 KV heads, tied embeddings
+    "mistral-7b-v0.3": (("--max-model-len", "2048"), {}, 32768),  # real config: dense, 32 layers, hidden 4,096, 8 KV heads
     # Llama-3.2-1B with CUDA graphs up to 2,048 tokens (a prompt's step inside a graph): whether its steady state's waves come from steps without graphs
     "llama-3.2-1b-graphs": (("--max-model-len", "2048", "--max-cudagraph-capture-size", "2048"), {}, 128256),
     # the small MoE models again with four API server processes (vLLM's --api-server-count): whether one API server bounds their steady state
