@@ -26,7 +26,8 @@ from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
 from servelab.plan.limits import limits_for
 from servelab.plan.cohorts import MIXED_SHARE, cohorts, host_weight, waved
-from servelab.plan.predict import predict, terms
+from servelab.plan.predict import predict
+from servelab.plan.terms import terms
 from servelab.plan.quant import get_format
 from servelab.plan.roofline import expert_flops
 
@@ -420,6 +421,26 @@ def test_a_steady_states_step_with_prompts_without_graphs_takes_at_least_its_lay
     for t, c in ((_small_moe("llama-3.2-1b", 1), 1), (_small_moe("llama-3.2-1b", 64), 64), (qwen, 16)):
         assert t.eager_launch_s > 0
         assert predict(t, cal, concurrency=c, output_tokens=128) == predict(dataclasses.replace(t, eager_launch_s=0.0), cal, concurrency=c, output_tokens=128), c
+
+
+def test_a_calibrations_host_scale_scales_the_hosts_floor_time_per_step_and_queue():
+    """``Calibration.host_scale`` (``servelab calibrate`` fits it, ``Terms.on_host``): the host's floors, its time per step
+    and so its queue scale with it, nothing else does, and 1 (every shipped calibration) leaves the terms as they are. A
+    host-bound level (Llama-3.2-1B at 16 streams) then runs faster on a faster host, and a level the GPU binds (Qwen3-8B at one
+    stream) does not move but for its host's share."""
+    cal = calibration("vllm-0.25-h100-bf16")
+    assert cal.host_scale == 1
+    t = _small_moe("llama-3.2-1b", 16)
+    fast = t.on_host(0.5)
+    assert t.on_host(1.0) is t and fast.host_s(16) == pytest.approx(t.host_s(16) / 2)
+    assert (fast.eager_launch_s, fast.eager_host_s, fast.step_host_s) == pytest.approx((t.eager_launch_s / 2, t.eager_host_s / 2, t.step_host_s / 2))
+    assert dataclasses.replace(fast, eager_launch_s=t.eager_launch_s, eager_host_s=t.eager_host_s, step_host_s=t.step_host_s, step_host_seq_s=t.step_host_seq_s) == t
+    got, on_fast = (predict(t, c, concurrency=16, output_tokens=128) for c in (cal, cal.model_copy(update={"host_scale": 0.5})))
+    assert on_fast.aggregate_tok_s > 1.05 * got.aggregate_tok_s and on_fast.host_queue_s < 0.6 * got.host_queue_s and on_fast.ttft_s < got.ttft_s
+    spec, fmt, hw = load_model("qwen3-8b"), get_format("bf16"), load_hardware("h200")
+    one = terms(spec, fmt, hw, concurrency=1, input_tokens=512, output_tokens=128, limits=limits_for(spec, fmt, hw, tp=1, input_tokens=512, output_tokens=128))
+    slow, quick = (predict(one, c, concurrency=1, output_tokens=128) for c in (cal, cal.model_copy(update={"host_scale": 0.5})))
+    assert quick.host_share == pytest.approx(slow.host_share / 2) and dataclasses.replace(quick, host_share=slow.host_share) == slow
 
 
 def test_the_hosts_floor_is_the_fit_on_the_lone_prompts_and_its_held_out_error_is_said():

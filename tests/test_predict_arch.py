@@ -80,7 +80,8 @@ def test_calibrate_scales_the_eager_times_and_then_predicts_the_servers_other_lo
     from servelab.plan.fit import measured_levels
     from servelab.plan.hardware import load_hardware
     from servelab.plan.limits import limits_for
-    from servelab.plan.predict import predict, terms
+    from servelab.plan.predict import predict
+    from servelab.plan.terms import terms
     from servelab.plan.quant import get_format
 
     server, spec = ROOT / "validation/calibrate-h200/server3", load_model(str(ROOT / "validation/configs/gpt-oss-20b"))

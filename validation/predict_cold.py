@@ -35,7 +35,8 @@ from servelab.plan.fit import Measured, fit, fit_moe  # noqa: E402
 from servelab.plan.hardware import load_hardware  # noqa: E402
 from servelab.plan.model_spec import load_model  # noqa: E402
 from servelab.plan.limits import limits_for  # noqa: E402
-from servelab.plan.predict import predict, terms  # noqa: E402
+from servelab.plan.predict import predict  # noqa: E402
+from servelab.plan.terms import terms  # noqa: E402
 from servelab.plan.quant import get_format  # noqa: E402
 
 V = ROOT / "validation"

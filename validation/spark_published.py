@@ -41,7 +41,8 @@ from servelab.plan.checkpoint import weight_format  # noqa: E402
 from servelab.plan.hardware import load_hardware  # noqa: E402
 from servelab.plan.limits import limits_for  # noqa: E402
 from servelab.plan.model_spec import load_model  # noqa: E402
-from servelab.plan.predict import predict, terms  # noqa: E402
+from servelab.plan.predict import predict  # noqa: E402
+from servelab.plan.terms import terms  # noqa: E402
 
 SOLO = {1: 57.5, 2: 78.4, 4: 107.9, 8: 153.5, 16: 218.5, 32: 318.7}  # kubis.ai, one Spark, pp1024 tg128 (c=64: 315.2, at its KV limit)
 TP2 = {1: 69.0, 2: 104.1, 4: 155.3, 8: 231.0, 16: 342.1, 32: 471.7}  # kubis.ai, two Sparks, TP=2

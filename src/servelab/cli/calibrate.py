@@ -106,9 +106,12 @@ def _design_run(load: Load, target: Target, roofline: tuple, output: Path | None
 def _show(cal: Calibration, error: str) -> None:
     """The fitted calibration, its intervals, its leave-one-out error, and a parameter at the edge of its range named."""
     times = ", ".join(f"{key} {getattr(cal, key)}" for key in TIMES if key in TIMES[:2] or getattr(cal, key))  # the MoE, MLA and drafting times where non-zero
-    console.print(escape(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}, {times}\n{error}"))
+    host = f", host_scale {cal.host_scale:g}" if "host_scale" in cal.uncertainty else ""  # fitted (with a prior, where the host binds a level)
+    console.print(escape(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}{host}, {times}\n{error}"))
     if cal.uncertainty:
         console.print(escape("uncertainty (one standard deviation): " + ", ".join(f"{k} {lo:g}–{hi:g}" for k, (lo, hi) in cal.uncertainty.items())))
+    if cal.uncertainty and "host_scale" not in cal.uncertainty:
+        console.print("host_scale 1 (not fitted: the host binds no level beyond one stream, so these levels cannot tell its speed)")
     if cal.bw_efficiency in BW_RANGE or cal.compute_efficiency in COMPUTE_RANGE:
         console.print("[yellow]an efficiency sits at the edge of its range: these runs do not pin it down; add levels at other concurrencies (1 stream fixes the prefill efficiency)[/]")
 

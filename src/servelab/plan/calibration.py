@@ -53,6 +53,9 @@ class Calibration(BaseModel):
     draft_overhead_ms: float = Field(
         0.0, ge=0, description="Time a speculative step adds for drafting (n-gram: CPU matching and the host sync it needs), ms; 0 when no speculative run was fitted."
     )
+    host_scale: float = Field(
+        1.0, gt=0, le=10, description="This machine's host time over the machines measured (Engine.eager_host_s, step_host_s): scales the host's floor, time per step and queue; servelab calibrate fits it, 1 in the shipped calibrations."
+    )
     source: str = Field(description="The runs it was fitted on.")
     error: str = Field("", description="Measured error (leave-one-run-out), in words.")
     uncertainty: dict[str, tuple[float, float]] = Field(

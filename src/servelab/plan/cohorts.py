@@ -31,7 +31,7 @@ def cohorts(k: float, budget: float) -> tuple[float, float]:
 
 
 def host_weight(t: Any, host_share: float) -> float:
-    """How far a steady-state level (``t``: its ``servelab.plan.predict.Terms``) runs as host-bound (docs/metrics.md, "waves"), 0–1: 0 up to ``HOST_SHARE`` of the host's
+    """How far a steady-state level (``t``: its ``servelab.plan.terms.Terms``) runs as host-bound (docs/metrics.md, "waves"), 0–1: 0 up to ``HOST_SHARE`` of the host's
     time per step over its decode step's GPU time, 1 from ``HOST_SHARE`` + ``HOST_RAMP``, linear between; times 1 up to half
     a prompt a decode step (k ≤ ½), 0 from one (waves need decode-only steps between them), linear between. A ramp, not a
     threshold, so that the curve stays continuous in the streams and the lengths."""
@@ -45,7 +45,7 @@ def host_ramp(host_share: float) -> float:
 
 
 def waved(t: Any, weight: float = 1.0) -> Any:
-    """``t`` (a level's ``servelab.plan.predict.Terms``) with the steady state's prompts in waves (docs/metrics.md, "waves"): where the host binds (``weight``,
+    """``t`` (a level's ``servelab.plan.terms.Terms``) with the steady state's prompts in waves (docs/metrics.md, "waves"): where the host binds (``weight``,
     :func:`host_weight`), the streams bunch into cohorts of one prompt for every ``WAVE`` running streams, blended with
     :func:`cohorts`' m₀ by ``weight`` and no more than a step's token budget holds, each riding one mixed step
     (``Terms.step_at``); ``t`` itself where that is no more than m₀, or with draft tokens or no ``step_at``."""

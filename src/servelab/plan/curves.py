@@ -20,7 +20,8 @@ from servelab.plan.checkpoint import weight_format
 from servelab.plan.drafter import Drafter
 from servelab.metrics.slo import Objective
 from servelab.plan.limits import Limits, limits_for
-from servelab.plan.predict import Point, Terms, predict, terms
+from servelab.plan.predict import Point, predict
+from servelab.plan.terms import Terms, terms
 from servelab.plan.rate import RatePoint, at_rate
 from servelab.values.specs import Hardware, ModelSpec
 

@@ -18,7 +18,8 @@ from servelab.errors import ServelabError
 from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, Calibration
 from servelab.plan.drafter import parse_drafter
 from servelab.plan.limits import limits_for
-from servelab.plan.predict import BURST_REQUESTS, Point, Terms, fitted_extras, predict, step_times, terms
+from servelab.plan.predict import BURST_REQUESTS, Point, fitted_extras, predict, step_times
+from servelab.plan.terms import Terms, terms
 from servelab.plan.quant import QuantFormat
 from servelab.plan.roofline import spec_tokens_per_step
 from servelab.store.results import RunResult
@@ -99,7 +100,8 @@ def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None 
     ``Terms.eager_launch_s``): a
     host-bound server's calibration absorbs them in its fitted times, which predict then adds again (the fifth kept-back set's
     two small dense models: their 64-stream repeats 7–14 % off with the shipped calibration, 14–18 % after calibrate;
-    validation/RESULTS-predict.md); the MoE and MLA layer times' fits see them through ``predict``.
+    validation/RESULTS-predict.md); the MoE and MLA layer times' fits see them through ``predict``. With a prior, this machine's
+    host scale (``Calibration.host_scale``) is then fitted through the whole of ``predict``, the rest held (:func:`_fit_host`).
     Each parameter is pulled toward the prior's by a Gaussian of width
     ``PRIOR_WIDTH`` against the levels' noise ``LEVEL_NOISE``, so a design that does not pin a
     parameter leaves it near the prior instead of at the edge of its range, and each parameter's
@@ -242,7 +244,32 @@ def _fit_base(rows: list[Measured], name: str, source: str, prior: Calibration |
     if not prior:
         return cal.model_copy(update={"eager_step_ms": round(float(eager[i, j]) * 1e3, 3)})
     cal = cal.model_copy(update={key: round(float(eager[i, j]) * getattr(eager_prior, key), 3) for key in EAGER_SCALED})
-    return cal.model_copy(update={"uncertainty": _intervals(sse / LEVEL_NOISE**2, bw[:, 0], cmp[0], b[i, j], c[i, j], cal, eager_prior.eager_step_ms)})
+    return _fit_host(rows, cal.model_copy(update={"uncertainty": _intervals(sse / LEVEL_NOISE**2, bw[:, 0], cmp[0], b[i, j], c[i, j], cal, eager_prior.eager_step_ms)}))
+
+
+def _fit_host(rows: list[Measured], cal: Calibration) -> Calibration:
+    """``cal`` with this machine's ``host_scale`` (its host's times over those of the machines measured: the floors under steps
+    without CUDA graphs, the time per step, the queue; ``Terms.on_host``) fitted on ``rows``, the rest held: the scale on
+    ``HOST_SCALES`` whose predictions (:func:`predict`, the whole model) minimise the squared log errors of each level's TPOT p50
+    and aggregate tok/s (÷ ``LEVEL_NOISE``) and, beyond one stream, its TTFT p50 (÷ ``TTFT_NOISE``: the host's queue shows
+    there), plus the prior's (log scale ÷ ``HOST_WIDTH``)², a load measured n times weighing as one; its interval where that
+    objective is within 1 of its minimum. Only where the host binds a level beyond one stream (``Point.host_bound`` under
+    ``cal``): elsewhere the levels cannot tell its speed from another term's error, and ``cal`` comes back as it is (unguarded,
+    DeepSeek-V2-Lite's MLA steady state took 1.9 and its bursts went 12–22 % slow). After the other parameters, not with
+    them: they are fitted without the host's terms (:func:`fit`), so a host-bound server's fitted times still carry some of
+    them (validation/RESULTS-predict.md, "A host that calibrate pins")."""
+    if not any(m.concurrency > 1 and predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance).host_bound for m in rows):
+        return cal  # the host binds no level beyond one stream: these levels cannot tell its scale from the other terms' errors
+    same = Counter(_load(m) for m in rows)
+    objective = np.log(HOST_SCALES) ** 2 / HOST_WIDTH**2
+    for k, scale in enumerate(HOST_SCALES):
+        on_host = cal.model_copy(update={"host_scale": float(scale)})
+        for m in rows:
+            p = predict(m.terms, on_host, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance)
+            errors = [(p.tpot_s / m.tpot_s, LEVEL_NOISE), (p.aggregate_tok_s / m.tok_s, LEVEL_NOISE)] + [(p.ttft_s / m.ttft_s, TTFT_NOISE)] * (m.concurrency > 1)
+            objective[k] += sum((math.log(ratio) / noise) ** 2 for ratio, noise in errors) / same[_load(m)]
+    best, near = int(np.argmin(objective)), HOST_SCALES[objective <= objective.min() + 1]
+    return cal.model_copy(update={"host_scale": float(HOST_SCALES[best]), "uncertainty": {**cal.uncertainty, "host_scale": (float(near.min()), float(near.max()))}})
 
 
 def _prior_eager_ms(prior: Calibration) -> dict[str, float]:
@@ -256,6 +283,9 @@ LEVEL_NOISE = 0.05  # a level's relative noise in a fit with a prior: one server
 PRIOR_WIDTH = {"bw_efficiency": 0.15, "compute_efficiency": 0.3, "layer_overhead_us": 0.5, "eager_scale": 1.0}  # σ of the prior: absolute for the efficiencies and the eager scale (prior 1), relative (× the prior's) for t_ℓ
 PRIOR_FLOOR = {"layer_overhead_us": 10.0, "eager_step_ms": 1.0}  # … at least this (µs, ms): a prior time of 0 still lets the levels move it
 PRIOR_KEPT = ("moe_layer_us", "moe_eager_layer_ms", "mla_layer_us", "mla_eager_layer_ms", "untuned_moe_layer_us", "draft_overhead_ms")  # the prior's times a base fit keeps
+HOST_SCALES = np.round(np.geomspace(0.25, 4.0, 49), 3)  # the grid of Calibration.host_scale in a fit with a prior (steps of 6 %)
+HOST_WIDTH = math.log(2)  # σ of the prior's log host scale (1): the seventh kept-back set's host launched and queued about 2 × faster than the others' (validation/RESULTS-predict.md)
+TTFT_NOISE = 0.2  # a steady-state level's TTFT p50's relative noise in the host's fit: the fourth and fifth kept-back sets' 64-stream repeats, 5–25 % apart on five servers of six (*-repeats3-stagger-run.json)
 EAGER_SCALED = ("eager_step_ms", "moe_eager_layer_ms", "mla_eager_layer_ms")  # … of them (and t_eager) what a fit with a prior scales by one factor
 
 
