@@ -17,6 +17,7 @@ from servelab.plan.quant import QuantFormat
 from servelab.plan.roofline import allreduce_s, compute_dtype, decode_step, expert_flops, prefill, weights_touched
 from servelab.values.specs import Hardware, ModelSpec
 
+
 @dataclass(frozen=True)
 class Terms:
     """The calibration-free terms of one level: seconds at 100 % efficiency and no overhead."""
@@ -33,7 +34,7 @@ class Terms:
     draft_bytes_s: float = 0.0  # … the weights they read ÷ bandwidth
     allreduce_s: float = 0.0  # tensor parallel: the decode step's all-reduces (not scaled by the efficiencies)
     prefill_allreduce_s: float = 0.0  # … and one prompt's
-    mode: str = "stagger"  # how the streams send (module docstring): ``stagger``, ``burst`` or ``batch``
+    mode: str = "stagger"  # how the streams send (servelab.plan.predict's module docstring): ``stagger``, ``burst`` or ``batch``
     prompts_per_step: float = 0.0  # k: prompts prefilled beside a decoding request, per decode step
     mixed_bytes_s: float = 0.0  # a mixed step (the decode batch and its cohort of m prompts, :func:`cohorts`): weights ÷ bandwidth
     mixed_flops_s: float = 0.0  # … its FLOPs ÷ peak
