@@ -16,11 +16,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "validation"))
 
+import bands  # noqa: E402
 import host_band  # noqa: E402
 import kept_back  # noqa: E402
 from servelab.engines.vllm_host import HOST_QUEUE  # noqa: E402
-from servelab.plan.band import band_for, point_band  # noqa: E402
-from servelab.plan.model_spec import load_model  # noqa: E402
 from servelab.plan.cohorts import HOST_SHARE  # noqa: E402
 
 MODELS = ("deepseek-v2-8l", "glm-4.7-flash", "gpt-oss-120b-12l", "mistral-small-24b")
@@ -161,13 +160,14 @@ def test_the_fourth_set_is_scored_with_the_truth_rules_repeats_at_64_streams(res
 def test_the_fourth_set_where_it_met_the_goals(results4):
     """Blind (predict frozen at 2fe8e8f before the data was opened; validation/kept-back4-h200/blind-2fe8e8f.txt): Kimi-K2 cut
     to 4 layers in BF16 meets the tok/s, burst TTFT and band goals (its single stream is 15 % fast); ERNIE-4.5's shapes meet
-    the worst, single-stream and burst TTFT goals and the band's on tok/s (TTFT 89 %), and after calibrate its bursts are within
+    the worst, single-stream and burst TTFT goals (the band holds 67 % of its tok/s points since it is the truth the prediction is
+    within ± b of, validation/bands.py: its steady state priced 15–19 % fast), and after calibrate its bursts are within
     15 % and its other concurrencies within 10 % (its 64-stream repeats, which calibrate's design window did not see, −13.6 %);
     Llama-3.2-1B's single stream is the host's time per step (1.90 ms measured and priced); the pooled burst TTFT median is
     within 25 % (16.7 %)."""
     kimi, ernie, llama = (results4[m]["held"] for m in ("kimi-k2-4l", "ernie-4.5-21b-a3b", "llama-3.2-1b"))
     assert kimi["tok_median"] <= 8.0 and kimi["tok_worst"] <= 20.0 and kimi["burst_ttft_median"] <= 25.0 and kimi["inside_tok"] == kimi["inside_ttft"] == 100.0
-    assert ernie["tok_worst"] <= 20.0 and ernie["single"] <= 10.0 and ernie["burst_ttft_median"] <= 25.0 and ernie["inside_tok"] >= 90.0
+    assert ernie["tok_worst"] <= 20.0 and ernie["single"] <= 10.0 and ernie["burst_ttft_median"] <= 25.0
     for row in results4["ernie-4.5-21b-a3b"]["after"]:
         if row["kind"] in ("burst", "stagger"):
             assert abs(row["e_tok"]) <= (15.0 if row["kind"] == "burst" else 10.0), (row["kind"], row["c"])
@@ -175,17 +175,14 @@ def test_the_fourth_set_where_it_met_the_goals(results4):
     assert kept_back.summary([row for r in results4.values() for row in r["rows"]])["burst_ttft_median"] <= 25.0
 
 
-def test_the_hosts_queue_and_band_are_what_the_first_three_sets_fitted(results, results2, results3):
-    """``HOST_QUEUE`` and servelab/data/bands.yaml's ``host`` band are validation/host_band.py's fit on the first three sets' 29
-    host-bound points (the host's time per step at least half the decode step's GPU time), which a change to predict that moves
-    them must refit: κ the median one-sequence host steps a running stream waited over the 4 bursts (1.21; their 11 steady-state
-    levels, all small MoE, would take 1.96: not shipped, the steady state takes the bursts'), the band the 90th percentile of
-    their errors rounded up."""
+def test_the_hosts_queue_is_what_the_first_three_sets_fitted(results, results2, results3):
+    """``HOST_QUEUE`` is validation/host_band.py's fit on the first three sets' 29 host-bound points (the host's time per step at
+    least half the decode step's GPU time), which a change to predict that moves them must refit: κ the median one-sequence host
+    steps a running stream waited over the 4 bursts (1.21; their 11 steady-state levels, all small MoE, would take 1.96: not
+    shipped, the steady state takes the bursts')."""
     fitted = [r for res in (results, results2, results3) for got in res.values() for r in got["rows"] if r["scored"] and r["host_share"] >= HOST_SHARE]
-    kappa, kappa_burst, band_tok, band_ttft, levels, bursts = host_band.fit(fitted)
+    kappa, kappa_burst, levels, bursts = host_band.fit(fitted)
     assert (len(fitted), levels, bursts) == (29, 11, 4) and kappa == pytest.approx(1.96, abs=0.01) and kappa_burst == pytest.approx(HOST_QUEUE, abs=0.005)
-    host = point_band(band_for(load_model("qwen3-8b"), "bf16"), HOST_SHARE)
-    assert band_tok <= host.tok_s < band_tok + 0.01 and band_ttft <= host.ttft < band_ttft + 0.01
 
 
 @pytest.fixture(scope="module")
@@ -237,12 +234,13 @@ def results7():
 def test_the_seventh_set_as_it_was_checked_blind(results7):
     """The seventh set (an H100 host), replayed: as frozen (d525186, validation/kept-back7-h100/blind-d525186.txt) pooled tok/s
     median 11.5 %, worst 22.9 %, burst TTFT mean median 40.3 %, 89 % of the points inside the band on tok/s and on TTFT
-    (the predict before, f7b26be: 9.0 %, 24.8 %, 40.3 %, 89 % and 78 %); Qwen3-30B-A3B cut meets the tok/s median and
+    (the predict before, f7b26be: 9.0 %, 24.8 %, 40.3 %, 89 % and 78 %); with the band of every held-out point
+    (validation/bands.py), 94 % and 61 % (Qwen3-1.7B's TTFT priced 2.3–3.8 × long: no ± 57 % of it); Qwen3-30B-A3B cut meets the tok/s median and
     single-stream goals, and after ``calibrate`` both servers' bursts are within 9 %: so that a change that loses ground fails here."""
     assert sorted(results7) == list(MODELS7)
     pooled = kept_back.summary([row for r in results7.values() for row in r["rows"]])
     assert pooled["tok_median"] <= 11.6 and pooled["tok_worst"] <= 23.0 and pooled["burst_ttft_median"] <= 40.4
-    assert pooled["inside_tok"] >= 88.8 and pooled["inside_ttft"] >= 88.8
+    assert pooled["inside_tok"] >= 94.0 and pooled["inside_ttft"] >= 61.0
     moe = results7["qwen3-30b-a3b-16l"]["held"]
     assert moe["tok_median"] <= 7.6 and moe["single"] <= 8.8
     for r in results7.values():
@@ -269,3 +267,16 @@ def test_calibrate_leaves_the_host_scale_where_no_design_level_is_host_bound(tmp
     run = kept_back.cc.ROOT / "validation" / "calibrate-h200" / "server1" / "deepseek-v2-lite-calibrate-run.json"
     (fitted,) = yaml.safe_load(Path(kept_back.cc.calibrated(run, "deepseek-v2-lite", tmp_path / "own.yaml", "h200")).read_text()).values()
     assert fitted["host_scale"] == 1.0 and "host_scale" not in fitted["uncertainty"] and "bw_efficiency" in fitted["uncertainty"]
+
+
+def test_every_class_band_is_the_ninetieth_percentile_of_its_held_out_points(results, results2, results3, results4, results5, results6, results7):
+    """servelab/data/bands.yaml's dense, MoE, MLA and host bands are validation/bands.py's: the error that ≥ 90 % of the class's
+    held-out points fall within (the cold tables, the MLA models held out by model, and the seven kept-back sets' points, each
+    under its model's class or, where the host binds it, the host's), rounded up to a whole %, so that a change to predict that
+    moves them must refit them. The dense band was 6 % / 20 % from the cold tables alone: the kept-back sets' dense points fell
+    inside it 61 % / 48 % of the time."""
+    kept = [{**r, "model": m} for res in (results, results2, results3, results4, results5, results6, results7) for m, got in res.items() for r in got["rows"] if r["scored"]]
+    shipped = yaml.safe_load((kept_back.cc.ROOT / "src" / "servelab" / "data" / "bands.yaml").read_text())
+    for name, b in bands.bands(kept).items():
+        assert shipped[name]["points"] == b["points"], name
+        assert b["tok_s"] <= shipped[name]["tok_s"] < b["tok_s"] + 0.01 and b["ttft"] <= shipped[name]["ttft"] < b["ttft"] + 0.01, name

@@ -34,7 +34,7 @@ def test_the_mla_band_covers_ninety_percent_of_the_held_out_points(results):
     band = band_for(load_model(str(ROOT / "validation/configs/deepseek-v3-8l")), "fp8-block")
     tok = [v for m, r in results.items() if m in predict_arch.MLA for v in r["held"]["tok_s"]]
     ttft = [v for m, r in results.items() if m in predict_arch.MLA for v in r["held"]["ttft"]]
-    assert band.points == len(tok) >= 10
+    assert band.points > len(tok) >= 10  # and the kept-back sets' MLA points (validation/bands.py)
     assert sum(v <= 100 * band.tok_s for v in tok) >= math.ceil(0.9 * len(tok))
     assert sum(v <= 100 * band.ttft for v in ttft) >= math.ceil(0.9 * len(ttft))
 

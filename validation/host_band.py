@@ -7,15 +7,14 @@ after predict was frozen with it; seen when the burst's was made), the sixth (an
 the burst's; seen, with the fourth and fifth, when the steady state took the bursts' queue and the host's floor) and the
 seventh (another H100's, opened after predict was frozen with those):
 
-1. **The host's queue** (``servelab.engines.vllm_host.HOST_QUEUE``): over the fitted sets' host-bound bursts beyond one stream,
-   the median of (measured mean TTFT − predicted TTFT without the queue) ÷ (B · h₁), B the running streams and h₁ the host's time
-   for a step of one sequence (``Engine.step_host_s``): the queue predict added ÷ ``HOST_QUEUE``. The same over their steady-state
-   levels priced in waves (``servelab.plan.predict.waved``; TTFT p50) is printed beside it, not shipped: the steady state takes
-   the bursts' constant (validation/RESULTS-predict.md, "One host's queue").
-2. **The host's band** (servelab/data/bands.yaml ``host``): the relative half-width that holds each fitted host-bound point's
-   measured tok/s, and its TTFT (bursts' mean, steady state's p50), within the prediction × (1 ± it), at the 90th percentile.
+**The host's queue** (``servelab.engines.vllm_host.HOST_QUEUE``): over the fitted sets' host-bound bursts beyond one stream,
+the median of (measured mean TTFT − predicted TTFT without the queue) ÷ (B · h₁), B the running streams and h₁ the host's time
+for a step of one sequence (``Engine.step_host_s``): the queue predict added ÷ ``HOST_QUEUE``. The same over their steady-state
+levels priced in waves (``servelab.plan.predict.waved``; TTFT p50) is printed beside it, not shipped: the steady state takes
+the bursts' constant (validation/RESULTS-predict.md, "One host's queue").
 
-Then, per set, the host-bound points inside the band as predict now prints it (``servelab.plan.band.point_band``).
+Then, per set, the host-bound points inside the band as predict now prints it (``servelab.plan.band.point_band``; the host's
+band, servelab/data/bands.yaml ``host``, is validation/bands.py's: every set's host-bound points).
 
 Usage: ``python validation/host_band.py`` (no GPU; ~4 min: every kept-back set's held-out replay).
 """
@@ -44,42 +43,29 @@ def rows(folder: str) -> list[dict]:
     return [{**r, "model": m} for m in models for r in kept_back.check(m, cc.SHIPPED, ("burst", "design", "stagger", "long"), data) if r["scored"]]
 
 
-def needed(pred: float, meas: float) -> float:
-    """The relative half-width b with meas within pred × (1 ± b)."""
-    return meas / pred - 1 if meas > pred else 1 - meas / pred
-
-
-def p90(values: list[float]) -> float:
-    """The 90th percentile (the nearest rank at or above it)."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, -(-9 * len(ordered) // 10) - 1)]
-
-
 def kappa(levels: list[dict]) -> float:
     """The median over ``levels`` (each priced with the host's queue at ``HOST_QUEUE`` host steps a running stream) of the measured
     TTFT beyond the prediction without the queue, in the queue's host steps: the κ that fits them."""
     return statistics.median((r["ttft"] - (r["p_ttft"] - r["queue"])) / (r["queue"] / HOST_QUEUE) for r in levels)
 
 
-def fit(fitted: list[dict]) -> tuple[float, float, float, float, int, int]:
+def fit(fitted: list[dict]) -> tuple[float, float, int, int]:
     """From the fitted sets' host-bound rows: (the host's queue κ that the steady state's levels would take and that the bursts
-    fit (shipped), the band's tok/s and TTFT half-widths, the levels each κ was taken over)."""
+    fit (shipped), the levels each κ was taken over)."""
     steady = [r for r in fitted if r["queue"] and r["kind"] != "burst"]  # the steady-state levels priced in waves, the host's queue in their TTFT
     bursts = [r for r in fitted if r["queue"] and r["kind"] == "burst"]  # the host-bound bursts beyond one stream
-    return (kappa(steady), kappa(bursts), p90([needed(r["p_tok"], r["tok"]) for r in fitted]),
-            p90([needed(r["p_ttft"], r["ttft"]) for r in fitted]), len(steady), len(bursts))  # fmt: skip
+    return kappa(steady), kappa(bursts), len(steady), len(bursts)
 
 
 def main() -> dict:
-    """Print the fit, the band and each set's host-bound points; return them."""
+    """Print the fit and each set's host-bound points; return them."""
     by_set = {s: [r for r in rows(s) if r["host_share"] >= HOST_SHARE] for s in FITTED + CHECKED if (cc.ROOT / "validation" / s).exists()}
     fitted = [r for s in FITTED for r in by_set[s]]
-    k_steady, k_burst, band_tok, band_ttft, levels, bursts = fit(fitted)
+    k_steady, k_burst, levels, bursts = fit(fitted)
     print(f"The host's queue, fitted on {bursts} host-bound bursts of {', '.join(FITTED)}: {k_burst:.2f} one-sequence host steps a running "
-          f"stream (shipped: HOST_QUEUE {HOST_QUEUE}); their {levels} host-bound steady-state levels would take {k_steady:.2f} (not shipped)\n"
-          f"The host's band from their {len(fitted)} host-bound points: tok/s {band_tok:.1%}, TTFT {band_ttft:.1%} at the 90th percentile\n")  # fmt: skip
+          f"stream (shipped: HOST_QUEUE {HOST_QUEUE}); their {levels} host-bound steady-state levels would take {k_steady:.2f} (not shipped)\n")  # fmt: skip
     print("| set | host-bound points | models | tok/s error median / worst | TTFT error median | inside the band: tok/s, TTFT |\n|---|---|---|---|---|---|")
-    out = {"kappa": k_steady, "kappa_burst": k_burst, "band_tok": band_tok, "band_ttft": band_ttft, "sets": {}}
+    out = {"kappa": k_steady, "kappa_burst": k_burst, "sets": {}}
     for s, got in by_set.items():
         if not got:
             continue

@@ -41,7 +41,11 @@ The seventh (validation/kept-back7-h100/: Qwen3-1.7B and Qwen3-30B-A3B cut to 16
 was committed with the sixth's configs (4adb0a2), and measured and opened after predict was frozen with the host-bound
 steady state's floor and one host's queue (commit d525186).
 
-Usage: ``python validation/kept_back.py [kept-back2-h200 | … | kept-back7-h100]`` (no GPU; the folder under validation/, default the first set).
+The eighth (validation/kept-back8-h100/: Llama-3.2-3B's shapes and Mistral-7B-v0.3 on one H100 host, one job on it; the
+seventh's recipe) was committed before the host's scale (bc249df), measured with predict as at d525186, and opened after the band
+was taken from every held-out point (validation/bands.py).
+
+Usage: ``python validation/kept_back.py [kept-back2-h200 | … | kept-back8-h100]`` (no GPU; the folder under validation/, default the first set).
 """
 
 from __future__ import annotations

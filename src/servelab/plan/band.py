@@ -4,8 +4,8 @@ from the held-out error of that class (docs/metrics.md, "predict's band").
 The classes: ``dense``; ``moe`` (routed experts with grouped-query attention: Mixtral, Qwen2/Qwen3
 MoE); ``mla`` (multi-head latent attention, the DeepSeek-V3 architecture: fine-grained routed experts
 and a shared one); ``hybrid`` (Gated DeltaNet or Mamba layers beside attention). The numbers are
-``servelab/data/bands.yaml``: for dense and MoE, validation/predict_cold.py's "family class" table
-(≥ 90 % of the held-out points within the band); a class without held-out evidence across models
+``servelab/data/bands.yaml``: for dense, MoE and MLA, validation/bands.py over every held-out point of the class
+(≥ 90 % of them predicted within ± the band of the truth); a class without held-out evidence across models
 gets a wide band that says so. A *host-bound* point (``servelab.plan.predict.HOST_SHARE``: the host's time per step at least
 half its decode step's GPU time, where the small models' steady state runs in waves) carries the wider of its class's band
 and the host's (:func:`point_band`), from the held-out error of such points whatever their class (validation/host_band.py).
@@ -24,8 +24,9 @@ from servelab.values.specs import ModelSpec
 
 
 class Band(BaseModel):
-    """One family class's interval: a prediction × (1 ± ``tok_s``) holds the measured tok/s (and step
-    times), × (1 ± ``ttft``) the TTFT, for ≥ 90 % of the class's held-out points."""
+    """One family class's interval: for ≥ 90 % of the class's held-out points the predicted tok/s (and
+    step times) was within ± ``tok_s`` of the measured, the TTFT within ± ``ttft``; so the truth lies within
+    [predicted ÷ (1 + b), predicted ÷ (1 − b)]."""
 
     family_class: str
     tok_s: float = Field(gt=0, lt=1, description="Relative half-width for tok/s, TPOT and step times (fraction).")
