@@ -37,7 +37,7 @@ from servelab.plan.band import family_class  # noqa: E402
 from servelab.plan.cohorts import HOST_SHARE  # noqa: E402
 from servelab.plan.model_spec import load_model  # noqa: E402
 
-SETS = host_band.FITTED + host_band.CHECKED  # the kept-back sets, first to seventh
+SETS = ("kept-back-h200", "kept-back2-h200", "kept-back3-h200", "kept-back4-h200", "kept-back5-h200", "kept-back6-h100", "kept-back7-h100")  # the sets opened before the band was set (eda5322)
 
 
 def held_out(kept: list[dict]) -> dict[str, tuple[list[float], list[float]]]:

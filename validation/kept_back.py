@@ -116,7 +116,7 @@ def check(model: str, calibration: str, kinds: tuple[str, ...], data: Path = DAT
 
 
 def show(title: str, rows: list[dict]) -> None:
-    print(f"\n#### {title}\n\n(errors: predicted ÷ measured − 1; in band: measured within the prediction × (1 ± the band))\n\n| level | tok/s meas / pred | err | TTFT ms meas / pred | err | TPOT ms meas / pred | err | in band (tok/s, TTFT) |\n|---|---|---|---|---|---|---|---|")
+    print(f"\n#### {title}\n\n(errors: predicted ÷ measured − 1; in band: measured within [prediction ÷ (1 + b), prediction ÷ (1 − b)], b the point's band)\n\n| level | tok/s meas / pred | err | TTFT ms meas / pred | err | TPOT ms meas / pred | err | in band (tok/s, TTFT) |\n|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['kind']} {r['c']}{'' if r['scored'] else ' (not scored: the repeats below)'} | {r['tok']:,.0f} / {r['p_tok']:,.0f} | {r['e_tok']:+.1f} % | {r['ttft']:,.0f} / {r['p_ttft']:,.0f} | {r['e_ttft']:+.1f} % | "
               f"{r['tpot']:.2f} / {r['p_tpot']:.2f} | {r['e_tpot']:+.1f} % | {'yes' if r['in_tok'] else 'NO'}, {'yes' if r['in_ttft'] else 'NO'} |")  # fmt: skip
