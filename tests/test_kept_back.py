@@ -170,7 +170,7 @@ def test_the_fourth_set_where_it_met_the_goals(results4):
     within 25 % (16.7 %)."""
     kimi, ernie, llama = (results4[m]["held"] for m in ("kimi-k2-4l", "ernie-4.5-21b-a3b", "llama-3.2-1b"))
     assert kimi["tok_median"] <= 8.0 and kimi["tok_worst"] <= 20.0 and kimi["burst_ttft_median"] <= 25.0 and kimi["inside_tok"] == kimi["inside_ttft"] == 100.0
-    assert ernie["tok_worst"] <= 20.0 and ernie["single"] <= 10.0 and ernie["burst_ttft_median"] <= 25.0
+    assert ernie["tok_worst"] <= 20.0 and ernie["single"] <= 10.0 and ernie["burst_ttft_median"] <= 25.0 and ernie["inside_tok"] >= 66.0
     for row in results4["ernie-4.5-21b-a3b"]["after"]:
         if row["kind"] in ("burst", "stagger"):
             assert abs(row["e_tok"]) <= (15.0 if row["kind"] == "burst" else 10.0), (row["kind"], row["c"])

@@ -744,7 +744,8 @@ def test_cold_held_out_errors_hold():
     res = {title.split(":")[1].split(",")[0].strip(): errs for title, errs in raw.items() if not title.startswith("the same")}
     for name, held in cold.bands(raw).items():  # predict's band is validation/bands.py's over these tables' points and the kept-back sets' (tests/test_kept_back.py)
         shipped = band_for(load_model({"dense": "qwen3-8b", "moe": "qwen3-30b-a3b"}[name]), "fp8")
-        assert shipped.family_class == name and shipped.points > held["points"] and held["tok_s"] <= shipped.tok_s  # the MoE tables' TTFT alone (63 %, bursts' p99 among them) are wider
+        assert shipped.family_class == name and shipped.points > held["points"] and held["tok_s"] <= shipped.tok_s
+        assert held["ttft"] <= (shipped.ttft if name == "dense" else 0.64)  # the MoE tables' TTFT alone, their bursts' p99 among them, 63 %: wider than the pooled 55 %
     med = {name: (statistics.median(e["tok_s"]), max(e["tok_s"]), statistics.median(e["ttft"]), max(e["single"], default=0.0)) for name, e in res.items()}
     bounds = {  # tok/s median, worst, TTFT median, single-stream TPOT worst, all %
         "Qwen3-14B bf16": (4.5, 7, 11, 4.5),  # its bursts' TTFT mean 11-16 % high with the power-capped clock (RESULTS-predict.md)

@@ -13,8 +13,8 @@ MODEL-bursts.json, its hits and JIT lines per level) and ``servelab bench`` at 4
 Held-out points per model: the three bursts (tok/s, mean TTFT) and the five steady-state levels (tok/s, p50 TTFT; the
 single stream's TPOT). The steady state at 64 streams is one 30 s window, not the MoE truth rule's 3 × 60 s: said here
 (the fourth set's repeats, where they ran, are scored instead, ``long``; the window is shown beside them, not scored).
-A point is inside the band when the measured value lies within the prediction × (1 ± the class's band), as predict
-prints it (servelab.plan.band).
+A point is inside the band when the measured tok/s (TTFT) lies within [prediction ÷ (1 + b), prediction ÷ (1 − b)], b the
+point's band, as predict prints it (servelab.plan.band; until eda5322, × (1 ± b)).
 
 The second set (validation/kept-back2-h200/: one 4 × H200 host, the same recipe, four models at once) was chosen before
 the fused-MoE kernel's rate (servelab.engines.vllm_moe.MOE_RATE) was measured and opened after predict was frozen with it

@@ -167,9 +167,9 @@ def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, rou
 
 
 def _band(point: Point | RatePoint, model_band: Band) -> dict[str, list[float] | bool]:
-    """A point's interval (docs/metrics.md, "predict's band"): for its aggregate tok/s, TTFT and TPOT, the values the prediction
-    is within ± b of, [predicted ÷ (1 + b), predicted ÷ (1 − b)], b the class's band or the host's where the point is host-bound
-    (``servelab.plan.band.point_band``)."""
+    """A point's interval (docs/metrics.md, "predict's band"): for its aggregate tok/s and its TTFT, the values the prediction is
+    within ± b of, [predicted ÷ (1 + b), predicted ÷ (1 − b)], b the class's band or the host's where the point is host-bound
+    (``servelab.plan.band.point_band``); its TPOT, the inverse of the tok/s interval at the same streams, predicted × (1 ± b_tok)."""
     p = point.point if isinstance(point, RatePoint) else point
     band = point_band(model_band, p.host_share)
 
@@ -177,7 +177,7 @@ def _band(point: Point | RatePoint, model_band: Band) -> dict[str, list[float] |
         return [value / (1 + b), value / (1 - b)]
 
     return {"host_bound": p.host_bound, "aggregate_tok_s": interval(p.aggregate_tok_s, band.tok_s), "ttft_s": interval(p.ttft_s, band.ttft),
-            "tpot_s": interval(p.tpot_s, band.tok_s)}
+            "tpot_s": [p.tpot_s * (1 - band.tok_s), p.tpot_s * (1 + band.tok_s)]}
 
 
 def _capture_hint(results: list, input_tokens: int) -> str | None:

@@ -8,7 +8,7 @@ and a shared one); ``hybrid`` (Gated DeltaNet or Mamba layers beside attention).
 (≥ 90 % of them predicted within ± the band of the truth); a class without held-out evidence across models
 gets a wide band that says so. A *host-bound* point (``servelab.plan.predict.HOST_SHARE``: the host's time per step at least
 half its decode step's GPU time, where the small models' steady state runs in waves) carries the wider of its class's band
-and the host's (:func:`point_band`), from the held-out error of such points whatever their class (validation/host_band.py).
+and the host's (:func:`point_band`), from the held-out error of such points whatever their class (validation/bands.py).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from servelab.values.specs import ModelSpec
 
 
 class Band(BaseModel):
-    """One family class's interval: for ≥ 90 % of the class's held-out points the predicted tok/s (and
-    step times) was within ± ``tok_s`` of the measured, the TTFT within ± ``ttft``; so the truth lies within
-    [predicted ÷ (1 + b), predicted ÷ (1 − b)]."""
+    """One family class's interval: for ≥ 90 % of the class's held-out points (pooled: validation/bands.py) the
+    predicted tok/s was within ± ``tok_s`` of the measured, the TTFT within ± ``ttft``; so the truth lies within
+    [predicted ÷ (1 + b), predicted ÷ (1 − b)], and a step time (the tok/s's inverse) within × (1 ± ``tok_s``)."""
 
     family_class: str
     tok_s: float = Field(gt=0, lt=1, description="Relative half-width for tok/s, TPOT and step times (fraction).")

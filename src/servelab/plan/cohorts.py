@@ -10,7 +10,7 @@ from typing import Any
 
 MIXED_SHARE = 0.25  # where the token budget splits no cohort, this share of the steps carries prompts (:func:`cohorts`; measured 19–35 % at 32–256 streams: validation/mixed_steps.py)
 WAVE = 5.75  # where the host binds, a steady state's wave carries one prompt for every WAVE running streams: the median of B ÷ the prompts per step over OLMoE-1B-7B's and Granite-3.1-3B-A800M's levels at 16 and 64 streams (the third kept-back set: 3.1 and 5.0 at 16, 9.9 and 10.1 at 64; validation/api_servers.py)
-HOST_SHARE = 0.5  # a point is host-bound where the host's time per step is at least this share of its decode step's GPU time: its TTFT adds the host's queue (a steady state's, a burst's), its band is the host's (servelab.plan.band; validation/host_band.py)
+HOST_SHARE = 0.5  # a point is host-bound where the host's time per step is at least this share of its decode step's GPU time: its TTFT adds the host's queue (a steady state's, a burst's), its band is the host's (servelab.plan.band; validation/bands.py)
 HOST_RAMP = 0.05  # … fully so from HOST_SHARE + HOST_RAMP (host_weight: a ramp keeps the curve continuous)
 
 

@@ -117,7 +117,7 @@ def predicted(point_at: Callable[[int], Point], objectives: list[Objective], mos
 @dataclass(frozen=True)
 class Within:
     """A variant's predicted capacity within an SLO: the streams (None: not even one stream meets it),
-    the band of streams it would be with every time the one its prediction is within ± ``band`` of, the
+    the band of streams it would be with every predicted time ``band`` × shorter or longer, the
     bottleneck there, and, when not even one stream meets it, the objective missed worst and by how
     much (its predicted value ÷ target − 1 at one stream)."""
 
@@ -129,15 +129,15 @@ class Within:
 
 def within(curve: Curve, objectives: list[Objective], band: float) -> Within:
     """``curve``'s predicted capacity within ``objectives`` (closed-loop streams, up to 4 ×
-    max_num_seqs), with its band: the capacity were every time the one that its prediction is within
-    ± ``band`` of (docs/metrics.md, "predict's band"), the predicted ÷ (1 ∓ band), i.e. every target × (1 ∓ band)."""
+    max_num_seqs), with its band: the capacity were every predicted time (1 ± ``band``) times
+    itself, i.e. every target ÷ (1 ± band)."""
 
     def capacity(factor: float) -> tuple[int | None, Point | None]:
         scaled = [o.model_copy(update={"target_ms": o.target_ms / factor}) for o in objectives]
         return predicted(curve.at, scaled, most=4 * curve.limits.max_num_seqs)
 
     streams, point = capacity(1.0)
-    lo, hi = capacity(1 / max(1e-3, 1 - band))[0] or 0, capacity(1 / (1 + band))[0] or 0
+    lo, hi = capacity(1 + band)[0] or 0, capacity(max(1e-3, 1 - band))[0] or 0
     worst = None
     if streams is None:
         one = curve.at(1)

@@ -26,7 +26,7 @@ from servelab.store.results import load_run
 from servelab.store.tuning import TuneDocument, TunePoint
 from servelab.values.specs import Hardware, ModelSpec
 
-PRIOR_BAND = 0.3  # before any launch, each predicted time within ± 30 % of the truth (curves.within) where the model's family class has no band (servelab.plan.band gives one: Pricer.prior_band); a capacity within TTFT/TPOT objectives moves with it
+PRIOR_BAND = 0.3  # before any launch, each predicted time × (1 ± 0.3) where the model's family class has no band (servelab.plan.band gives one: Pricer.prior_band); a capacity within TTFT/TPOT objectives moves with it
 FLOOR_BAND = 0.1  # the band never narrows below ± 10 %: capacity's own search stops within 10 % (servelab.run.capacity.PRECISION)
 
 

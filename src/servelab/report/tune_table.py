@@ -43,7 +43,7 @@ def points_table(doc: TuneDocument) -> Table:
     cal = doc.calibration
     t.caption = escape(
         (f"{hidden:,} more points in tune.json. " if hidden else "")
-        + (f"Priced by servelab predict ({doc.assumptions}); band: every predicted time within ± {doc.band:g} of the truth; a host-bound point's at least within ± the host's band"
+        + (f"Priced by servelab predict ({doc.assumptions}); band: every predicted time × (1 ± {doc.band:g}; a host-bound point's at least × (1 ± the host's band))"
            + (f"; measured ÷ predicted on the probes: {', '.join(f'{k} × {v:g}' for k, v in doc.factors.items())}" if doc.factors else "")
            + (f"; calibration η_bw {cal['bw_efficiency']}, η_c {cal['compute_efficiency']}, {cal['layer_overhead_us']} µs per layer per step" if cal else "")
            if doc.priced else "Not priced (no model or hardware profile): launched in grid order.")  # fmt: skip

@@ -242,8 +242,8 @@ class Prober:
 class Predicted(BaseModel):
     """``servelab predict``'s capacity for a search's start: the largest concurrency within the
     objectives (None: not even one stream), the bottleneck there, and its band: the capacity were every
-    time the one its prediction is within ± ``half_width`` of (the family class's tok/s band, or the host's where the start is
-    host-bound, at least ``FLOOR_BAND``: ``servelab.plan.pricing.class_band``; ``servelab.plan.band``, ``servelab.plan.curves.within``)."""
+    predicted time (1 ± ``half_width``, the family class's tok/s band, or the host's where the start is host-bound, at least ``FLOOR_BAND``:
+    ``servelab.plan.pricing.class_band``) times itself (``servelab.plan.band``, ``servelab.plan.curves.within``)."""
 
     streams: int | None
     bottleneck: str | None

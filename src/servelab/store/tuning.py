@@ -64,7 +64,7 @@ class TuneDocument(BaseModel):
     assumptions: str | None = None
     calibration: dict | None = Field(None, description="The calibration the points are priced with, after the last launch.")
     factors: dict[str, float] = Field(default_factory=dict, description="Each objective's measured percentile ÷ the calibrated prediction at the same probe (median over the probes): its target is divided by it when pricing.")
-    band: float = Field(description="The band's half width: each predicted time within ± band of the truth (servelab.plan.curves.within).")
+    band: float = Field(description="The band's half width: each predicted time × (1 ± band).")
     effects: dict[str, float] = Field(default_factory=dict, description="Each grid value's share (KEY=VALUE → log capacity) of what the launches measured beyond their calibrated predictions; a candidate's prediction and band are × e^(its values' sum) (servelab.plan.pricing.value_effects).")
     launches_budget: int
     points: list[TunePoint]
