@@ -21,7 +21,6 @@ Usage: ``python validation/predict_arch.py`` (no GPU); tests/test_predict_arch.p
 
 from __future__ import annotations
 
-import math
 import statistics
 import sys
 from dataclasses import replace
@@ -115,7 +114,7 @@ def main() -> dict[str, dict]:
     held = [v for model, r in results.items() if model in MLA for v in r["held"]["tok_s"]]
     ttft = [v for model, r in results.items() if model in MLA for v in r["held"]["ttft"]]
     if held:
-        tok90, ttft90 = sorted(held)[math.ceil(0.9 * len(held)) - 1], sorted(ttft)[math.ceil(0.9 * len(ttft)) - 1]
+        tok90, ttft90 = pc.p90(held), pc.p90(ttft)
         print(f"\nMLA class: {len(held)} held-out points; tok/s error 90 % of them fall within {tok90:.1f} %, TTFT {ttft90:.1f} %")
     whole = fit_mla([m for name in MLA if present(name) for m in steady(name)], base)
     print(f"\nMLA layer times fitted on every MLA model (the shipped calibration's): {whole.mla_layer_us} µs a step, {whole.mla_eager_layer_ms} ms without CUDA graphs")
