@@ -20,7 +20,7 @@ import predict_arch  # noqa: E402
 
 from servelab.plan.band import band_for  # noqa: E402
 from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, calibration  # noqa: E402
-from servelab.plan.fit import fit, fit_mla  # noqa: E402
+from servelab.plan.fit import PRIOR_WIDTH, fit, fit_mla, prior_widths  # noqa: E402
 from servelab.plan.model_spec import load_model  # noqa: E402
 
 
@@ -72,6 +72,19 @@ def test_the_prior_keeps_a_three_level_design_off_the_range_edges():
         assert lo <= getattr(pulled, key) <= hi, key
 
 
+def test_calibrate_pulls_the_efficiencies_harder_on_the_gpu_the_prior_was_measured_on():
+    """fit.prior_widths: on Hopper (H100, H200: the GPUs vllm-0.25-h100-bf16 was measured and held out on) the efficiencies' σ
+    is 0.08 (η_bw) and 0.1 (η_c); on a GB10 or a Blackwell card the prior's efficiencies are another GPU's (vllm-dgx-spark's
+    0.61 / 0.47 against 0.86 / 0.74) and stay wide, 0.15 and 0.3."""
+    from servelab.plan.hardware import load_hardware
+
+    for name in ("h100-sxm", "h200"):
+        widths = prior_widths(load_hardware(name))
+        assert (widths["bw_efficiency"], widths["compute_efficiency"]) == (0.08, 0.1) and widths["eager_scale"] == PRIOR_WIDTH["eager_scale"]
+    for name in ("dgx-spark", "b200"):
+        assert prior_widths(load_hardware(name)) == PRIOR_WIDTH
+
+
 def test_calibrate_scales_the_eager_times_and_then_predicts_the_servers_other_loads():
     """servelab calibrate --url on gpt-oss-20b (one H200, validation/calibrate-h200/server3/): its design (1, 16, 64 streams)
     with the shipped prior scales every time a step without CUDA graphs pays (t_eager and the MoE layer's) by one factor;
@@ -86,7 +99,7 @@ def test_calibrate_scales_the_eager_times_and_then_predicts_the_servers_other_lo
 
     server, spec = ROOT / "validation/calibrate-h200/server3", load_model(str(ROOT / "validation/configs/gpt-oss-20b"))
     fmt, hw, prior = get_format("bf16"), load_hardware("h200"), calibration("vllm-0.25-h100-bf16")
-    cal = fit(measured_levels(read_run(server / "gpt-oss-20b-calibrate-run.json"), spec, fmt, hw), "mine", "t", prior)
+    cal = fit(measured_levels(read_run(server / "gpt-oss-20b-calibrate-run.json"), spec, fmt, hw), "mine", "t", prior, prior_widths(hw))
     scale = cal.moe_eager_layer_ms / prior.moe_eager_layer_ms
     assert scale < 0.9 and cal.eager_step_ms == pytest.approx(scale * prior.eager_step_ms, abs=0.002)
     assert cal.bw_efficiency not in BW_RANGE

@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT / "validation"))
 import predict_cold as pc  # noqa: E402
 
 from servelab.plan.calibration import Calibration  # noqa: E402
-from servelab.plan.fit import Measured, fit, fit_mla, fit_moe  # noqa: E402
+from servelab.plan.fit import Measured, fit, fit_mla, fit_moe, prior_widths  # noqa: E402
+from servelab.plan.hardware import load_hardware  # noqa: E402
 
 FOLDER = "arch-h200-x4"
 V = pc.V
@@ -86,8 +87,8 @@ def held_out(model: str, base: Calibration) -> Calibration:
 
 
 def on_server(model: str, prior: Calibration) -> Calibration:
-    """servelab calibrate's fit (with its prior) on the model's steady state at the design's levels."""
-    return fit([m for m in steady(model) if m.concurrency in DESIGN], f"{model} on its server", "the design's levels", prior)
+    """servelab calibrate's fit (with its prior, and its σ on this GPU) on the model's steady state at the design's levels."""
+    return fit([m for m in steady(model) if m.concurrency in DESIGN], f"{model} on its server", "the design's levels", prior, prior_widths(load_hardware(pc.HARDWARE[FOLDER])))
 
 
 def main() -> dict[str, dict]:

@@ -18,7 +18,7 @@ from servelab.cli.predict import HardwareOpt, ModelOpt, QuantOpt, TpOpt, read_ru
 from servelab.errors import ServelabError
 from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, Calibration, calibration
 from servelab.plan.design import design_levels
-from servelab.plan.fit import error_summary, fit, leave_one_out, measured_levels
+from servelab.plan.fit import error_summary, fit, leave_one_out, measured_levels, prior_widths
 from servelab.run.measure import bench_options, serve
 from servelab.settings import Load, Target
 from servelab.store.results import RunResult
@@ -62,11 +62,11 @@ def calibrate_cmd(
             setups.append(setup)
     if sum(len(levels) for levels in measured_runs) < 3:
         raise ServelabError("calibrate needs at least 3 closed-loop levels with successful requests (to fit, and to hold one out)")
-    spec, fmt, _ = setups[0]
-    start = calibration(None, spec, fmt) if prior else None
-    error = "leave-one-out: " + error_summary(leave_one_out(measured_runs, name, start))
+    spec, fmt, hw = setups[0]
+    start, widths = (calibration(None, spec, fmt), prior_widths(hw)) if prior else (None, None)
+    error = "leave-one-out: " + error_summary(leave_one_out(measured_runs, name, start, widths))
     source = f"servelab calibrate on {', '.join(label for label, _ in found)}" + (f", prior {start.name}" if start else "")
-    cal = fit([m for levels in measured_runs for m in levels], name, source, start).model_copy(update={"error": error})
+    cal = fit([m for levels in measured_runs for m in levels], name, source, start, widths).model_copy(update={"error": error})
     _show(cal, error)
     if out is not None:
         write_file(out, yaml.safe_dump({cal.name: cal.model_dump(exclude={"name"})}, sort_keys=False, allow_unicode=True), "--out")

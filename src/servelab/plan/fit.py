@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from servelab.errors import ServelabError
-from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, Calibration
+from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, SHIPPED_GPU, Calibration
 from servelab.plan.drafter import parse_drafter
 from servelab.plan.limits import limits_for
 from servelab.plan.predict import BURST_REQUESTS, Point, fitted_extras, predict, step_times
@@ -71,7 +71,7 @@ def level_mode(run: RunResult, concurrency: int) -> str:
     return "batch" if run.load.closed_loop == "burst" and run.load.requests == concurrency else run.load.closed_loop
 
 
-def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None = None) -> Calibration:
+def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None = None, widths: dict[str, float] | None = None) -> Calibration:
     """Calibration from measured steady-state levels (bursts are held out: ``servelab.plan.burst``
     predicts them step by step): the efficiencies (η_bw in ``BW_RANGE`` — the datasheet bandwidth is
     the ceiling —, η_c in ``COMPUTE_RANGE``, steps of 0.01), the time per layer t_ℓ ≥ 0 and the
@@ -103,7 +103,7 @@ def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None 
     validation/RESULTS-predict.md); the MoE and MLA layer times' fits see them through ``predict``. With a prior, this machine's
     host scale (``Calibration.host_scale``) is then fitted through the whole of ``predict``, the rest held (:func:`_fit_host`).
     Each parameter is pulled toward the prior's by a Gaussian of width
-    ``PRIOR_WIDTH`` against the levels' noise ``LEVEL_NOISE``, so a design that does not pin a
+    ``widths`` (default ``PRIOR_WIDTH``; :func:`prior_widths` for the GPU measured) against the levels' noise ``LEVEL_NOISE``, so a design that does not pin a
     parameter leaves it near the prior instead of at the edge of its range, and each parameter's
     interval (``Calibration.uncertainty``) is where the objective (squared relative errors ÷
     LEVEL_NOISE², plus the prior's terms) rises by 1 above its minimum (the efficiencies profiled
@@ -121,12 +121,12 @@ def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None 
     dense = [m for m in rows if not m.terms.moe_layers]
     moe = [m for m in rows if m.terms.moe_layers]
     if moe and len([m for m in dense if not m.terms.draft_tokens]) >= 2:
-        return fit_moe(moe, fit(dense, name, source, prior))
+        return fit_moe(moe, fit(dense, name, source, prior, widths))
     plain = [m for m in rows if not m.terms.draft_tokens]
     drafted = [m for m in rows if m.terms.draft_tokens]
     if len(plain) < 2 or not drafted:
-        return _fit_base(rows, name, source, prior)
-    cal = _fit_base(plain, name, source, prior)
+        return _fit_base(rows, name, source, prior, widths or PRIOR_WIDTH)
+    cal = _fit_base(plain, name, source, prior, widths or PRIOR_WIDTH)
     # the drafting time per step, in closed form on the speculative levels' TPOT (relative errors), the rest fixed
     per = [(predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance),
             spec_tokens_per_step(m.acceptance, m.terms.draft_tokens), m.tpot_s) for m in drafted]  # fmt: skip
@@ -202,9 +202,9 @@ def _least_squares_terms(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[n
     return np.where(both, x, np.where(first_better, x1, 0.0)), np.where(both, y, np.where(first_better, 0.0, y1))
 
 
-def _fit_base(rows: list[Measured], name: str, source: str, prior: Calibration | None = None) -> Calibration:
+def _fit_base(rows: list[Measured], name: str, source: str, prior: Calibration | None, widths: dict[str, float]) -> Calibration:
     """η_bw, η_c, t_ℓ and the eager step time of :func:`fit` (a speculative level's drafting time folded into t_ℓ); with
-    ``prior``, the posterior mode and each parameter's interval (:func:`fit`). A prior's own per-step times (MoE, MLA, drafting)
+    ``prior``, the posterior mode (the prior's σ ``widths``) and each parameter's interval (:func:`fit`). A prior's own per-step times (MoE, MLA, drafting)
     are kept: these rows cannot tell them from t_ℓ."""
     bw = np.linspace(*BW_RANGE, round((BW_RANGE[1] - BW_RANGE[0]) * 100) + 1)[:, None]
     cmp = np.linspace(*COMPUTE_RANGE, round((COMPUTE_RANGE[1] - COMPUTE_RANGE[0]) * 100) + 1)[None, :]
@@ -227,7 +227,7 @@ def _fit_base(rows: list[Measured], name: str, source: str, prior: Calibration |
         ratios.append((waiting * (ttft + (o - 1) * tpot) / cycle, waiting * (o_ttft + (o - 1) * o_tpot) / cycle, waiting * (e_ttft + (o - 1) * e_tpot) / cycle))
         weights += [1 / math.sqrt(same[_load(m)])] * 2
     if prior:  # the prior's values as two more rows (w · (t − t₀)), the residuals' unit the levels' noise: t_ℓ, and the eager scale (prior 1)
-        w_l, w_e = LEVEL_NOISE / _width("layer_overhead_us", prior), LEVEL_NOISE / PRIOR_WIDTH["eager_scale"]
+        w_l, w_e = LEVEL_NOISE / _width("layer_overhead_us", prior, widths), LEVEL_NOISE / widths["eager_scale"]
         ratios += [(1 - w_l * prior.layer_overhead_us / 1e6, w_l, 0.0), (1 - w_e, 0.0, w_e)]
         weights += [1.0, 1.0]
     a, b, c = (np.stack([np.broadcast_to(np.asarray(r[n], dtype=float), shape) for r in ratios], axis=-1) for n in range(3))
@@ -236,8 +236,8 @@ def _fit_base(rows: list[Measured], name: str, source: str, prior: Calibration |
     layer, eager = _least_squares_terms(a, b, c)
     sse = ((a + layer[..., None] * b + eager[..., None] * c - 1) ** 2).sum(-1)
     if prior:
-        sse = sse + (LEVEL_NOISE * (bw - prior.bw_efficiency) / PRIOR_WIDTH["bw_efficiency"]) ** 2
-        sse = sse + (LEVEL_NOISE * (cmp - prior.compute_efficiency) / PRIOR_WIDTH["compute_efficiency"]) ** 2
+        sse = sse + (LEVEL_NOISE * (bw - prior.bw_efficiency) / widths["bw_efficiency"]) ** 2
+        sse = sse + (LEVEL_NOISE * (cmp - prior.compute_efficiency) / widths["compute_efficiency"]) ** 2
     i, j = np.unravel_index(np.argmin(sse), sse.shape)
     cal = base.model_copy(update={"bw_efficiency": round(float(bw[i, 0]), 3), "compute_efficiency": round(float(cmp[0, j]), 3),
                                   "layer_overhead_us": round(float(layer[i, j]) * 1e6, 2)})  # fmt: skip
@@ -281,6 +281,7 @@ def _prior_eager_ms(prior: Calibration) -> dict[str, float]:
 
 LEVEL_NOISE = 0.05  # a level's relative noise in a fit with a prior: one server's levels measured again moved 4–14 % (validation/RESULTS-predict.md, repeats)
 PRIOR_WIDTH = {"bw_efficiency": 0.15, "compute_efficiency": 0.3, "layer_overhead_us": 0.5, "eager_scale": 1.0}  # σ of the prior: absolute for the efficiencies and the eager scale (prior 1), relative (× the prior's) for t_ℓ
+SAME_GPU_WIDTH = {"bw_efficiency": 0.08, "compute_efficiency": 0.1}  # … on the prior's own GPU generation (prior_widths): its efficiencies are the GPU's (η_c moved 5–8 % with an H100's power-capped clock; one-stream decode, η_bw's, agreed within 5 % over the H100 and H200 hosts measured); wider, calibrate moved η_c 0.74 → 0.27 on GLM-4.5-Air's steady state and priced its bursts 22 % slow
 PRIOR_FLOOR = {"layer_overhead_us": 10.0, "eager_step_ms": 1.0}  # … at least this (µs, ms): a prior time of 0 still lets the levels move it
 PRIOR_KEPT = ("moe_layer_us", "moe_eager_layer_ms", "mla_layer_us", "mla_eager_layer_ms", "untuned_moe_layer_us", "draft_overhead_ms")  # the prior's times a base fit keeps
 HOST_SCALES = np.round(np.geomspace(0.25, 4.0, 49), 3)  # the grid of Calibration.host_scale in a fit with a prior (steps of 6 %)
@@ -289,10 +290,17 @@ TTFT_NOISE = 0.2  # a steady-state level's TTFT p50's relative noise in the host
 EAGER_SCALED = ("eager_step_ms", "moe_eager_layer_ms", "mla_eager_layer_ms")  # … of them (and t_eager) what a fit with a prior scales by one factor
 
 
-def _width(key: str, prior: Calibration) -> float:
-    """The prior's σ for time ``key``, s (``PRIOR_WIDTH`` × the prior's value, at least ``PRIOR_FLOOR``)."""
+def _width(key: str, prior: Calibration, widths: dict[str, float]) -> float:
+    """The prior's σ for time ``key``, s (``widths[key]`` × the prior's value, at least ``PRIOR_FLOOR``)."""
     scale = 1e6 if key.endswith("_us") else 1e3
-    return max(PRIOR_WIDTH[key] * getattr(prior, key), PRIOR_FLOOR[key]) / scale
+    return max(widths[key] * getattr(prior, key), PRIOR_FLOOR[key]) / scale
+
+
+def prior_widths(hw: Hardware) -> dict[str, float]:
+    """The prior's σ (``PRIOR_WIDTH``) for a fit on ``hw``: on the GPU generation the default calibrations were measured on
+    (``SHIPPED_GPU``: Hopper), the efficiencies' are ``SAME_GPU_WIDTH`` (validation/RESULTS-predict.md, "The efficiencies are the
+    GPU's"); elsewhere (a GB10, a Blackwell card) the prior's efficiencies are another GPU's, and theirs stay wide."""
+    return {**PRIOR_WIDTH, **SAME_GPU_WIDTH} if hw.compute_capability == SHIPPED_GPU else PRIOR_WIDTH
 
 
 def _intervals(objective: np.ndarray, bw: np.ndarray, cmp: np.ndarray, b: np.ndarray, c: np.ndarray, cal: Calibration, eager_ms: float) -> dict[str, tuple[float, float]]:
@@ -316,8 +324,8 @@ def _load(m: Measured) -> tuple:
     return (round(m.terms.decode_bytes_s, 9), m.terms.input_tokens, m.output_tokens, m.concurrency, m.terms.mode, m.terms.draft_tokens)
 
 
-def leave_one_out(runs: list[list[Measured]], name: str, prior: Calibration | None = None) -> list[tuple[int, Measured, Point]]:
-    """Every level predicted with the calibration fitted (with ``prior``, :func:`fit`) on the *other* runs (one run: on its other
+def leave_one_out(runs: list[list[Measured]], name: str, prior: Calibration | None = None, widths: dict[str, float] | None = None) -> list[tuple[int, Measured, Point]]:
+    """Every level predicted with the calibration fitted (with ``prior`` and its σ ``widths``, :func:`fit`) on the *other* runs (one run: on its other
     levels): (run index, measured, predicted) per level; a run without which fewer than two
     steady-state levels remain (the only steady-state run beside bursts) is not scored.
 
@@ -333,7 +341,7 @@ def leave_one_out(runs: list[list[Measured]], name: str, prior: Calibration | No
         train = [m for k, levels in enumerate(runs) for n, m in enumerate(levels) if (k != i if j is None else n != j)]
         if sum(m.terms.mode not in BURST_REQUESTS for m in train) < 2 and len(held) > 1:
             continue  # without it, too few steady-state levels to fit: its levels are not scored
-        cal = fit(train, name, "leave-one-out", prior)
+        cal = fit(train, name, "leave-one-out", prior, widths)
         for n, m in enumerate(runs[i]):
             if j is None or n == j:
                 out.append((i, m, predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance)))
