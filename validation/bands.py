@@ -7,8 +7,8 @@ The held-out points:
 
 - the cold tables (validation/predict_cold.py: the blocks that leave a model or a GPU out of the calibration): dense and MoE;
 - the MLA models held out by model (validation/predict_arch.py);
-- every kept-back set (validation/kept_back.py, the shipped calibration; sets 1–7, each measured after predict was frozen and
-  opened after): a point goes to its model's class (``servelab.plan.band.family_class``), or to ``host`` where the host binds
+- every kept-back set (validation/kept_back.py, the shipped calibration; sets 1–9, each measured after predict was frozen and
+  opened after; the eighth and ninth were checked blind against the band from sets 1–7 first: validation/RESULTS-predict.md): a point goes to its model's class (``servelab.plan.band.family_class``), or to ``host`` where the host binds
   it (``host_share`` ≥ ``HOST_SHARE``: the host's band, whatever the class; ``servelab.plan.band.point_band``).
 
 The cold tables score a burst's TTFT on its mean and p99, the kept-back sets on its mean; the steady state on its p50. The hybrid class and the wide ``unseen`` band are not
@@ -37,7 +37,8 @@ from servelab.plan.band import family_class  # noqa: E402
 from servelab.plan.cohorts import HOST_SHARE  # noqa: E402
 from servelab.plan.model_spec import load_model  # noqa: E402
 
-SETS = ("kept-back-h200", "kept-back2-h200", "kept-back3-h200", "kept-back4-h200", "kept-back5-h200", "kept-back6-h100", "kept-back7-h100")  # the sets opened before the band was set (eda5322)
+SETS = ("kept-back-h200", "kept-back2-h200", "kept-back3-h200", "kept-back4-h200", "kept-back5-h200", "kept-back6-h100", "kept-back7-h100",
+        "kept-back8-h100", "kept-back9-h100")  # every set opened: 1–7 before the band was first set this way (eda5322), the eighth and ninth checked blind against it, then added
 
 
 def held_out(kept: list[dict]) -> dict[str, tuple[list[float], list[float]]]:

@@ -5,7 +5,8 @@
 the fourth (seen before this rule was made, not fitted on), the fifth (measured before the steady state's rule was made, opened
 after predict was frozen with it; seen when the burst's was made), the sixth (an H100's, opened after predict was frozen with
 the burst's; seen, with the fourth and fifth, when the steady state took the bursts' queue and the host's floor), the
-seventh (another H100's, opened after predict was frozen with those) and the eighth (a third H100's, one job on its host):
+seventh (another H100's, opened after predict was frozen with those), the eighth (a third H100's, one job on its host) and the
+ninth (a fourth H100's, one job on it):
 
 **The host's queue** (``servelab.engines.vllm_host.HOST_QUEUE``): over the fitted sets' host-bound bursts beyond one stream,
 the median of (measured mean TTFT − predicted TTFT without the queue) ÷ (B · h₁), B the running streams and h₁ the host's time
@@ -33,7 +34,7 @@ from servelab.engines.vllm_host import HOST_QUEUE  # noqa: E402
 from servelab.plan.cohorts import HOST_SHARE  # noqa: E402
 
 FITTED = ("kept-back-h200", "kept-back2-h200", "kept-back3-h200")
-CHECKED = ("kept-back4-h200", "kept-back5-h200", "kept-back6-h100", "kept-back7-h100", "kept-back8-h100")
+CHECKED = ("kept-back4-h200", "kept-back5-h200", "kept-back6-h100", "kept-back7-h100", "kept-back8-h100", "kept-back9-h100")
 
 
 def rows(folder: str) -> list[dict]:

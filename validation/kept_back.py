@@ -45,7 +45,11 @@ The eighth (validation/kept-back8-h100/: Llama-3.2-3B's shapes and Mistral-7B-v0
 seventh's recipe) was committed before the host's scale (bc249df), measured with predict as at d525186, and opened after the band
 was taken from every held-out point (validation/bands.py).
 
-Usage: ``python validation/kept_back.py [kept-back2-h200 | … | kept-back8-h100]`` (no GPU; the folder under validation/, default the first set).
+The ninth (validation/kept-back9-h100/: DeepSeek-V3 cut to 5 layers in BF16 and Gemma-2-9B on one H100 host, one job on it; the
+eighth's recipe, and DeepSeek-V3's 64 streams again under the truth rule, three 60 s repeats on a second start: ``long``) was committed
+before it was measured (2b704ef) and opened after calibrate's prior on the efficiencies was tightened on Hopper (2e7720a).
+
+Usage: ``python validation/kept_back.py [kept-back2-h200 | … | kept-back9-h100]`` (no GPU; the folder under validation/, default the first set).
 """
 
 from __future__ import annotations
