@@ -19,7 +19,7 @@ from servelab.guards.yamlfile import read_yaml
 
 DEFAULT_CALIBRATION = "vllm-0.25-h100-bf16"  # dense and MoE models (data/calibration.yaml)
 HYBRID_CALIBRATION = "vllm-0.25-h100-hybrid-fp8"  # hybrid (Mamba-2 / Gated DeltaNet) models in FP8
-SHIPPED_GPU = "9.0"  # the compute capability the two above were measured on (H100 SXM; held out on H200s): Hopper
+SHIPPED_GPU = "9.0"  # the compute capability the two above were measured on (H100 SXM; held out on H200s): Hopper, any sm_90 profile
 BW_RANGE = (0.2, 1.0)  # the grid of η_bw in fit (steps of 0.01); the datasheet bandwidth is the ceiling
 COMPUTE_RANGE = (0.1, 1.2)  # … of η_c
 

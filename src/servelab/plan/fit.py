@@ -103,7 +103,8 @@ def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None 
     validation/RESULTS-predict.md); the MoE and MLA layer times' fits see them through ``predict``. With a prior, this machine's
     host scale (``Calibration.host_scale``) is then fitted through the whole of ``predict``, the rest held (:func:`_fit_host`).
     Each parameter is pulled toward the prior's by a Gaussian of width
-    ``widths`` (default ``PRIOR_WIDTH``; :func:`prior_widths` for the GPU measured) against the levels' noise ``LEVEL_NOISE``, so a design that does not pin a
+    ``widths`` (merged over ``PRIOR_WIDTH``, which alone is the wide prior whatever the GPU; ``servelab calibrate`` passes
+    :func:`prior_widths` for the GPU measured) against the levels' noise ``LEVEL_NOISE``, so a design that does not pin a
     parameter leaves it near the prior instead of at the edge of its range, and each parameter's
     interval (``Calibration.uncertainty``) is where the objective (squared relative errors ÷
     LEVEL_NOISE², plus the prior's terms) rises by 1 above its minimum (the efficiencies profiled
@@ -116,6 +117,7 @@ def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None 
         ServelabError: fewer than two steady-state levels.
     """
     rows = [m for m in rows if m.terms.mode not in BURST_REQUESTS]  # bursts are predicted step by step (servelab.plan.burst): held out of every fit
+    widths = {**PRIOR_WIDTH, **(widths or {})}
     if len(rows) < 2:
         raise ServelabError("a calibration needs at least two measured steady-state levels (servelab bench, --closed-loop stagger)")
     dense = [m for m in rows if not m.terms.moe_layers]
@@ -125,8 +127,8 @@ def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None 
     plain = [m for m in rows if not m.terms.draft_tokens]
     drafted = [m for m in rows if m.terms.draft_tokens]
     if len(plain) < 2 or not drafted:
-        return _fit_base(rows, name, source, prior, widths or PRIOR_WIDTH)
-    cal = _fit_base(plain, name, source, prior, widths or PRIOR_WIDTH)
+        return _fit_base(rows, name, source, prior, widths)
+    cal = _fit_base(plain, name, source, prior, widths)
     # the drafting time per step, in closed form on the speculative levels' TPOT (relative errors), the rest fixed
     per = [(predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance),
             spec_tokens_per_step(m.acceptance, m.terms.draft_tokens), m.tpot_s) for m in drafted]  # fmt: skip
@@ -298,9 +300,10 @@ def _width(key: str, prior: Calibration, widths: dict[str, float]) -> float:
 
 def prior_widths(hw: Hardware) -> dict[str, float]:
     """The prior's σ (``PRIOR_WIDTH``) for a fit on ``hw``: on the GPU generation the default calibrations were measured on
-    (``SHIPPED_GPU``: Hopper), the efficiencies' are ``SAME_GPU_WIDTH`` (validation/RESULTS-predict.md, "The efficiencies are the
-    GPU's"); elsewhere (a GB10, a Blackwell card) the prior's efficiencies are another GPU's, and theirs stay wide."""
-    return {**PRIOR_WIDTH, **SAME_GPU_WIDTH} if hw.compute_capability == SHIPPED_GPU else PRIOR_WIDTH
+    (``SHIPPED_GPU``: any sm_90 profile, though measured on H100 SXM and H200 only), the efficiencies' are ``SAME_GPU_WIDTH``
+    (validation/RESULTS-predict.md, "The efficiencies are the GPU's"); elsewhere (a GB10, a Blackwell card) the prior's
+    efficiencies are another GPU's, and theirs stay wide. A new dict each call."""
+    return {**PRIOR_WIDTH, **SAME_GPU_WIDTH} if hw.compute_capability == SHIPPED_GPU else dict(PRIOR_WIDTH)
 
 
 def _intervals(objective: np.ndarray, bw: np.ndarray, cmp: np.ndarray, b: np.ndarray, c: np.ndarray, cal: Calibration, eager_ms: float) -> dict[str, tuple[float, float]]:
