@@ -39,11 +39,11 @@ def test_predict_json_carries_the_band_on_every_point():
     res = cli.invoke(app, ["predict", "--model", "qwen3-30b-a3b", "--quant", "fp8", "--hardware", "h100-sxm", "--concurrency", "1,64", "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
-    assert doc["band"]["family_class"] == "moe" and doc["band"]["tok_s"] == 0.17
+    assert doc["band"]["family_class"] == "moe" and doc["band"]["tok_s"] == 0.19
     for p in doc["variants"][0]["points"]:
         lo, hi = p["band"]["aggregate_tok_s"]
-        assert lo == pytest.approx(p["aggregate_tok_s"] / 1.17) and hi == pytest.approx(p["aggregate_tok_s"] / 0.83)  # the truth its prediction is within ± 17 % of
-        assert p["band"]["ttft_s"] == pytest.approx([p["ttft_s"] / 1.55, p["ttft_s"] / 0.45])
+        assert lo == pytest.approx(p["aggregate_tok_s"] / 1.19) and hi == pytest.approx(p["aggregate_tok_s"] / 0.81)  # the truth its prediction is within ± 19 % of
+        assert p["band"]["ttft_s"] == pytest.approx([p["ttft_s"] / 1.65, p["ttft_s"] / 0.35])
     table = cli.invoke(app, ["predict", "--model", "deepseek-v3", "--hardware", "h200", "--tp", "8", "--concurrency", "1"], env={"COLUMNS": "400"})
     assert table.exit_code == 0, table.output
-    assert "Band (mla): ± 20% on tok/s and TPOT, ± 52% on TTFT; held out by model" in " ".join(table.output.split())
+    assert "Band (mla): ± 28% on tok/s and TPOT, ± 52% on TTFT; held out by model" in " ".join(table.output.split())

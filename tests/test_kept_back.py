@@ -337,15 +337,29 @@ def test_the_ninth_set_as_it_was_checked_blind(results9):
         assert all(abs(row["e_tok"]) <= (8.5 if row["kind"] == "burst" else 9.5) for row in r["after"])
 
 
-def test_every_class_band_is_the_ninetieth_percentile_of_its_held_out_points(results, results2, results3, results4, results5, results6, results7, results8, results9):
-    """servelab/data/bands.yaml's dense, MoE, MLA and host bands are validation/bands.py's: the error that ≥ 90 % of the class's
-    held-out points fall within (the cold tables, the MLA models held out by model, and the nine kept-back sets' points, each
-    under its model's class or, where the host binds it, the host's), rounded up to a whole %, so that a change to predict that
-    moves them must refit them. The dense band was 6 % / 20 % from the cold tables alone: the kept-back sets' dense points fell
-    inside it 61 % / 48 % of the time; the eighth and ninth sets, checked blind against the band from the first seven (94 % / 61 %
-    and 78 % / 83 % inside), were then added (dense 9 / 24 → 11 / 28 %, host-bound 25 / 57 → 24 / 78 %)."""
+def test_every_class_band_holds_ninety_percent_of_its_points_held_out_by_model(results, results2, results3, results4, results5, results6, results7, results8, results9):
+    """servelab/data/bands.yaml's dense, MoE, MLA and host bands are validation/bands.py's: the least quantile of the class's
+    held-out errors (the cold tables, the MLA models held out by model, and the nine kept-back sets' points, each under its
+    model's class or, where the host binds it, the host's) that, each model held out in turn, covers ≥ 90 % of the held-out
+    model's points, rounded up to a whole %, so that a change to predict that moves them must refit them. The dense band was
+    6 % / 20 % from the cold tables alone: the kept-back sets' dense points fell inside it 61 % / 48 % of the time; the eighth
+    and ninth sets, checked blind against the 90th percentile of the first seven's (94 % / 61 % and 78 % / 83 % inside), were
+    then added (dense 9 / 24 → 11 / 28 %); the 90th percentile of every point covered, held out by model, only 87 % of the
+    dense tok/s points (now the 93rd: 15 %)."""
     kept = [{**r, "model": m} for res in (results, results2, results3, results4, results5, results6, results7, results8, results9) for m, got in res.items() for r in got["rows"] if r["scored"]]
     shipped = yaml.safe_load((kept_back.cc.ROOT / "src" / "servelab" / "data" / "bands.yaml").read_text())
     for name, b in bands.bands(kept).items():
         assert shipped[name]["points"] == b["points"], name
         assert b["tok_s"] <= shipped[name]["tok_s"] < b["tok_s"] + 0.01 and b["ttft"] <= shipped[name]["ttft"] < b["ttft"] + 0.01, name
+        assert b["cover_tok_s"] >= 0.9 and b["cover_ttft"] >= 0.9 and b["q_tok_s"] >= 0.9 and b["q_ttft"] >= 0.9, name
+
+
+def test_the_band_takes_the_quantile_that_covers_a_held_out_model():
+    """bands.band on made-up errors: three models whose errors (1–10 %) the 90th percentile of the others' covers 90 % of, beside
+    a fourth whose errors (5–14 %) sit above them, so that, held out by model, the 90th percentile of every point covers only
+    87.5 % and the band takes the 91st; a model's cuts and runs go out together (bands.family)."""
+    even = [(m, e / 100) for m in ("a", "b", "c") for e in range(1, 11)]
+    assert bands.band(even) == (0.09, 0.9, 0.9)
+    high = [*even, *[("d", e / 100) for e in range(5, 15)]]
+    assert bands.held_out_cover(high, 0.9) == 0.875 and bands.band(high) == (0.11, 0.91, 0.9)
+    assert {bands.family(m) for m in ("kimi-k2-6l", "kimi-k2-4l", "kimi-k2")} == {"kimi-k2"} and bands.family("mixtral-8x7b-repeats3") == "mixtral-8x7b"

@@ -191,26 +191,33 @@ DENSE = "vllm-0.25-h100-dense-bf16"
 CLASSES = {"dense": ("Qwen3-14B", "Qwen3-32B bf16", "Gemma", "Llama", "Qwen3-8B"), "moe": ("Mixtral", "Qwen2-57B", "Qwen3-30B-A3B")}  # title → family class
 
 
-def p90(values: list[float]) -> float:
-    """The 90th percentile of ``values`` (the nearest rank at or above it): the least of them that ≥ 90 % are within."""
+def quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (0 < q ≤ 1; the nearest rank at or above it): the least of them that ≥ q of them are within."""
     ordered = sorted(values)
-    return ordered[math.ceil(0.9 * len(ordered)) - 1]
+    return ordered[math.ceil(round(q * len(ordered), 9)) - 1]
 
 
-def class_points(results: dict[str, dict[str, list[float]]]) -> dict[str, tuple[list[float], list[float]]]:
-    """Per family class (servelab.plan.band): the absolute relative errors (fractions: |predicted ÷ measured − 1|) of the held-out
-    points (the blocks that leave something out), tok/s and TTFT (a burst's mean and p99, the steady state's p50), as two lists."""
+def p90(values: list[float]) -> float:
+    """The 90th percentile of ``values`` (:func:`quantile` at 0.9)."""
+    return quantile(values, 0.9)
+
+
+def class_points(results: dict[str, dict[str, list[float]]]) -> dict[str, tuple[list[tuple[str, float]], list[tuple[str, float]]]]:
+    """Per family class (servelab.plan.band): the held-out points (the blocks that leave something out) as (the block's model, the
+    absolute relative error as a fraction, |predicted ÷ measured − 1|), tok/s and TTFT (a burst's mean and p99, the steady state's
+    p50), as two lists."""
+    model = {title: name for title, _, _, _, name in BLOCKS}
     out = {}
     for name, marks in CLASSES.items():
-        held = [e for title, e in results.items() if title.startswith("leave") and any(m in title.split(";")[0] for m in marks)]
-        out[name] = ([v / 100 for e in held for v in e["tok_s"]], [v / 100 for e in held for v in e["ttft"]])
+        held = [(model[title], e) for title, e in results.items() if title.startswith("leave") and any(m in title.split(";")[0] for m in marks)]
+        out[name] = tuple([(m, v / 100) for m, e in held for v in e[k]] for k in ("tok_s", "ttft"))
     return out
 
 
 def bands(results: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float | int]]:
     """Per family class: these tables' held-out points and the errors (fractions) that ≥ 90 % of them fall within: their share of
     the shipped band, to which validation/bands.py adds the MLA models' and the kept-back sets' points."""
-    out = {name: {"points": len(tok), "tok_s": p90(tok), "ttft": p90(ttft)} for name, (tok, ttft) in class_points(results).items()}
+    out = {name: {"points": len(tok), "tok_s": p90([e for _, e in tok]), "ttft": p90([e for _, e in ttft])} for name, (tok, ttft) in class_points(results).items()}
     print("\n| family class | held-out points | tok/s error 90 % of them fall within | TTFT error, the same |\n|---|---|---|---|")
     for name, b in out.items():
         print(f"| {name} | {b['points']} | {b['tok_s']:.1%} | {b['ttft']:.1%} |")

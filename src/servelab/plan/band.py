@@ -5,7 +5,7 @@ The classes: ``dense``; ``moe`` (routed experts with grouped-query attention: Mi
 MoE); ``mla`` (multi-head latent attention, the DeepSeek-V3 architecture: fine-grained routed experts
 and a shared one); ``hybrid`` (Gated DeltaNet or Mamba layers beside attention). The numbers are
 ``servelab/data/bands.yaml``: for dense, MoE and MLA, validation/bands.py over every held-out point of the class
-(≥ 90 % of them predicted within ± the band of the truth); a class without held-out evidence across models
+(≥ 90 % of them predicted within ± the band of the truth, each model held out in turn); a class without held-out evidence across models
 gets a wide band that says so. A *host-bound* point (``servelab.plan.predict.HOST_SHARE``: the host's time per step at least
 half its decode step's GPU time, where the small models' steady state runs in waves) carries the wider of its class's band
 and the host's (:func:`point_band`), from the held-out error of such points whatever their class (validation/bands.py).
@@ -24,7 +24,7 @@ from servelab.values.specs import ModelSpec
 
 
 class Band(BaseModel):
-    """One family class's interval: for ≥ 90 % of the class's held-out points (pooled: validation/bands.py) the
+    """One family class's interval: for ≥ 90 % of the class's held-out points, held out by model (pooled: validation/bands.py), the
     predicted tok/s was within ± ``tok_s`` of the measured, the TTFT within ± ``ttft``; so the truth lies within
     [predicted ÷ (1 + b), predicted ÷ (1 − b)], and a step time (the tok/s's inverse) within × (1 ± ``tok_s``)."""
 
