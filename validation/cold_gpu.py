@@ -125,7 +125,7 @@ MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tok
     # issue 53's ninth kept-back set (validation/kept-back9-h100/): chosen after the band came from every held-out point, before it was measured
     "deepseek-v3-5l": (("--max-model-len", "2048", "--attention-backend", "FLASHMLA"), UNIFORM, 129280),  # DeepSeek-V3 cut to 5 layers (3 dense, 2 MoE), BF16: 256 experts of 2,048, top 8, a shared one (50 GiB)
     "gemma-2-9b": (("--max-model-len", "2048"), {}, 256000),  # real config: dense, 42 layers, head 256, sliding window 4,096 on half, logit soft-capping (a family no set has seen)
-    # issue 53's tenth kept-back set (validation/kept-back10-h100/): chosen before the band was taken leave-one-set-out, before it was measured
+    # issue 53's tenth kept-back set (validation/kept-back10-h100/): chosen before the band was held out by model (7e4baed), before it was measured
     "mixtral-8x22b-8l": (("--max-model-len", "2048"), UNIFORM, 32768),  # Mixtral-8x22B cut to 8 layers, BF16: 8 experts of 16,384, top 2, hidden 6,144 (38 GiB)
     # olmo-2-13b (above, never measured): dense, 40 layers, hidden 5,120, 40 KV heads (MHA), a family no set has seen
     # Llama-3.2-1B with CUDA graphs up to 2,048 tokens (a prompt's step inside a graph): whether its steady state's waves come from steps without graphs
