@@ -366,6 +366,7 @@ def test_the_band_takes_the_quantile_that_covers_a_held_out_model():
     high = [*even, *[("d", e / 100) for e in range(5, 15)]]
     assert bands.held_out_cover(high, 0.9) == 0.875 and bands.band(high) == (0.11, 0.91, 0.9)
     assert {bands.family(m) for m in ("kimi-k2-6l", "kimi-k2-4l", "kimi-k2")} == {"kimi-k2"} and bands.family("mixtral-8x7b-repeats3") == "mixtral-8x7b"
+    assert bands.family("deepseek-v3-5l-fp8") == "deepseek-v3" and bands.family("qwen3-30b-a3b-16l") == "qwen3-30b-a3b"
     apart = ("qwen3-8b", "qwen3-14b", "deepseek-v2", "deepseek-v2-lite", "glm-4-9b", "glm-4.5-air-16l", "mixtral-8x7b", "mixtral-8x22b-8l")
     assert len({bands.family(m) for m in apart}) == len(apart)  # other models stay apart
     # d against the others' 90th percentile (9 %): 5 of its 10 points; a, b and c, held out with d among the others, are covered only

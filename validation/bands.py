@@ -50,8 +50,8 @@ COVER = 0.9  # the share of a held-out model's points its band must cover, held 
 
 def family(model: str) -> str:
     """The model a held-out point belongs to, for holding models out: its config's name without a cut's layer count (``-6l``) or a
-    run's variant (``-bf16``, ``-triton``, ``-top2``, ``-capture2048``, ``-repeats3``, …), so that two cuts or runs of one model go out together."""
-    return re.sub(r"-(\d+l|bf16|fp8|triton|top\d+|capture\d+|api\d+|repeats\d+)$", "", model)
+    run's variant (``-bf16``, ``-triton``, ``-top2``, ``-capture2048``, ``-repeats3``, …), so that two cuts or runs of one model go out together (``-5l-fp8`` too)."""
+    return re.sub(r"(-(\d+l|bf16|fp8|triton|top\d+|capture\d+|api\d+|repeats\d+))+$", "", model)
 
 
 def held_out(kept: list[dict]) -> dict[str, tuple[list[tuple[str, float]], list[tuple[str, float]]]]:
