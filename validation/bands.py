@@ -3,7 +3,7 @@
 point of the class: the relative error b (|predicted ÷ measured − 1|, as every table here scores it) at the least quantile, from
 the 90th percentile up, that holds ≥ 90 % of the points held out by model (each model's points against that quantile of the
 other models' errors, pooled; :func:`band`), on tok/s and on TTFT. Until 7e4baed it was the 90th percentile of
-every point, which held out by model held only 87 % of the dense tok/s points: one model's points lie together.
+every point, which held out by model held only 86.9 % of the dense tok/s points: one model's points lie together.
 
 The held-out points:
 
@@ -97,7 +97,7 @@ def level(points: list[tuple[str, float]]) -> float:
 def band(points: list[tuple[str, float]]) -> tuple[float, float, float]:
     """The class's band on one figure from its held-out ``points`` ((model, error) pairs, from at least two models): the q
     quantile of every point's error, q the :func:`level` at which, each model held out in turn, the q quantile of the others'
-    errors covers ≥ :data:`COVER` of the held-out model's points (pooled over the models). Returns (the error, q, that
+    errors covers ≥ :data:`COVER` of the held-out model's points (pooled over the points). Returns (the error, q, that
     leave-one-model-out coverage)."""
     q = level(points)
     return predict_cold.quantile([e for _, e in points], q), q, held_out_cover(points, q)
