@@ -41,7 +41,8 @@ from servelab.plan.cohorts import HOST_SHARE  # noqa: E402
 from servelab.plan.model_spec import load_model  # noqa: E402
 
 SETS = ("kept-back-h200", "kept-back2-h200", "kept-back3-h200", "kept-back4-h200", "kept-back5-h200", "kept-back6-h100", "kept-back7-h100",
-        "kept-back8-h100", "kept-back9-h100")  # every set opened: 1–7 before the band was first set this way (eda5322), the eighth and ninth checked blind against it, then added
+        "kept-back8-h100", "kept-back9-h100", "kept-back10-h100")  # every set opened: 1–7 before the band was first set this way (eda5322), the eighth and
+# ninth checked blind against it, then added; the tenth checked blind against the band held out by model (f1b4a5b), then added
 
 
 LEVELS = tuple(q / 100 for q in range(90, 101))  # the quantile levels a band may take, from the 90th percentile up
