@@ -9,8 +9,9 @@ The held-out points:
 
 - the cold tables (validation/predict_cold.py: the blocks that leave a model or a GPU out of the calibration): dense and MoE;
 - the MLA models held out by model (validation/predict_arch.py);
-- every kept-back set (validation/kept_back.py, the shipped calibration; sets 1–9, each measured after predict was frozen and
-  opened after; the eighth and ninth were checked blind against the band from sets 1–7 first: validation/RESULTS-predict.md): a point goes to its model's class (``servelab.plan.band.family_class``), or to ``host`` where the host binds
+- every kept-back set (validation/kept_back.py, the shipped calibration; sets 1–10, each measured after predict was frozen and
+  opened after; the eighth and ninth were checked blind against the band from sets 1–7 first, the tenth against the band held out
+  by model from sets 1–9: validation/RESULTS-predict.md): a point goes to its model's class (``servelab.plan.band.family_class``), or to ``host`` where the host binds
   it (``host_share`` ≥ ``HOST_SHARE``: the host's band, whatever the class; ``servelab.plan.band.point_band``).
 
 The cold tables score a burst's TTFT on its mean and p99, the kept-back sets on its mean; the steady state on its p50. The hybrid class and the wide ``unseen`` band are not

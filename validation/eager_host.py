@@ -14,7 +14,7 @@ measured before the third kept-back set (19 models; of the servers 8 ran a MoE i
 whose prompts were 512 tokens, have no step without graphs): no model among them is held out. The third kept-back set's four
 servers (validation/kept-back3-h200/, measured after the constants were set), the fourth's, the fifth's and the sixth's (kept-back4-h200/,
 kept-back5-h200/, kept-back6-h100/: an H100 host), the seventh's (kept-back7-h100/: another H100 host) and the eighth's
-(kept-back8-h100/: a third), the ninth's (kept-back9-h100/: a fourth) and the tenth's (kept-back10-h100/: a fifth) are printed
+(kept-back8-h100/: a third), the ninth's (kept-back9-h100/: a fourth) and the tenth's (kept-back10-h100/: a further one) are printed
 apart, held out.
 
 Usage: ``python validation/eager_host.py [--fit]`` (no GPU; ``--fit`` takes about a minute).

@@ -49,7 +49,7 @@ The ninth (validation/kept-back9-h100/: DeepSeek-V3 cut to 5 layers in BF16 and 
 eighth's recipe, and DeepSeek-V3's 64 streams again under the truth rule, three 60 s repeats on a second start: ``long``) was committed
 before it was measured (2b704ef) and opened after calibrate's prior on the efficiencies was tightened on Hopper (2e7720a).
 
-The tenth (validation/kept-back10-h100/: Mixtral-8x22B cut to 8 layers in BF16 and OLMo-2-13B on a fifth H100 host, one job on it;
+The tenth (validation/kept-back10-h100/: Mixtral-8x22B cut to 8 layers in BF16 and OLMo-2-13B on a further H100 host, one job on it;
 the ninth's recipe and repeats) was committed (ecf1031) before predict's band was held out by model (7e4baed), measured after it, and
 opened blind at f1b4a5b (validation/kept-back10-h100/blind-f1b4a5b.txt): the first blind check of that band.
 
