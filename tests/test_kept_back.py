@@ -385,6 +385,12 @@ def test_every_class_band_holds_ninety_percent_of_its_points_held_out_by_model(r
         assert f"{b['models']} models" in shipped[name]["evidence"], name
 
 
+def test_the_band_is_taken_from_every_kept_back_set():
+    """Every kept-back folder under validation/ is among the band's held-out points (validation/bands.py ``SETS``), so that an
+    eleventh set, once measured and checked blind, is not left out of the band by mistake."""
+    assert {p.name for p in (kept_back.cc.ROOT / "validation").glob("kept-back*") if p.is_dir()} == set(bands.SETS)
+
+
 def test_the_band_takes_the_quantile_that_covers_a_held_out_model():
     """bands.band on made-up errors: three models whose errors (1–10 %) the 90th percentile of the others' covers 90 % of, beside
     a fourth whose errors (5–14 %) sit above them, so that, held out by model, the 90th percentile of every point covers only
