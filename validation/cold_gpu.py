@@ -128,6 +128,9 @@ MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tok
     # issue 53's tenth kept-back set (validation/kept-back10-h100/): chosen before the band was held out by model (7e4baed), before it was measured
     "mixtral-8x22b-8l": (("--max-model-len", "2048"), UNIFORM, 32768),  # Mixtral-8x22B cut to 8 layers, BF16: 8 experts of 16,384, top 2, hidden 6,144 (38 GiB)
     # olmo-2-13b (above, never measured): dense, 40 layers, hidden 5,120, 40 KV heads (MHA), a family no set has seen
+    # issue 53's eleventh kept-back set: two model_types servelab does not know (read as a generic decoder), chosen after the tenth was opened, before it is measured
+    "aya-expanse-8b": (("--max-model-len", "2048"), {}, 256000),  # Aya-Expanse-8B's shapes (Cohere: parallel attention and MLP, one LayerNorm a layer, tied embeddings), BF16 (16 GB)
+    "dots-llm1-8l": (("--max-model-len", "2048"), UNIFORM, 152064),  # dots.llm1 cut to 8 layers (1 dense, 7 MoE), BF16: 128 experts of 1,408, top 6, 2 shared; MHA (35 GB)
     # Llama-3.2-1B with CUDA graphs up to 2,048 tokens (a prompt's step inside a graph): whether its steady state's waves come from steps without graphs
     "llama-3.2-1b-graphs": (("--max-model-len", "2048", "--max-cudagraph-capture-size", "2048"), {}, 128256),
     # the small MoE models again with four API server processes (vLLM's --api-server-count): whether one API server bounds their steady state
