@@ -378,6 +378,10 @@ def test_every_class_band_holds_ninety_percent_of_its_points_held_out_by_model(r
     shipped = yaml.safe_load((kept_back.cc.ROOT / "src" / "servelab" / "data" / "bands.yaml").read_text())
     out = bands.bands(kept)
     assert {name: b["models"] for name, b in out.items()} == {"dense": 11, "moe": 11, "mla": 6, "host": 21}
+    # the README's figures: the kept-back points alone inside the shipped bands (%), and the dense and MoE bands without the
+    # calibrations' own models (Qwen3-8B, Qwen3-30B-A3B; %)
+    assert {name: (round(100 * b["kept_tok_s"]), round(100 * b["kept_ttft"])) for name, b in out.items()} == {"dense": (88, 86), "moe": (91, 95), "mla": (91, 85), "host": (92, 92)}
+    assert [round(100 * out[name][f"own_{key}"], 1) for name in ("dense", "moe") for key in ("tok_s", "ttft")] == [13.4, 28.9, 15.6, 64.6]
     for name, b in out.items():
         assert shipped[name]["points"] == b["points"], name
         assert b["tok_s"] <= shipped[name]["tok_s"] < b["tok_s"] + 0.01 and b["ttft"] <= shipped[name]["ttft"] < b["ttft"] + 0.01, name
