@@ -246,6 +246,40 @@ def test_untuned_moe_kernels_are_a_finding_and_name_a_missed_level():
     assert missed and all(CAUSES["untuned_moe_kernels"] in r.cause for r in missed)
 
 
+def test_transformers_backend_and_void_routing_simulation_are_findings():
+    """A boot log saying vLLM ran the model on its Transformers backend is a warning; with the routing simulated while the
+    router ran outside the MoE layer (dots.llm1 on vLLM 0.25: every token to the first top-k experts) the run's MoE
+    throughput is void, an error naming vLLM's code; a simulation with the router inside the layer, or vLLM's own model code,
+    says nothing. explain names them at a level missed either way, not at one that agrees."""
+    from servelab.engines.bootfacts import BootFacts
+    from servelab.metrics.bootlog import parse_bootlog
+    from servelab.plan.calibration import calibration
+    from servelab.plan.hardware import load_hardware
+    from servelab.plan.model_spec import load_model
+    from servelab.plan.quant import get_format
+    from servelab.rules.explain import CAUSES, explain
+
+    run = RunResult.model_validate_json((FIX.parent / "runs" / "vllm-0.25-h100-qwen3-8b-run.json").read_text())
+    kinds = {"transformers_backend", "void_routing_simulation"}
+    assert not [f for f in diagnose(run) if f.kind in kinds]
+    run.boot = parse_bootlog((FIX.parent / "bootlogs" / "vllm-0.25-h100-dots1-transformers-backend.log").read_text())
+    backend, void = [f for f in diagnose(run) if f.kind in kinds]
+    assert (backend.kind, backend.severity, void.kind, void.severity) == ("transformers_backend", "warning", "void_routing_simulation", "error")
+    assert "vLLM ran the model on its transformers modeling backend" in backend.message and "_PREVIOUSLY_SUPPORTED_MODELS" in backend.message
+    assert "simulated MoE routing (uniform_random)" in void.message and "router_logits.shape[-1]" in void.message
+    run.boot = BootFacts(engine="vllm", modeling_backend="transformers", moe_routing_simulation="uniform_random", moe_external_routing=False)
+    assert [f.kind for f in diagnose(run) if f.kind in kinds] == ["transformers_backend"]
+    run.boot = BootFacts(engine="vllm", moe_routing_simulation="uniform_random")
+    assert not [f for f in diagnose(run) if f.kind in kinds]
+    run.boot = BootFacts(engine="vllm", modeling_backend="transformers", moe_routing_simulation="uniform_random", moe_external_routing=True)
+    args = (load_model("qwen3-8b"), get_format("bf16"), load_hardware("h100-sxm"))
+    right = explain(run, *args, calibration("vllm-0.25-h100-bf16"))
+    assert all(r.cause.startswith("as predicted") and CAUSES["void_routing_simulation"] not in r.cause for r in right)
+    for update in ({"bw_efficiency": 0.4}, {"bw_efficiency": 1.5, "compute_efficiency": 1.5}):  # measured faster, then slower, than predicted
+        missed = [r for r in explain(run, *args, calibration("vllm-0.25-h100-bf16").model_copy(update=update)) if abs(r.tok_s_error) > 0.15]
+        assert missed and all(CAUSES["void_routing_simulation"] in r.cause and CAUSES["transformers_backend"] in r.cause for r in missed)
+
+
 def test_a_ceiling_exceeded_names_the_assumptions():
     """On a MoE model with dummy weights vLLM decoded at 144–169 % of the roofline (issue 17): the
     "% of ceiling" above 100 is a finding that names what the ceiling assumed."""

@@ -62,6 +62,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vllm_gpu import ROOT, bench, serve, servelab, stop  # noqa: E402
 
 from servelab.engines.vllm import default_capture_sizes  # noqa: E402
+from servelab.metrics.bootlog import parse_bootlog  # noqa: E402
+from servelab.rules.diagnose import void_routing  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 INPUT, OUTPUT, LEVELS = 512, 128, (1, 4, 16, 64, 256)
@@ -233,6 +235,9 @@ def run_model(kit: Path, out: Path, model: str, levels: tuple[int, ...] = LEVELS
     sizes += ("--max-cudagraph-capture-size", str(max_capture)) if max_capture else ()
     pgid, url = serve_model(kit, model, log, *sizes)
     try:
+        if void_routing(parse_bootlog(log.read_text(errors="replace"))):  # kept_back.void: no truth of this model can come from this server
+            raise SystemExit(f"{model}: void_routing_simulation (servelab bootlog {log}): vLLM simulated the MoE routing with the router outside "
+                             "its MoE layer, so every token would go to the same top-k experts; not measured")
         for c in levels:  # warm-up: every batch shape the levels reach, before any window
             vllm_bench(url, model, out, c, c, 16, 10_000 + c)
         api = ("--endpoint", "completions") if model in COMPLETIONS else ()

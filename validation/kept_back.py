@@ -53,7 +53,13 @@ The tenth (validation/kept-back10-h100/: Mixtral-8x22B cut to 8 layers in BF16 a
 the ninth's recipe and repeats) was committed (ecf1031) before predict's band was held out by model (7e4baed), measured after it, and
 opened blind at f1b4a5b (validation/kept-back10-h100/blind-f1b4a5b.txt): the first blind check of that band.
 
-Usage: ``python validation/kept_back.py [kept-back2-h200 | … | kept-back10-h100]`` (no GPU; the folder under validation/, default the first set).
+The eleventh (validation/kept-back11-h100/: Aya-Expanse-8B's shapes and dots.llm1 cut to 8 layers, two model_types servelab reads
+as a generic decoder, on a further H100 host, one job on it; the tenth's recipe, dots.llm1's 64 streams as repeats, two of three
+done) was committed (b61de0c) before it was measured and opened blind at 5d976b3 (validation/kept-back11-h100/blind-5d976b3.txt).
+dots.llm1's truth is void (:func:`void`): vLLM 0.25 ran it on its Transformers backend, whose MoE routing the simulator the
+dummy-weight runs use sent to experts 0-5 of 128; its rows are printed as opened and none is scored.
+
+Usage: ``python validation/kept_back.py [kept-back2-h200 | … | kept-back11-h100]`` (no GPU; the folder under validation/, default the first set).
 """
 
 from __future__ import annotations
@@ -64,8 +70,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import calibrate_check as cc  # noqa: E402
+from servelab.metrics.bootlog import parse_bootlog  # noqa: E402
+from servelab.rules.diagnose import void_routing  # noqa: E402
 
 DATA = cc.ROOT / "validation" / "kept-back-h200"
 GOALS = "tok/s median ≤ 8 %, worst ≤ 20 %; single stream ≤ 10 %; burst TTFT mean, median ≤ 25 %; ≥ 90 % of points inside the band"
@@ -100,11 +109,21 @@ def hardware(data: Path) -> str:
     return "h100-sxm" if data.name.endswith("-h100") else "h200"
 
 
+def void(model: str, data: Path = DATA) -> bool:
+    """Whether a boot log of the model's server in ``data`` (MODEL-boot.log, MODEL-repeats3-boot.log) shows its MoE routing simulated
+    with the router outside the MoE layer (``servelab.rules.diagnose.void_routing``, finding void_routing_simulation): every token went
+    to the same top-k experts, so the server's throughput is not the model's and none of its points is scored."""
+    logs = [data / f"{model}-boot.log", data / f"{model}-repeats3-boot.log"]
+    return any(void_routing(parse_bootlog(p.read_text())) for p in logs if p.exists())
+
+
 def check(model: str, calibration: str, kinds: tuple[str, ...], data: Path = DATA) -> list[dict]:
-    """One row per level of ``kinds``: measured, predicted with ``calibration`` and the signed errors (%), and whether the
-    measured tok/s and TTFT lie inside the point's band."""
+    """One row per level of ``kinds``: measured, predicted with ``calibration`` and the signed errors (%), whether the measured
+    tok/s and TTFT lie inside the point's band, and whether the point is scored (not a void truth's, :func:`void`; not a design
+    window whose level the truth rule's repeats measured)."""
     rows = []
     measured_levels = levels(model, data)
+    voided = void(model, data)
     for kind, got in measured_levels.items():
         if kind not in kinds or not got:
             continue
@@ -117,7 +136,7 @@ def check(model: str, calibration: str, kinds: tuple[str, ...], data: Path = DAT
             t_lo, t_hi = (v / p["ttft_s"] * p_ttft for v in p["band"]["ttft_s"])
             rows.append({"kind": kind, "c": c, "tok": tok, "p_tok": p["aggregate_tok_s"], "ttft": ttft, "p_ttft": p_ttft, "tpot": tpot,
                          "p_tpot": p["tpot_s"] * 1e3, "in_tok": lo <= tok <= hi, "in_ttft": t_lo <= ttft <= t_hi, "host_share": p["host_share"], "queue": p["host_queue_s"] * 1e3,
-                         "scored": not (kind == "design" and c in measured_levels.get("long", {}))})  # fmt: skip  # the repeats' mean stands for it
+                         "void": voided, "scored": not voided and not (kind == "design" and c in measured_levels.get("long", {}))})  # fmt: skip  # the repeats' mean stands for it
     for r in rows:
         r.update(e_tok=100 * (r["p_tok"] / r["tok"] - 1), e_ttft=100 * (r["p_ttft"] / r["ttft"] - 1), e_tpot=100 * (r["p_tpot"] / r["tpot"] - 1))
     return rows
@@ -126,7 +145,8 @@ def check(model: str, calibration: str, kinds: tuple[str, ...], data: Path = DAT
 def show(title: str, rows: list[dict]) -> None:
     print(f"\n#### {title}\n\n(errors: predicted ÷ measured − 1; in band: measured within [prediction ÷ (1 + b), prediction ÷ (1 − b)], b the point's band)\n\n| level | tok/s meas / pred | err | TTFT ms meas / pred | err | TPOT ms meas / pred | err | in band (tok/s, TTFT) |\n|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['kind']} {r['c']}{'' if r['scored'] else ' (not scored: the repeats below)'} | {r['tok']:,.0f} / {r['p_tok']:,.0f} | {r['e_tok']:+.1f} % | {r['ttft']:,.0f} / {r['p_ttft']:,.0f} | {r['e_ttft']:+.1f} % | "
+        why = "" if r["scored"] else " (not scored: a void truth)" if r["void"] else " (not scored: the repeats below)"
+        print(f"| {r['kind']} {r['c']}{why} | {r['tok']:,.0f} / {r['p_tok']:,.0f} | {r['e_tok']:+.1f} % | {r['ttft']:,.0f} / {r['p_ttft']:,.0f} | {r['e_ttft']:+.1f} % | "
               f"{r['tpot']:.2f} / {r['p_tpot']:.2f} | {r['e_tpot']:+.1f} % | {'yes' if r['in_tok'] else 'NO'}, {'yes' if r['in_ttft'] else 'NO'} |")  # fmt: skip
 
 
@@ -153,6 +173,11 @@ def main(data: Path = DATA) -> dict[str, dict]:
         for model in models:
             held = check(model, cc.SHIPPED, ("burst", "design", "stagger", "long"), data)
             show(f"held out (the shipped calibration, {cc.SHIPPED}): {model}", held)
+            if held and held[0]["void"]:
+                print(f"\n{model}: void, not scored: its server simulated the MoE routing with the router outside the MoE layer (finding "
+                      "void_routing_simulation: every token to the same top-k experts), so its throughput is not the model's")
+                results[model] = {"held": None, "rows": held}
+                continue
             results[model] = {"held": summary(held), "rows": held}
             run = data / f"{model}-calibrate-run.json"
             if run.exists():
@@ -163,6 +188,9 @@ def main(data: Path = DATA) -> dict[str, dict]:
     print(f"\nGoals: {GOALS}\n\n| model | tok/s median / worst | single-stream TPOT | burst TTFT mean, median | inside the band: tok/s, TTFT | after calibrate: bursts / other steady-state levels (worst) |\n|---|---|---|---|---|---|")
     for model, r in results.items():
         s = r["held"]
+        if s is None:
+            print(f"| {model} | void: not scored (finding void_routing_simulation) | | | | |")
+            continue
         after = r.get("after", [])
         worst = {kind: max((abs(x["e_tok"]) for x in after if x["kind"] in kinds), default=float("nan"))
                  for kind, kinds in (("burst", ("burst",)), ("stagger", ("stagger", "long")))}  # fmt: skip

@@ -143,6 +143,10 @@ class Engine:
     jit_warning: ClassVar[re.Pattern[str] | None] = None
     # what its boot log's "no tuned MoE kernel config" means and how to tune one (finding untuned_moe_kernels)
     untuned_moe: ClassVar[str | None] = None
+    # what running another library's model code means here (finding transformers_backend)
+    foreign_model_code: ClassVar[str | None] = None
+    # why its simulated MoE routing is void when the router runs outside its MoE layer (finding void_routing_simulation)
+    void_routing: ClassVar[str | None] = None
     # why it reserved more for CUDA graphs than they took, and how to avoid it (finding graph_memory_overreserved)
     graph_estimate: ClassVar[str | None] = None
     ready: ClassVar[re.Pattern | None] = None

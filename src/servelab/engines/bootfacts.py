@@ -65,6 +65,9 @@ class BootFacts(BaseModel):
     moe_backend: str | None = None
     moe_config: str | None = Field(None, description="The tuned MoE kernel config the engine looked for (vLLM: the file name, E=…,N=…,device_name=…[,dtype=…].json).")
     moe_config_tuned: bool | None = Field(None, description="Whether it found that config (False: it ran its MoE layers with its default kernel config; finding untuned_moe_kernels).")
+    modeling_backend: str | None = Field(None, description="Whose model code the engine ran when not its own (vLLM: 'transformers', its Transformers modeling backend; finding transformers_backend).")
+    moe_routing_simulation: str | None = Field(None, description="The routing strategy the engine simulated in place of the model's router (vLLM: VLLM_MOE_ROUTING_SIMULATION_STRATEGY, e.g. uniform_random).")
+    moe_external_routing: bool | None = Field(None, description="True when the model's router ran outside the engine's MoE layer, handing it each token's chosen experts (vLLM's Transformers backend; finding void_routing_simulation).")
     quant_backends: list[str] = Field(default_factory=list)
     slots: int | None = None
     warnings: list[str] = Field(default_factory=list)

@@ -98,6 +98,14 @@ RULES: list[Rule] = [
     # experts on this GPU, or its default ("Performance might be sub-optimal!"; the paths it tried, ", "-joined)
     Rule(re.compile(r"Using configuration from \S*?([^/\s]+\.json) for MoE layer"), set_facts(moe_config=lambda m: m.group(1), moe_config_tuned=lambda m: True), "0.25"),
     Rule(re.compile(r"Using default MoE config\. Performance might be sub-optimal! Config file not found at .*?([^/\s]+\.json)$"), _moe_default, "0.25"),
+    # vllm/model_executor/models/transformers/: an architecture with no vLLM implementation (vLLM ≥ 0.23 dropped, e.g., Dots1ForCausalLM:
+    # registry.py _PREVIOUSLY_SUPPORTED_MODELS) runs on Transformers' model code; its MoE experts go to FusedMoE with the router
+    # left in Transformers ("external routing") unless a fuser takes the whole block ("internal routing")
+    Rule(re.compile(r"Using Transformers modeling backend|has no vLLM implementation, falling back to Transformers implementation"),
+         set_fact("modeling_backend", lambda m: "transformers"), "0.25"),  # fmt: skip
+    Rule(re.compile(r"-> FusedMoE \((external|internal) routing\)"), set_fact("moe_external_routing", lambda m: m.group(1) == "external"), "0.25"),
+    # vllm/model_executor/layers/fused_moe/router/routing_simulator_router.py (VLLM_MOE_ROUTING_SIMULATION_STRATEGY set)
+    Rule(re.compile(r"Simulating MoE routing using a (\w+) strategy"), set_fact("moe_routing_simulation"), "0.25"),
     Rule(re.compile(r"Using (\S+) for (?:NVFP4|MXFP4|MXFP8) GEMM|Using (\S+) for mixed-precision linear"), _quant, "0.11–0.25"),
     Rule(re.compile(r"Selected (\w+Kernel) for \w+"), _quant, "0.2x (scaled-mm kernel of a quantized linear)"),
     Rule(re.compile(r"Loading weights took ([\d.]+) seconds"), set_fact("weights_load_s", lambda m: float(m.group(1))), "0.6–0.33"),

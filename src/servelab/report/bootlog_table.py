@@ -43,6 +43,10 @@ def bootlog_table(f: BootFacts) -> Table:
     row("MoE backend", f.moe_backend)
     if f.moe_config:
         row("MoE kernel config", f.moe_config, " (tuned)" if f.moe_config_tuned else " not found: the engine's default (finding untuned_moe_kernels)")
+    row("model code", f.modeling_backend, " modeling backend, not the engine's own (finding transformers_backend)")
+    if f.moe_routing_simulation:
+        row("MoE routing", f"simulated ({f.moe_routing_simulation})",
+            ", the router outside the MoE layer: void (finding void_routing_simulation)" if f.moe_external_routing else "")
     row("quantized-linear kernels", ", ".join(f.quant_backends) or None)
     for w in f.warnings:
         t.add_row("[yellow]warning[/]", escape(w))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from servelab import engines
+from servelab.engines.bootfacts import BootFacts
 from servelab.engines.cudagraph import padding, prompt_step_graph
 from servelab.metrics.repeats import TOK_S_SPREAD, TTFT_SPREAD, repeat_stats
 from servelab.metrics.summary import LevelSummary
@@ -87,7 +88,7 @@ def diagnose(run: RunResult, capture_sizes: list[int] | None = None) -> list[Fin
         if lv.server is not None:
             out += _server_findings(run, lv, at, cold)
     out += _acceptance_trend(run) + _padding(run, capture_sizes) + _graphless_prompts(run, capture_sizes) + _prompt_truncation(run) \
-        + _unstable_repeats(run) + _untuned_moe(run) + _graph_memory(run)  # fmt: skip
+        + _unstable_repeats(run) + _untuned_moe(run) + _model_code(run) + _graph_memory(run)  # fmt: skip
     return out
 
 
@@ -262,6 +263,32 @@ def _untuned_moe(run: RunResult) -> list[Finding]:
                     message=f"{engine.title} ran the MoE layers with its default kernel config, having no tuned one for these experts on this GPU "
                             f"({boot.moe_config} not found)" + (f"; {engine.untuned_moe}" if engine.untuned_moe else ""),
                     evidence={"moe_config": boot.moe_config})]  # fmt: skip
+
+
+def void_routing(boot: BootFacts) -> bool:
+    """Whether the server simulated its MoE routing (``BootFacts.moe_routing_simulation``) while the model's router ran outside the
+    engine's MoE layer (``moe_external_routing``): vLLM 0.25 then routes every token to the first top-k experts (``Engine.void_routing``),
+    so the run's MoE throughput is not the model's."""
+    return boot.moe_routing_simulation is not None and bool(boot.moe_external_routing)
+
+
+def _model_code(run: RunResult) -> list[Finding]:
+    """The server's boot log says it ran another library's model code (``BootFacts.modeling_backend``), and whether its simulated
+    MoE routing was void there (:func:`void_routing`)."""
+    boot = run.boot
+    if boot is None or boot.modeling_backend is None:
+        return []
+    engine = engines.get(boot.engine or run.endpoint.engine)
+    out = [Finding(kind="transformers_backend", severity="warning",
+                   message=f"{engine.title} ran the model on its {boot.modeling_backend} modeling backend, not its own model code"
+                           + (f": {engine.foreign_model_code}" if engine.foreign_model_code else ""),
+                   evidence={"modeling_backend": boot.modeling_backend})]  # fmt: skip
+    if void_routing(boot):
+        out.append(Finding(kind="void_routing_simulation", severity="error",
+                           message=f"{engine.title} simulated MoE routing ({boot.moe_routing_simulation}) while the model's router ran outside its MoE layer: "
+                                   "this run's MoE throughput is not the model's" + (f"; {engine.void_routing}" if engine.void_routing else ""),
+                           evidence={"moe_routing_simulation": boot.moe_routing_simulation, "modeling_backend": boot.modeling_backend}))  # fmt: skip
+    return out
 
 
 def _unstable_repeats(run: RunResult) -> list[Finding]:
