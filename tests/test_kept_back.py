@@ -41,7 +41,7 @@ DATA9 = kept_back.DATA.parent / "kept-back9-h100"  # the ninth (an H100, one job
 MODELS9 = ("deepseek-v3-5l", "gemma-2-9b")
 DATA10 = kept_back.DATA.parent / "kept-back10-h100"  # the tenth (an H100, one job on its host): configs committed (ecf1031) before the band was held out by model (7e4baed), opened blind after (f1b4a5b)
 MODELS10 = ("mixtral-8x22b-8l", "olmo-2-13b")
-DATA11 = kept_back.DATA.parent / "kept-back11-h100"  # the eleventh (the tenth's host, one job on it): configs committed (b61de0c) before it was measured, opened blind at 5d976b3
+DATA11 = kept_back.DATA.parent / "kept-back11-h100"  # the eleventh (a further H100 host, one job on it): configs committed (b61de0c) before it was measured, opened blind at 5d976b3
 MODELS11 = ("aya-expanse-8b", "dots-llm1-8l")
 PARTIAL = {("qwen2.5-0.5b", "stagger-run")}  # stopped by the device call's limit in its 32-stream level (cut_short: not scored)
 HITS = {("granite-3.3-8b", 64), ("olmoe-1b-7b", 64), ("granite-3.1-3b-a800m", 64), ("granite-3.0-1b-a400m", 64), ("smollm2-1.7b", 64)}  # vllm bench serve's random prompts repeated 512 tokens once (0.8 %)
@@ -373,8 +373,8 @@ def results11():
 
 
 def test_the_eleventh_set_as_it_was_checked_blind_and_its_void_truth(results11):
-    """The eleventh set (Aya-Expanse-8B's shapes and dots.llm1 cut to 8 layers, both read as a generic decoder, on the tenth's
-    host), replayed: as opened (5d976b3, validation/kept-back11-h100/blind-5d976b3.txt) Aya meets every held-out goal (tok/s
+    """The eleventh set (Aya-Expanse-8B's shapes and dots.llm1 cut to 8 layers, both read as a generic decoder, on a further
+    H100 host), replayed: as opened (5d976b3, validation/kept-back11-h100/blind-5d976b3.txt) Aya meets every held-out goal (tok/s
     median 3.4 %, worst 6.3 %; single stream 7.6 %; burst TTFT mean median 11.1 %; every point inside its band; after
     ``calibrate`` within 3.3 / 3.6 %). dots.llm1 was priced 55 % slow from 16 streams up, against a void truth: vLLM 0.25 ran it
     on its Transformers backend and the routing simulator sent every token to experts 0-5 (finding void_routing_simulation, in

@@ -15,7 +15,7 @@ whose prompts were 512 tokens, have no step without graphs): no model among them
 servers (validation/kept-back3-h200/, measured after the constants were set), the fourth's, the fifth's and the sixth's (kept-back4-h200/,
 kept-back5-h200/, kept-back6-h100/: an H100 host), the seventh's (kept-back7-h100/: another H100 host) and the eighth's
 (kept-back8-h100/: a third), the ninth's (kept-back9-h100/: a fourth), the tenth's (kept-back10-h100/: a further one) and the
-eleventh's (kept-back11-h100/: that host again) are printed apart, held out. A server whose truth is void (``kept_back.void``: its MoE
+eleventh's (kept-back11-h100/: a further one) are printed apart, held out. A server whose truth is void (``kept_back.void``: its MoE
 routing simulated with the router outside the MoE layer) is left out.
 
 Usage: ``python validation/eager_host.py [--fit]`` (no GPU; ``--fit`` takes about a minute).

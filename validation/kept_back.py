@@ -56,8 +56,8 @@ opened blind at f1b4a5b (validation/kept-back10-h100/blind-f1b4a5b.txt): the fir
 The eleventh (validation/kept-back11-h100/: Aya-Expanse-8B's shapes and dots.llm1 cut to 8 layers, two model_types servelab reads
 as a generic decoder, on a further H100 host, one job on it; the tenth's recipe, dots.llm1's 64 streams as repeats, two of three
 done) was committed (b61de0c) before it was measured and opened blind at 5d976b3 (validation/kept-back11-h100/blind-5d976b3.txt).
-dots.llm1's truth is void (:func:`void`): vLLM 0.25 ran it on its Transformers backend, whose MoE routing the simulator the
-dummy-weight runs use sent to experts 0-5 of 128; its rows are printed as opened and none is scored.
+dots.llm1's truth is void (:func:`void`): vLLM 0.25 ran it on its Transformers backend, where the routing simulator that the
+dummy-weight runs use sent every token to experts 0-5 of its 128; its rows are printed as opened and none is scored.
 
 Usage: ``python validation/kept_back.py [kept-back2-h200 | … | kept-back11-h100]`` (no GPU; the folder under validation/, default the first set).
 """
@@ -114,7 +114,7 @@ def void(model: str, data: Path = DATA) -> bool:
     with the router outside the MoE layer (``servelab.rules.diagnose.void_routing``, finding void_routing_simulation): every token went
     to the same top-k experts, so the server's throughput is not the model's and none of its points is scored."""
     logs = [data / f"{model}-boot.log", data / f"{model}-repeats3-boot.log"]
-    return any(void_routing(parse_bootlog(p.read_text())) for p in logs if p.exists())
+    return any(void_routing(parse_bootlog(p.read_text(errors="replace"))) for p in logs if p.exists())
 
 
 def check(model: str, calibration: str, kinds: tuple[str, ...], data: Path = DATA) -> list[dict]:

@@ -138,10 +138,11 @@ class VLLM(Engine):
                    "and point VLLM_TUNED_CONFIG_FOLDER at the folder it writes (vllm/model_executor/layers/fused_moe/fused_moe.py, get_moe_configs). "
                    "Measured on an H200 at 8,192 tokens, the tuned files vLLM ships gained 7 % (Qwen3-30B-A3B's experts, BF16) and 12 % (Mixtral-8x7B's) "
                    "over its default config; fine-grained BF16 experts reached 0.53–0.65 of cuBLAS's rate with either (validation/moe-kernel/h200-prefill.json)")  # fmt: skip
-    foreign_model_code = ("this vLLM has no implementation of the architecture (0.23 dropped several, Dots1ForCausalLM among them: "
-                          "vllm/model_executor/models/registry.py, _PREVIOUSLY_SUPPORTED_MODELS), so it ran Transformers' model code with its own "
-                          "attention and MoE kernels (vllm/model_executor/models/transformers/); servelab's calibrations were measured on vLLM's own "
-                          "model code and this backend was not measured against them, so compare its numbers with servelab predict with care")  # fmt: skip
+    foreign_model_code = ("it does so for an architecture it has no implementation of (those it dropped, Dots1ForCausalLM among them, "
+                          "supported until 0.23.0: vllm/model_executor/models/registry.py, _PREVIOUSLY_SUPPORTED_MODELS) or when --model-impl "
+                          "transformers asks for it, running Transformers' model code with its own attention and MoE kernels "
+                          "(vllm/model_executor/models/transformers/); servelab's calibrations were measured on vLLM's own model code and this "
+                          "backend was not measured against them, so compare its numbers with servelab predict with care")  # fmt: skip
     void_routing = ("vLLM 0.25's routing simulator draws each token's experts from the width of the router output it is handed "
                     "(fused_moe/router/routing_simulator_router.py, route_tokens: router_logits.shape[-1]), and the Transformers backend hands "
                     "it the top-k weights (models/transformers/moe.py, _transformers_moe_forward), so every token went to the first top-k experts: "

@@ -98,7 +98,7 @@ RULES: list[Rule] = [
     # experts on this GPU, or its default ("Performance might be sub-optimal!"; the paths it tried, ", "-joined)
     Rule(re.compile(r"Using configuration from \S*?([^/\s]+\.json) for MoE layer"), set_facts(moe_config=lambda m: m.group(1), moe_config_tuned=lambda m: True), "0.25"),
     Rule(re.compile(r"Using default MoE config\. Performance might be sub-optimal! Config file not found at .*?([^/\s]+\.json)$"), _moe_default, "0.25"),
-    # vllm/model_executor/models/transformers/: an architecture with no vLLM implementation (vLLM ≥ 0.23 dropped, e.g., Dots1ForCausalLM:
+    # vllm/model_executor/models/transformers/: an architecture with no vLLM implementation (e.g. Dots1ForCausalLM after 0.23.0:
     # registry.py _PREVIOUSLY_SUPPORTED_MODELS) runs on Transformers' model code; its MoE experts go to FusedMoE with the router
     # left in Transformers ("external routing") unless a fuser takes the whole block ("internal routing")
     Rule(re.compile(r"Using Transformers modeling backend|has no vLLM implementation, falling back to Transformers implementation"),
