@@ -141,14 +141,10 @@ class Engine:
     rules: ClassVar[list[Rule]] = []
     # a kernel compiled while serving (its name the first group): that window was not a measurement (docs/metrics.md, jit_compile)
     jit_warning: ClassVar[re.Pattern[str] | None] = None
-    # what its boot log's "no tuned MoE kernel config" means and how to tune one (finding untuned_moe_kernels)
-    untuned_moe: ClassVar[str | None] = None
-    # what running another library's model code means here (finding transformers_backend)
-    foreign_model_code: ClassVar[str | None] = None
-    # why its simulated MoE routing is void when the router runs outside its MoE layer (finding void_routing_simulation)
-    void_routing: ClassVar[str | None] = None
-    # why it reserved more for CUDA graphs than they took, and how to avoid it (finding graph_memory_overreserved)
-    graph_estimate: ClassVar[str | None] = None
+    untuned_moe: ClassVar[str | None] = None  # finding untuned_moe_kernels: what "no tuned MoE kernel config" means, how to tune one
+    foreign_model_code: ClassVar[str | None] = None  # finding transformers_backend: when it runs another library's model code
+    void_routing: ClassVar[str | None] = None  # finding void_routing_simulation: why its simulated MoE routing is void there
+    graph_estimate: ClassVar[str | None] = None  # finding graph_memory_overreserved: why it reserved more for graphs, how to avoid it
     ready: ClassVar[re.Pattern | None] = None
     notable: ClassVar[re.Pattern | None] = None
 
