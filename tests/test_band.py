@@ -39,10 +39,10 @@ def test_predict_json_carries_the_band_on_every_point():
     res = cli.invoke(app, ["predict", "--model", "qwen3-30b-a3b", "--quant", "fp8", "--hardware", "h100-sxm", "--concurrency", "1,64", "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
-    assert doc["band"]["family_class"] == "moe" and doc["band"]["tok_s"] == 0.19
+    assert doc["band"]["family_class"] == "moe" and doc["band"]["tok_s"] == 0.18
     for p in doc["variants"][0]["points"]:
         lo, hi = p["band"]["aggregate_tok_s"]
-        assert lo == pytest.approx(p["aggregate_tok_s"] / 1.19) and hi == pytest.approx(p["aggregate_tok_s"] / 0.81)  # the truth its prediction is within ± 19 % of
+        assert lo == pytest.approx(p["aggregate_tok_s"] / 1.18) and hi == pytest.approx(p["aggregate_tok_s"] / 0.82)  # the truth its prediction is within ± 18 % of
         assert p["band"]["ttft_s"] == pytest.approx([p["ttft_s"] / 1.65, p["ttft_s"] / 0.35])
     table = cli.invoke(app, ["predict", "--model", "deepseek-v3", "--hardware", "h200", "--tp", "8", "--concurrency", "1"], env={"COLUMNS": "400"})
     assert table.exit_code == 0, table.output

@@ -43,6 +43,8 @@ DATA10 = kept_back.DATA.parent / "kept-back10-h100"  # the tenth (an H100, one j
 MODELS10 = ("mixtral-8x22b-8l", "olmo-2-13b")
 DATA11 = kept_back.DATA.parent / "kept-back11-h100"  # the eleventh (a further H100 host, one job on it): configs committed (b61de0c) before it was measured, opened blind at 5d976b3
 MODELS11 = ("aya-expanse-8b", "dots-llm1-8l")
+DATA12 = kept_back.DATA.parent / "kept-back12-h100"  # the twelfth (a further H100 host, one job on it): configs committed (2d31473) before it was measured, opened blind at 4a20434
+MODELS12 = ("afmoe", "flex-olmo-16l")
 PARTIAL = {("qwen2.5-0.5b", "stagger-run")}  # stopped by the device call's limit in its 32-stream level (cut_short: not scored)
 HITS = {("granite-3.3-8b", 64), ("olmoe-1b-7b", 64), ("granite-3.1-3b-a800m", 64), ("granite-3.0-1b-a400m", 64), ("smollm2-1.7b", 64)}  # vllm bench serve's random prompts repeated 512 tokens once (0.8 %)
 
@@ -391,9 +393,39 @@ def test_the_eleventh_set_as_it_was_checked_blind_and_its_void_truth(results11):
     assert all(not row["void"] for got in results11.values() for row in got["rows"] if row["scored"])
 
 
-def test_every_class_band_holds_ninety_percent_of_its_points_held_out_by_model(results, results2, results3, results4, results5, results6, results7, results8, results9, results10, results11):
+@pytest.fixture(scope="module")
+def results12():
+    with contextlib.redirect_stdout(io.StringIO()):
+        return kept_back.main(DATA12)
+
+
+def test_the_twelfth_set_after_it_was_checked_blind(results12):
+    """The twelfth set (AFMoE in vLLM's AfmoeConfig shapes and FlexOlmo-7x7B's shapes cut to 16 layers, MoE model_types read as a
+    generic decoder, native in vLLM 0.25; a further H100 host), replayed. As opened (4a20434, validation/kept-back12-h100/blind-4a20434.txt)
+    AFMoE had 8 of 9 points inside and FlexOlmo 7 of 9: FlexOlmo's 32 and 64 streams priced 20 % fast, its steps ~10 ms longer
+    than at 16 streams, where vLLM's default fused-MoE tiles read its 11,008-wide experts' gate-up matrices again per tile
+    (servelab.engines.vllm_moe, modelled after opening). Now FlexOlmo's tok/s are within 3.0 % median, 17.7 % worst (its single
+    stream, which the routing simulator's draws with replacement make faster than a router's distinct experts), every point inside;
+    AFMoE's 64 streams stay priced 36 % fast (its steps with a prompt, without CUDA graphs, ~50 ms, rode one prompt a step where
+    predict assumes two), its other points within 8 %."""
+    assert sorted(results12) == list(MODELS12)
+    # per model: tok/s median and worst, single stream, burst TTFT median, inside on tok/s (%), then after calibrate: bursts, other levels
+    expected = {"afmoe": (4.3, 36.4, 3.3, 15.6, 88, 1.2, 17.3), "flex-olmo-16l": (3.0, 17.7, 23.7, 10.7, 100, 11.6, 6.4)}
+    for model, (median, worst, single, burst_ttft, inside, bursts, others) in expected.items():
+        held = results12[model]["held"]
+        assert held["tok_median"] <= median + 0.05 and held["tok_worst"] <= worst + 0.05 and held["single"] <= single + 0.05, model
+        assert held["burst_ttft_median"] <= burst_ttft + 0.05 and held["inside_tok"] >= inside and held["inside_ttft"] == 100.0, model
+        assert all(abs(row["e_tok"]) <= (bursts if row["kind"] == "burst" else others) + 0.05 for row in results12[model]["after"]), model
+    long = next(row for row in results12["afmoe"]["rows"] if row["kind"] == "long")
+    assert long["e_tok"] > 30 and not long["in_tok"]  # still missed: AFMoE's 64 streams
+    flex = [row for row in results12["flex-olmo-16l"]["rows"] if row["scored"] and row["c"] >= 32]
+    assert len(flex) == 3 and all(abs(row["e_tok"]) < 8 for row in flex)  # 32 and 64 streams, priced 20 % fast as opened
+    assert not any(kept_back.void(m, DATA12) for m in MODELS12)
+
+
+def test_every_class_band_holds_ninety_percent_of_its_points_held_out_by_model(results, results2, results3, results4, results5, results6, results7, results8, results9, results10, results11, results12):
     """servelab/data/bands.yaml's dense, MoE, MLA and host bands are validation/bands.py's: the least quantile of the class's
-    held-out errors (the cold tables, the MLA models held out by model, and the eleven kept-back sets' points, each under its
+    held-out errors (the cold tables, the MLA models held out by model, and the twelve kept-back sets' points, each under its
     model's class or, where the host binds it, the host's) that, each model held out in turn, covers ≥ 90 % of the held-out
     model's points, rounded up to a whole %, so that a change to predict that moves them must refit them. The dense band was
     6 % / 20 % from the cold tables alone: the kept-back sets' dense points fell inside it 61 % / 48 % of the time; the eighth
@@ -401,15 +433,17 @@ def test_every_class_band_holds_ninety_percent_of_its_points_held_out_by_model(r
     then added (dense 9 / 24 → 11 / 28 %); the 90th percentile of every point covered, held out by model, only 86.9 % of the
     dense tok/s points (then the 93rd: 15 %); the tenth, checked blind against that band (100 % / 100 % inside), was added too
     (dense 14 / 28 %), and the eleventh's Aya-Expanse-8B (9 of 9 inside; its dots.llm1 a void truth, not scored): the dense
-    tok/s errors have a gap from 10.6 to 13.4 %, and its nine points moved the 93rd percentile across it (dense 11 / 28 %)."""
-    kept = [{**r, "model": m} for res in (results, results2, results3, results4, results5, results6, results7, results8, results9, results10, results11) for m, got in res.items() for r in got["rows"] if r["scored"]]
+    tok/s errors have a gap from 10.6 to 13.4 %, and its nine points moved the 93rd percentile across it (dense 11 / 28 %); the
+    twelfth's AFMoE and FlexOlmo (16 of 18 inside as opened, FlexOlmo then priced with the default fused-MoE tiles) joined the
+    MoE class (19 → 18 % on tok/s)."""
+    kept = [{**r, "model": m} for res in (results, results2, results3, results4, results5, results6, results7, results8, results9, results10, results11, results12) for m, got in res.items() for r in got["rows"] if r["scored"]]
     shipped = yaml.safe_load((kept_back.cc.ROOT / "src" / "servelab" / "data" / "bands.yaml").read_text())
     out = bands.bands(kept)
-    assert {name: b["models"] for name, b in out.items()} == {"dense": 12, "moe": 11, "mla": 6, "host": 21}
+    assert {name: b["models"] for name, b in out.items()} == {"dense": 12, "moe": 13, "mla": 6, "host": 21}
     # the README's figures: the kept-back points alone inside the shipped bands (%), and the dense and MoE bands without the
     # calibrations' own models (Qwen3-8B, Qwen3-30B-A3B; %)
-    assert {name: (round(100 * b["kept_tok_s"]), round(100 * b["kept_ttft"])) for name, b in out.items()} == {"dense": (88, 88), "moe": (91, 95), "mla": (91, 85), "host": (92, 92)}
-    assert [round(100 * out[name][f"own_{key}"], 1) for name in ("dense", "moe") for key in ("tok_s", "ttft")] == [13.4, 28.9, 15.6, 64.6]
+    assert {name: (round(100 * b["kept_tok_s"]), round(100 * b["kept_ttft"])) for name, b in out.items()} == {"dense": (88, 88), "moe": (89, 96), "mla": (91, 85), "host": (92, 92)}
+    assert [round(100 * out[name][f"own_{key}"], 1) for name in ("dense", "moe") for key in ("tok_s", "ttft")] == [13.4, 28.9, 16.1, 63.2]
     for name, b in out.items():
         assert shipped[name]["points"] == b["points"], name
         assert b["tok_s"] <= shipped[name]["tok_s"] < b["tok_s"] + 0.01 and b["ttft"] <= shipped[name]["ttft"] < b["ttft"] + 0.01, name

@@ -3,6 +3,8 @@ models, quantization, memory, ceilings and CUDA-graph padding."""
 
 from __future__ import annotations
 
+import math
+
 import json
 
 import pytest
@@ -16,7 +18,7 @@ from servelab.plan.hardware import load_hardware
 from servelab.plan.memory import plan_memory
 from servelab.plan.model_spec import catalog, load_model, parse_config
 from servelab.plan.quant import get_format, weight_bytes
-from servelab.plan.roofline import decode_step, expected_experts, spec_tokens_per_step
+from servelab.plan.roofline import decode_step, expected_experts, expert_reads, spec_tokens_per_step
 
 GIB = 2**30
 cli = CliRunner()
@@ -99,6 +101,22 @@ def test_moe_expected_experts_and_weights_touched():
     many = decode_step(spec, fmt, hw, batch=256, context=0)
     expert_bytes = spec.expert_params * 2
     assert many.bytes - one.bytes == pytest.approx(spec.moe_layers * (expected_experts(128, 8, 256) - 8) * expert_bytes)
+
+
+def test_expert_reads_count_a_share_read_again_per_tile_of_an_experts_tokens():
+    """roofline.expert_reads: without tiles the distinct experts reached; with tiles of M rows and a share s read again, the distinct
+    experts + s · E · E[ceil(n / M) − 1 | n ≥ 1]·P(n ≥ 1), n ~ Binomial(B, k/E), computed here term by term with exact binomial coefficients."""
+    def exact(e: int, k: int, b: int, m: int, share: float) -> float:
+        p = k / e
+        extra = sum(math.comb(b, n) * p**n * (1 - p) ** (b - n) * (-(-n // m) - 1) for n in range(1, b + 1))
+        return expected_experts(e, k, b) + share * e * extra
+
+    assert expert_reads(7, 5, 1, tile_m=16) == pytest.approx(5) == pytest.approx(expected_experts(7, 5, 1))
+    assert expert_reads(7, 5, 32) == pytest.approx(expected_experts(7, 5, 32))
+    for e, k, b, m, share in ((7, 5, 32, 16, 1.0), (7, 5, 64, 32, 2 / 3), (8, 2, 576, 128, 1.0), (128, 8, 64, 16, 2 / 3)):
+        assert expert_reads(e, k, b, tile_m=m, share=share) == pytest.approx(exact(e, k, b, m, share), rel=1e-9)
+    assert expert_reads(7, 5, 32, tile_m=16) > 1.9 * 7  # FlexOlmo at 32 streams: 23 tokens an expert, most take two tiles
+    assert expert_reads(128, 8, 64, tile_m=16) == pytest.approx(expected_experts(128, 8, 64), rel=1e-3)  # 4 tokens an expert: one tile
 
 
 def test_sliding_window_is_capped_per_sequence():

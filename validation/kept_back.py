@@ -59,7 +59,12 @@ done) was committed (b61de0c) before it was measured and opened blind at 5d976b3
 dots.llm1's truth is void (:func:`void`): vLLM 0.25 ran it on its Transformers backend, where the routing simulator that the
 dummy-weight runs use sent every token to experts 0-5 of its 128; its rows are printed as opened and none is scored.
 
-Usage: ``python validation/kept_back.py [kept-back2-h200 | … | kept-back11-h100]`` (no GPU; the folder under validation/, default the first set).
+The twelfth (validation/kept-back12-h100/: AFMoE in vLLM's AfmoeConfig shapes and FlexOlmo-7x7B's shapes cut to 16 layers, two MoE
+model_types servelab reads as a generic decoder, each native in vLLM 0.25, on a further H100 host, one job on it; the eleventh's recipe,
+the 64 streams as repeats, three for AFMoE and two of three for FlexOlmo) was committed (2d31473) before it was measured and opened
+blind at 4a20434 (validation/kept-back12-h100/blind-4a20434.txt).
+
+Usage: ``python validation/kept_back.py [kept-back2-h200 | … | kept-back12-h100]`` (no GPU; the folder under validation/, default the first set).
 """
 
 from __future__ import annotations

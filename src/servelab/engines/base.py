@@ -79,14 +79,16 @@ class RuntimeMemory:
 
 @dataclass(frozen=True)
 class MoeKernel:
-    """Which kernel configuration an engine's fused MoE layer runs for one model, format and GPU:
-    ``config`` the tuned file it looks up (its name), ``tuned`` whether the engine ships it (False:
-    its default configuration), and ``rate``: what its experts' matrix products reach against dense GEMMs of the
-    same FLOPs (the rate ``Engine.compute_peak`` × the calibration's η_c stands for), measured; 1 where not measured."""
+    """Which kernel configuration an engine's fused MoE layer runs for one model, format and GPU: ``config`` the tuned file it looks up
+    (its name), ``tuned`` whether the engine ships it (False: its default configuration), ``rate``: what its experts' matrix products reach
+    against dense GEMMs of the same FLOPs (the rate ``Engine.compute_peak`` × the calibration's η_c stands for), measured; 1 where not measured;
+    ``tiles``: (most tokens in the step, M rows a tile or 0, share of an expert) ascending: that share read again from memory per further tile
+    of an expert's tokens (``servelab.plan.roofline.expert_reads``); () or M 0 where each expert is taken as read once."""
 
     config: str
     tuned: bool
     rate: float = 1.0
+    tiles: tuple[tuple[int, int, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -347,15 +349,13 @@ class Engine:
         return 0.0, 0.0, 0.0
 
     def moe_layer_extra_s(self, dtype: str, hidden: int, width: int) -> float:
-        """Time a MoE layer adds to every step in ``dtype`` beyond what it adds in BF16 (the
-        calibration's ``moe_layer_us``), s, for a model of ``hidden`` hidden size whose routed experts
-        are ``width`` wide on one GPU; 0 unless measured."""
+        """Time a MoE layer adds to every step in ``dtype`` beyond what it adds in BF16 (the calibration's ``moe_layer_us``), s,
+        for a model of ``hidden`` hidden size whose routed experts are ``width`` wide on one GPU; 0 unless measured."""
         return 0.0
 
     def moe_kernel(self, spec: ModelSpec, fmt: str, hw: Hardware, tp: int = 1) -> MoeKernel | None:
-        """The kernel configuration its fused MoE layers of ``spec`` in weight format ``fmt`` (a
-        servelab format name) run on ``hw`` at ``tp`` GPUs, known before launch (None: no routed
-        experts, a kernel without tuned configurations, or unknown)."""
+        """The kernel configuration its fused MoE layers of ``spec`` in weight format ``fmt`` (a servelab format name) run on ``hw``
+        at ``tp`` GPUs, known before launch (None: no routed experts, a kernel without tuned configurations, or unknown)."""
         return None
 
     def mla_heads(self, spec: ModelSpec, hw: Hardware, tp: int = 1) -> int:

@@ -17,6 +17,16 @@
   Mixtral's 14,336-wide experts; vLLM's tuned files gained 7 and 12 % where it ships one), block FP8 Kimi-K2's
   experts'. Applied on Hopper (sm_90) only, where it was measured; elsewhere 1. The calibration's η_c, fitted on
   dense models' cuBLAS GEMMs, multiplies it.
+- Without a tuned file, ``get_default_config`` picks the tile (BLOCK_SIZE_M × BLOCK_SIZE_N) by the step's tokens M: BF16/FP16 and
+  FP8 per tensor M rows 16 up to 32 tokens, 32 up to 96, 64 up to 512, then 128, N columns 64 up to 64 tokens, then 128; block FP8
+  16 × 64 up to 8 tokens, 16 × 128 up to 64, then 64 × 128 (``DEFAULT_TILES``). An expert's tokens take ceil(n ÷ M) row tiles, and
+  the grid runs every column tile of one row tile before the next (GROUP_SIZE_M 1 below 128 tokens an expert), so a further row tile
+  reads the gate-up matrix (N = 2 × the expert width; two of a gated expert's three matrices) again from HBM where its column tiles
+  outnumber the thread blocks the GPU runs at once (``HOPPER_CTAS``: 132 SMs × 2, the default decode tile's shared memory,
+  4 stages × (16×128 + 128×64) × 2 B = 80 KB of 228 KB), and from L2 where they run beside each other (``reread_tiles``). Measured:
+  FlexOlmo's 7 experts of 11,008 (344 column tiles of 64) at 32 and 64 streams, 23 and 46 tokens an expert, took ~10 ms more a step
+  than at 16 (validation/kept-back12-h100); Mixtral-8x22B's 16,384-wide experts (256 tiles of 128) in steps of a prompt, 130 tokens an
+  expert, did not (kept-back10-h100). On Hopper only, where it was measured; a tuned file's tiles are not carried (read once).
 - MLA decode: vLLM 0.25 on Hopper ranks FLASH_ATTN_MLA, FLASHMLA, FLASHINFER_MLA, TRITON_MLA
   (vllm/platforms/cuda.py ``_get_backend_priorities``); FlashMLA's sm90 decode kernel tiles 64 query
   heads per block (vllm/v1/attention/backends/mla/flashmla.py, FlashMLA's ``get_mla_metadata`` with
@@ -33,6 +43,10 @@ from servelab.values.specs import Hardware, ModelSpec
 
 CONFIGS_FILE = "vllm-0.25-fused-moe-configs.txt"
 DTYPE_SELECTOR = {"bf16": "", "fp16": "", "fp8": ",dtype=fp8_w8a8", "fp8-block": ",dtype=fp8_w8a8,block_shape=[128,128]"}
+GENERAL_TILES = ((32, 16, 64), (64, 32, 64), (96, 32, 128), (512, 64, 128), (1 << 30, 128, 128))  # (most tokens, BLOCK_SIZE_M, BLOCK_SIZE_N): get_default_config's BF16/FP16/FP8 per tensor
+DEFAULT_TILES = {"fp8-block": ((8, 16, 64), (64, 16, 128), (1 << 30, 64, 128))}  # … by format where they differ (module docstring)
+HOPPER_CTAS = 264  # thread blocks an H100/H200 runs at once with the default decode tiles (module docstring): an estimate
+GATE_UP = 2 / 3  # the gate-up matrix's share of a gated expert (module docstring)
 MLA_HEAD_TILE = 64  # FlashMLA's sm90 decode kernel: query heads per tile (module docstring)
 MOE_RATE = {"bf16": 0.57, "fp16": 0.57, "fp8-block": 0.68}  # format → the experts' rate against cuBLAS BF16 at 8,192 tokens (module docstring); FP8 per tensor 1: its MoE layer times were fitted with it (data/calibration.yaml)
 
@@ -55,14 +69,21 @@ def device_file_name(hw: Hardware) -> str | None:
 
 def moe_kernel(spec: ModelSpec, fmt: str, hw: Hardware, tp: int = 1) -> MoeKernel | None:
     """The fused-MoE configuration case of ``spec``'s routed experts in format ``fmt`` on ``hw`` at
-    ``tp`` ranks, with its experts' rate (``MOE_RATE`` on Hopper, else 1; module docstring), or None (no
-    experts, another MoE kernel, or a GPU without a CUDA name in its profile)."""
+    ``tp`` ranks, with its experts' rate (``MOE_RATE`` on Hopper, else 1) and, untuned, its default tiles (module
+    docstring), or None (no experts, another MoE kernel, or a GPU without a CUDA name in its profile)."""
     device = device_file_name(hw)
     if not spec.num_experts or fmt not in DTYPE_SELECTOR or device is None:
         return None
     name = f"E={spec.num_experts},N={spec.moe_intermediate_size // tp},device_name={device}{DTYPE_SELECTOR[fmt]}.json"
-    tuned = name in shipped_configs()
-    return MoeKernel(name, tuned, MOE_RATE.get(fmt, 1.0) if hw.compute_capability == "9.0" else 1.0)
+    tuned, hopper = name in shipped_configs(), hw.compute_capability == "9.0"
+    return MoeKernel(name, tuned, MOE_RATE.get(fmt, 1.0) if hopper else 1.0, () if tuned or not hopper else reread_tiles(spec, fmt, tp))
+
+
+def reread_tiles(spec: ModelSpec, fmt: str, tp: int = 1) -> tuple[tuple[int, int, float], ...]:
+    """``MoeKernel.tiles`` of the default configuration for ``spec``'s experts in ``fmt`` at ``tp`` ranks on Hopper: (most tokens,
+    M rows where the gate-up matrix's column tiles outnumber ``HOPPER_CTAS`` else 0, ``GATE_UP``) (module docstring)."""
+    width = 2 * spec.moe_intermediate_size // tp
+    return tuple((most, m if width / n > HOPPER_CTAS else 0, GATE_UP) for most, m, n in DEFAULT_TILES.get(fmt, GENERAL_TILES))
 
 
 def mla_heads(spec: ModelSpec, hw: Hardware, tp: int = 1) -> int:

@@ -155,7 +155,8 @@ def make_plan(
 def moe_kernel_case(spec: ModelSpec, fmt: QuantFormat, hw: Hardware, tp: int) -> tuple[str, bool, float] | None:
     """Which case of the plan engine's fused-MoE kernel applies (``Engine.moe_kernel``): (in words,
     tuned, the experts' rate), the tuned configuration it ships, or its default one, which ``servelab predict`` prices
-    at the experts' measured rate (``MoeKernel.rate``, × the dense matrix products') as it does a tuned one; None without
+    at the experts' measured rate (``MoeKernel.rate``, × the dense matrix products') as it does a tuned one, with the default
+    tiles' re-reads where the engine says so (``MoeKernel.tiles``); None without
     routed experts or where the engine, format or GPU says nothing."""
     engine = plan_engine()
     case = engine.moe_kernel(spec, fmt.name, hw, tp)
@@ -164,6 +165,8 @@ def moe_kernel_case(spec: ModelSpec, fmt: QuantFormat, hw: Hardware, tp: int) ->
     rate = f"; predict prices its experts' FLOPs at {case.rate:g} × the dense matrix products' rate, measured" if case.rate != 1 else ""
     if case.tuned:
         return f"{engine.title} ships a tuned config ({case.config}){rate}", True, case.rate
+    rereads = ", ".join(f"{m} rows in steps of up to {most} tokens" for most, m, _ in case.tiles if m)  # MoeKernel.tiles
+    rate += f", and reads an expert's gate-up matrix again for each further tile of its tokens ({rereads})" if rereads else ""
     return f"{engine.title} ships no tuned config ({case.config}): its default kernel config{rate}", False, case.rate
 
 

@@ -11,6 +11,9 @@ Decode step at batch B (sequences) and context L, per GPU of a ``tp`` group:
                       uniformly, the default; γ < 1: tokens share experts as B^γ independent ones would,
                       ``servelab predict --routing γ``, 0.46 fitted on a published gpt-oss-120b DGX Spark
                       curve, validation/spark_published.py)
+    a kernel that tiles each expert's tokens by M rows and reads a share s of the expert again from memory per
+    further tile (``MoeKernel.tiles``: vLLM's fused MoE in its default configuration, its gate-up matrix) reads
+    E[distinct experts] + s · E · Σ_{j≥1} P(n > j·M) experts, n ~ Binomial(B, k/E) the tokens one expert gets (:func:`expert_reads`)
     FLOPs = 2 · B · active parameters + attention: 4 · L_eff · heads · head_dim per attention
             layer per token (QKᵀ and AV; L_eff = min(L, window) on sliding layers; MLA decodes with
             its up-projections absorbed, attending in its latent space: 2 · L · heads · 2 · (kv_lora + rope),
@@ -33,7 +36,9 @@ Interconnect time under tensor parallelism is not modelled: TP ceilings are opti
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from servelab.plan.quant import QuantFormat, weight_bytes
 from servelab.values.specs import Hardware, ModelSpec
@@ -59,6 +64,21 @@ def expected_experts(num_experts: int, top_k: int, tokens: int, routing: float =
     if not num_experts:
         return 0.0
     return num_experts * (1 - (1 - top_k / num_experts) ** (max(tokens, 1) ** routing))
+
+
+@lru_cache(maxsize=4096)
+def expert_reads(num_experts: int, top_k: int, tokens: int, routing: float = 1.0, tile_m: int = 0, share: float = 1.0) -> float:
+    """Expected reads of one MoE layer's expert weights (in experts) by a step over ``tokens`` tokens: the distinct
+    experts reached (:func:`expected_experts`), and with ``tile_m`` > 0, ``share`` of an expert read again per further
+    tile of ``tile_m`` of its tokens: share · E · Σ_{j≥1} P(n > j · tile_m), n ~ Binomial(tokens, k/E) (module docstring;
+    where a kernel does so and what share, the engine's ``MoeKernel.tiles``)."""
+    reached = expected_experts(num_experts, top_k, tokens, routing)
+    p = top_k / num_experts if num_experts else 0.0
+    if not tile_m or not share or p >= 1 or tokens <= tile_m:
+        return reached
+    log_pmf = [math.lgamma(tokens + 1) - math.lgamma(i + 1) - math.lgamma(tokens - i + 1) + i * math.log(p) + (tokens - i) * math.log1p(-p)
+               for i in range(tile_m + 1, tokens + 1)]  # fmt: skip
+    return reached + share * num_experts * sum(math.exp(lp) * (i // tile_m) for i, lp in zip(range(tile_m, tokens), log_pmf, strict=True))
 
 
 def expert_flops(spec: ModelSpec, tokens: int) -> float:
@@ -92,13 +112,14 @@ def _cost(bytes_: float, flops: float, hw: Hardware, dtype: str, tp: int) -> Ste
     return StepCost(max(t_mem, t_compute), bytes_ / tp, flops / tp, bound)
 
 
-def weights_touched(spec: ModelSpec, fmt: QuantFormat, tokens: int, routing: float = 1.0) -> float:
+def weights_touched(spec: ModelSpec, fmt: QuantFormat, tokens: int, routing: float = 1.0, tile: tuple[int, float] = (0, 0.0)) -> float:
     """Bytes of weights (whole model, all ranks) one decode step over ``tokens`` tokens reads: every
     non-expert weight (the tied embedding as the LM head) and, per MoE layer, the expected distinct
-    experts those tokens reach (module docstring; ``routing`` γ)."""
+    experts those tokens reach (module docstring; ``routing`` γ), ``tile`` (M rows, share s) a share s of one read again
+    per further tile of M tokens an expert gets (:func:`expert_reads`; M 0: once)."""
     dense = weight_bytes(spec, fmt, NON_EXPERT) + (weight_bytes(spec, fmt, ("embed",)) if spec.tied_embeddings else 0)
     per_expert = spec.expert_params * fmt.bits_for("experts") / 8
-    return dense + spec.moe_layers * expected_experts(spec.num_experts, spec.experts_per_token, tokens, routing) * per_expert
+    return dense + spec.moe_layers * expert_reads(spec.num_experts, spec.experts_per_token, tokens, routing, *tile) * per_expert
 
 
 def decode_step(

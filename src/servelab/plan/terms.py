@@ -101,8 +101,14 @@ def terms(
     heads = engine.mla_heads(spec, hw, tp) if spec.count("mla") else None
     step = decode_step(spec, fmt, hw, batch=running, context=context, tp=tp, tokens_per_seq=per_seq, routing=routing, mla_heads=heads)
     pad = decode_step(spec, fmt, hw, batch=padded, context=context, tp=tp, routing=routing, mla_heads=heads)
-    padded_bytes = weights_touched(spec, fmt, padded, routing) / tp  # padding tokens reach experts too
     case = engine.moe_kernel(spec, fmt.name, hw, tp)
+
+    def touched(tokens: int) -> float:
+        """Weight bytes (per GPU) of a step over ``tokens`` tokens, the experts read again per tile where the kernel does (MoeKernel.tiles)."""
+        tile = next(((m, share) for most, m, share in case.tiles if tokens <= most), (0, 0.0)) if case else (0, 0.0)
+        return weights_touched(spec, fmt, tokens, routing, tile) / tp
+
+    padded_bytes = touched(padded)  # padding tokens reach experts too
     untuned = bool(case and not case.tuned)
     peak = engine.compute_peak(hw, dtype, bool(spec.moe_layers)) or float("inf")  # the rate the engine's kernels reach
     slow = 1 / case.rate - 1 if case else 0.0  # the routed experts' FLOPs at the MoE kernel's rate (MoeKernel.rate): each counts 1 + slow at the peak
@@ -117,9 +123,9 @@ def terms(
     share, m = cohorts(k, (limits.max_num_batched_tokens - (running - 1) * per_seq) / input_tokens)
     kv_seq = spec.seq_bytes(context, 2.0) / tp / bw  # one sequence's KV cache and recurrent state (read by attention and the recurrent layers) ÷ bandwidth
     mixed_tokens = round((running - 1) * per_seq + m * input_tokens)  # a prompt's step: the prompts and the other sequences' decode tokens
-    mixed_bytes = weights_touched(spec, fmt, round(running * per_seq + m * input_tokens), routing) / tp  # the whole decode batch's and the prompts'
+    mixed_bytes = touched(round(running * per_seq + m * input_tokens))  # the whole decode batch's and the prompts'
     largest = max(limits.capture_sizes, default=0)
-    unpadded_bytes = weights_touched(spec, fmt, running * per_seq, routing) / tp
+    unpadded_bytes = touched(running * per_seq)
     passes = draft_tokens if drafter and drafter.method != "ngram" else 0
     draft_bytes = passes * drafter.pass_bytes(spec, running, routing) / tp if passes and drafter else 0.0
     step_flops, prompt_flops = busy(step.flops, running * per_seq), busy(pf.flops, input_tokens)  # the decode batch's and one prompt's, the experts' at their rate
@@ -129,7 +135,7 @@ def terms(
     def step_at(decode: int, prompt: int) -> StepTerms:
         n = decode + prompt
         size = next((x for x in sizes if x >= n), n)
-        return StepTerms(weights_touched(spec, fmt, size, routing) / tp / bw, (decode * per_decode + prompt * per_prompt) * size / n / peak,
+        return StepTerms(touched(size) / bw, (decode * per_decode + prompt * per_prompt) * size / n / peak,
                          decode * kv_seq, allreduce_s(spec, hw, size, tp), n > largest)  # fmt: skip
 
     return Terms(padded_bytes / bw, busy(pad.flops, padded) / peak, max(prompt_flops / peak, pf.bytes / bw), running, padded, unpadded_bytes / bw,
