@@ -69,18 +69,19 @@ def test_the_experts_rates_are_the_kernel_measurement():
 
 def test_a_default_config_reads_a_wide_experts_gate_up_matrix_again_per_tile():
     """vLLM's get_default_config tiles (servelab.engines.vllm_moe's module docstring): on Hopper an untuned case re-reads its gate-up
-    matrix (2/3 of a gated expert) per further row tile where its column tiles outnumber the GPU's thread blocks at once (FlexOlmo's
-    and Mixtral-8x22B's at up to 64 tokens, 64 columns a tile), not where they fit (AFMoE's 1,408-wide experts; 128 columns above
-    64 tokens); a tuned case and other GPUs carry none."""
+    matrix (2/3 of a gated expert) per further row tile where its column tiles number more than 264 (FlexOlmo's and
+    Mixtral-8x22B's at up to 64 tokens, 64 columns a tile), not below (AFMoE's 1,408-wide experts; 128 columns above 64 tokens)
+    nor where vLLM groups the rows (block FP8 above 16 tokens); a tuned case and other GPUs carry none; plan says so."""
     h100, g = load_hardware("h100-sxm"), 2 / 3
     for name in ("flex-olmo-16l", "mixtral-8x22b-8l"):
         case = plan_engine().moe_kernel(load_model(str(V / "configs" / name)), "bf16", h100)
         assert not case.tuned and case.tiles == ((32, 16, g), (64, 32, g), (96, 0, g), (512, 0, g), (1 << 30, 0, g)), name
     assert all(m == 0 for _, m, _ in plan_engine().moe_kernel(load_model(str(V / "configs/afmoe")), "bf16", h100).tiles)
+    assert all(m == 0 for _, m, _ in plan_engine().moe_kernel(load_model(str(V / "configs/deepseek-v3-8l")), "fp8-block", h100).tiles)  # grouped rows
     assert plan_engine().moe_kernel(load_model(str(V / "configs/mixtral-8x7b")), "fp8", h100).tiles == ()  # tuned
     assert plan_engine().moe_kernel(load_model(str(V / "configs/flex-olmo-16l")), "bf16", load_hardware("b200")).tiles == ()
     res = CliRunner().invoke(app, ["plan", "--model", str(V / "configs/flex-olmo-16l"), "--hardware", "h100-sxm", "--json"])
-    assert res.exit_code == 0 and "gate-up matrix again for each further tile of its tokens (16 rows in steps of up to 32 tokens, 32 rows in steps of up to 64 tokens)" in res.output
+    assert res.exit_code == 0 and "reads part of an expert again for each further tile of its tokens (16 rows in steps of up to 32 tokens, 32 rows in steps of up to 64 tokens)" in res.output
 
 
 def test_the_rate_applies_on_hopper_only():

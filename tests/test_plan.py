@@ -117,6 +117,7 @@ def test_expert_reads_count_a_share_read_again_per_tile_of_an_experts_tokens():
         assert expert_reads(e, k, b, tile_m=m, share=share) == pytest.approx(exact(e, k, b, m, share), rel=1e-9)
     assert expert_reads(7, 5, 32, tile_m=16) > 1.9 * 7  # FlexOlmo at 32 streams: 23 tokens an expert, most take two tiles
     assert expert_reads(128, 8, 64, tile_m=16) == pytest.approx(expected_experts(128, 8, 64), rel=1e-3)  # 4 tokens an expert: one tile
+    assert expert_reads(8, 8, 100, tile_m=16) == pytest.approx(8 * 7) and expert_reads(7, 0, 32, tile_m=16) == 0  # every expert every token; none
 
 
 def test_sliding_window_is_capped_per_sequence():

@@ -18,15 +18,18 @@
   experts'. Applied on Hopper (sm_90) only, where it was measured; elsewhere 1. The calibration's η_c, fitted on
   dense models' cuBLAS GEMMs, multiplies it.
 - Without a tuned file, ``get_default_config`` picks the tile (BLOCK_SIZE_M × BLOCK_SIZE_N) by the step's tokens M: BF16/FP16 and
-  FP8 per tensor M rows 16 up to 32 tokens, 32 up to 96, 64 up to 512, then 128, N columns 64 up to 64 tokens, then 128; block FP8
-  16 × 64 up to 8 tokens, 16 × 128 up to 64, then 64 × 128 (``DEFAULT_TILES``). An expert's tokens take ceil(n ÷ M) row tiles, and
-  the grid runs every column tile of one row tile before the next (GROUP_SIZE_M 1 below 128 tokens an expert), so a further row tile
-  reads the gate-up matrix (N = 2 × the expert width; two of a gated expert's three matrices) again from HBM where its column tiles
-  outnumber the thread blocks the GPU runs at once (``HOPPER_CTAS``: 132 SMs × 2, the default decode tile's shared memory,
-  4 stages × (16×128 + 128×64) × 2 B = 80 KB of 228 KB), and from L2 where they run beside each other (``reread_tiles``). Measured:
-  FlexOlmo's 7 experts of 11,008 (344 column tiles of 64) at 32 and 64 streams, 23 and 46 tokens an expert, took ~10 ms more a step
-  than at 16 (validation/kept-back12-h100); Mixtral-8x22B's 16,384-wide experts (256 tiles of 128) in steps of a prompt, 130 tokens an
-  expert, did not (kept-back10-h100). On Hopper only, where it was measured; a tuned file's tiles are not carried (read once).
+  FP8 per tensor M rows 16 up to 32 tokens, 32 up to 96, 64 up to 512, then 128, N columns 64 up to 64 tokens, then 128, and
+  GROUP_SIZE_M 1 unless M ÷ E > 128 (then 16); block FP8 16 × 64 up to 8 tokens, 16 × 128 up to 64, then 64 × 128, GROUP_SIZE_M 32
+  above 16 tokens (``GENERAL_TILES``, ``DEFAULT_TILES``). An expert's tokens take ceil(n ÷ M) row tiles; with GROUP_SIZE_M 1 the grid
+  runs every column tile of one row tile before the next, so a further row tile reads the up-projection (gate and up: N = 2 × the
+  expert width, two of a gated expert's three matrices; one of two without a gate) again. ``reread_tiles`` prices that read from HBM
+  where the column tiles number more than ``HOPPER_CTAS``, 264 (132 SMs × 2), else none (from L2, or grouped rows): a boundary
+  between the two cases measured, not derived from the GPU's occupancy. FlexOlmo's 7 experts of 11,008 (344 column tiles of 64)
+  at 32 and 64 streams, 23 and 46 tokens an expert, took ~8–10 ms more a step than at 16 (validation/kept-back12-h100, its decode
+  step 14 → 22 ms); Mixtral-8x22B's 16,384-wide experts (256 tiles of 128) in its steps with a prompt, ~130 tokens an expert,
+  showed no such cost (kept-back10-h100: priced so, its steady state went 12–15 % slow). Hopper only (an H100 PCIe's 114 SMs
+  taken as the SXM's 132: not measured); a tuned file's tiles are not carried (its experts read once); a tier whose every M
+  groups its rows (M ÷ E > 128 from its lowest M) reads once, one that groups only part of its range is priced ungrouped.
 - MLA decode: vLLM 0.25 on Hopper ranks FLASH_ATTN_MLA, FLASHMLA, FLASHINFER_MLA, TRITON_MLA
   (vllm/platforms/cuda.py ``_get_backend_priorities``); FlashMLA's sm90 decode kernel tiles 64 query
   heads per block (vllm/v1/attention/backends/mla/flashmla.py, FlashMLA's ``get_mla_metadata`` with
@@ -44,9 +47,9 @@ from servelab.values.specs import Hardware, ModelSpec
 CONFIGS_FILE = "vllm-0.25-fused-moe-configs.txt"
 DTYPE_SELECTOR = {"bf16": "", "fp16": "", "fp8": ",dtype=fp8_w8a8", "fp8-block": ",dtype=fp8_w8a8,block_shape=[128,128]"}
 GENERAL_TILES = ((32, 16, 64), (64, 32, 64), (96, 32, 128), (512, 64, 128), (1 << 30, 128, 128))  # (most tokens, BLOCK_SIZE_M, BLOCK_SIZE_N): get_default_config's BF16/FP16/FP8 per tensor
-DEFAULT_TILES = {"fp8-block": ((8, 16, 64), (64, 16, 128), (1 << 30, 64, 128))}  # … by format where they differ (module docstring)
-HOPPER_CTAS = 264  # thread blocks an H100/H200 runs at once with the default decode tiles (module docstring): an estimate
-GATE_UP = 2 / 3  # the gate-up matrix's share of a gated expert (module docstring)
+DEFAULT_TILES = {"fp8-block": ((8, 16, 64), (1 << 30, 0, 128))}  # … block FP8: up to 16 tokens no expert has a second 16-row tile, above them GROUP_SIZE_M 32 (0: none read again)
+GROUPED_TOKENS_PER_EXPERT = 128  # get_default_config groups 16 row tiles (L2 reuse) where M ÷ E exceeds this
+HOPPER_CTAS = 264  # column tiles above which a further row tile reads from HBM (module docstring): the boundary between two measured cases
 MLA_HEAD_TILE = 64  # FlashMLA's sm90 decode kernel: query heads per tile (module docstring)
 MOE_RATE = {"bf16": 0.57, "fp16": 0.57, "fp8-block": 0.68}  # format → the experts' rate against cuBLAS BF16 at 8,192 tokens (module docstring); FP8 per tensor 1: its MoE layer times were fitted with it (data/calibration.yaml)
 
@@ -81,9 +84,15 @@ def moe_kernel(spec: ModelSpec, fmt: str, hw: Hardware, tp: int = 1) -> MoeKerne
 
 def reread_tiles(spec: ModelSpec, fmt: str, tp: int = 1) -> tuple[tuple[int, int, float], ...]:
     """``MoeKernel.tiles`` of the default configuration for ``spec``'s experts in ``fmt`` at ``tp`` ranks on Hopper: (most tokens,
-    M rows where the gate-up matrix's column tiles outnumber ``HOPPER_CTAS`` else 0, ``GATE_UP``) (module docstring)."""
-    width = 2 * spec.moe_intermediate_size // tp
-    return tuple((most, m if width / n > HOPPER_CTAS else 0, GATE_UP) for most, m, n in DEFAULT_TILES.get(fmt, GENERAL_TILES))
+    BLOCK_SIZE_M where a further row tile reads the up-projection again from HBM else 0, its share of the expert) a tier (module
+    docstring); the share from the expert's matrices, its parameters ÷ (hidden × width): 3 gated, 2 without a gate."""
+    matrices = max(2, round(spec.expert_params / (spec.hidden_size * spec.moe_intermediate_size)))
+    width, share, lowest, out = (matrices - 1) * spec.moe_intermediate_size // tp, (matrices - 1) / matrices, 1, []
+    for most, m, n in DEFAULT_TILES.get(fmt, GENERAL_TILES):
+        grouped = lowest // spec.num_experts > GROUPED_TOKENS_PER_EXPERT
+        out.append((most, m if m and not grouped and width / n > HOPPER_CTAS else 0, share))
+        lowest = most + 1
+    return tuple(out)
 
 
 def mla_heads(spec: ModelSpec, hw: Hardware, tp: int = 1) -> int:

@@ -166,7 +166,7 @@ def moe_kernel_case(spec: ModelSpec, fmt: QuantFormat, hw: Hardware, tp: int) ->
     if case.tuned:
         return f"{engine.title} ships a tuned config ({case.config}){rate}", True, case.rate
     rereads = ", ".join(f"{m} rows in steps of up to {most} tokens" for most, m, _ in case.tiles if m)  # MoeKernel.tiles
-    rate += f", and reads an expert's gate-up matrix again for each further tile of its tokens ({rereads})" if rereads else ""
+    rate += f", and reads part of an expert again for each further tile of its tokens ({rereads})" if rereads else ""
     return f"{engine.title} ships no tuned config ({case.config}): its default kernel config{rate}", False, case.rate
 
 
