@@ -138,6 +138,11 @@ MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tok
     # config class vLLM ships (vllm/transformers_utils/configs/), chosen after the eleventh was opened, before it is measured
     "afmoe": (("--max-model-len", "2048"), UNIFORM, 200192),  # AFMoE (Arcee) in vLLM's AfmoeConfig shapes: 64 experts of 1,408, top 6, 2 shared, gated attention, sliding window 2,048 on 3 of 4 layers (37 GB)
     "flex-olmo-16l": (("--max-model-len", "2048"), UNIFORM, 100352),  # FlexOlmo-7x7B's shapes (vLLM's FlexOlmoConfig) cut to 16 layers: 7 experts of 11,008, top 5; MHA, q/k norms (34 GB)
+    # issue 53's thirteenth kept-back set: a fine-grained MoE native in vLLM 0.25 whose FusedMoE gets the router's logits over all 256
+    # experts (so the routing simulation holds) with a config class vLLM ships, and a dense family no set has seen; chosen after the
+    # twelfth was opened, before it is measured
+    "laguna-24l": (("--max-model-len", "2048"), UNIFORM, 100352),  # Laguna (Poolside) in vLLM's LagunaConfig shapes cut to 24 layers: 256 experts of 512, top 8, a shared one of 512, the first layer dense; 48 heads of 128 on hidden 2,048, 8 KV heads, q/k norms, a per-head output gate (37 GiB)
+    "minitron-8b": (("--max-model-len", "2048"), {}, 256000),  # Minitron-8B's shapes (nemotron: squared-ReLU MLP without a gate, LayerNorm1P, half-rotary RoPE), dense, 32 layers, 48 heads of 128 on hidden 4,096, 8 KV heads (17 GB)
     # Llama-3.2-1B with CUDA graphs up to 2,048 tokens (a prompt's step inside a graph): whether its steady state's waves come from steps without graphs
     "llama-3.2-1b-graphs": (("--max-model-len", "2048", "--max-cudagraph-capture-size", "2048"), {}, 128256),
     # the small MoE models again with four API server processes (vLLM's --api-server-count): whether one API server bounds their steady state
