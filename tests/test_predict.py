@@ -21,11 +21,11 @@ from servelab.engines.vllm_moe import MOE_RATE
 from servelab.errors import ServelabError
 from servelab.plan.band import band_for
 from servelab.plan.calibration import Calibration, calibration
-from servelab.plan.fit import Measured, fit, fit_moe, leave_one_out
+from servelab.plan.fit import Measured, fit, fit_moe, leave_one_out, measured_levels, measured_share
 from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
 from servelab.plan.limits import limits_for
-from servelab.plan.cohorts import MIXED_SHARE, cohorts, host_weight, waved
+from servelab.plan.cohorts import MIXED_SHARE, cohorts, host_weight, recohorted, waved
 from servelab.plan.predict import predict
 from servelab.plan.terms import terms
 from servelab.plan.quant import get_format
@@ -71,6 +71,35 @@ def test_a_token_budget_smaller_than_a_cohort_splits_it_into_more_mixed_steps():
         t = terms(spec, fmt, hw, concurrency=40, input_tokens=512, output_tokens=64, limits=limits)
         tpot[budget] = predict(t, calibration("vllm-0.25-h100-bf16"), concurrency=40, output_tokens=64).tpot_s
     assert tpot[2048] > tpot[8192] * 1.05
+
+
+def test_calibrate_measures_the_servers_cohorts_and_predict_prices_them(tmp_path):
+    """A server whose prompts rode about one a step at 64 streams (the twelfth kept-back set's AFMoE: 1.07 in its design's
+    64-stream level, where predict's MIXED_SHARE assumes two): calibrate measures its share of steps with prompts (k ÷ 1.07 =
+    0.46) and carries it; predict then prices about twice as many steps with prompts there, each with one, so the 64-stream
+    steady state slower (measured 1,867 tok/s over three 60 s repeats; priced 2,000 with it, 2,158 without), and a level
+    below MIXED_SHARE's prompts a step none the different. Levels without the count (run files from before it) leave it
+    None, the share MIXED_SHARE."""
+    from servelab.cli.predict import read_run
+
+    run = ROOT / "validation/kept-back12-h100/afmoe-calibrate-run.json"
+    out = tmp_path / "cal.yaml"
+    res = cli.invoke(app, ["calibrate", str(run), "--hardware", "h100-sxm", "--model", str(ROOT / "validation/configs/afmoe"), "--out", str(out)])
+    assert res.exit_code == 0 and "cohorts: 0.46 of the steady state's steps carry prompts" in " ".join(res.output.split()), res.output
+    cal = calibration(str(out))
+    assert cal.mixed_share == pytest.approx(0.46)
+    spec, fmt, hw = load_model(str(ROOT / "validation/configs/afmoe")), get_format("bf16"), load_hardware("h100-sxm")
+    limits = limits_for(spec, fmt, hw, tp=1, input_tokens=512, output_tokens=128)
+    at = {c: terms(spec, fmt, hw, concurrency=c, input_tokens=512, output_tokens=128, limits=limits) for c in (16, 64)}
+    t64 = recohorted(at[64], cal.mixed_share)
+    assert t64.mixed_share == pytest.approx(0.492 / 1.07, rel=0.01) and recohorted(t64, cal.mixed_share) == t64  # ~1.07 prompts a step; idempotent
+    plain = recohorted(at[64], MIXED_SHARE)  # the default share, priced again: the terms' own cohorts
+    assert plain.mixed_share == at[64].mixed_share and plain.mixed_flops_s == pytest.approx(at[64].mixed_flops_s, rel=0.01)
+    without = cal.model_copy(update={"mixed_share": None})
+    tpot = {c: (predict(at[c], cal, concurrency=c, output_tokens=128).tpot_s, predict(at[c], without, concurrency=c, output_tokens=128).tpot_s) for c in at}
+    assert tpot[64][0] > 1.05 * tpot[64][1] and tpot[16][0] == pytest.approx(tpot[16][1])
+    old = [dataclasses.replace(m, prompts_per_step=None) for m in measured_levels(read_run(run), spec, fmt, hw)]
+    assert measured_share(old) is None and fit(old, "old", "x", calibration(None, spec, fmt)).mixed_share is None
 
 
 def test_a_step_pays_its_fixed_time_per_layer():

@@ -17,6 +17,7 @@ from servelab.cli.common import DbOpt, console, event_loop_runner, fail, measure
 from servelab.cli.predict import HardwareOpt, ModelOpt, QuantOpt, TpOpt, read_run, setup_for
 from servelab.errors import ServelabError
 from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, Calibration, calibration
+from servelab.plan.cohorts import MIXED_SHARE
 from servelab.plan.design import design_levels
 from servelab.plan.fit import error_summary, fit, leave_one_out, measured_levels, prior_widths
 from servelab.run.measure import bench_options, serve
@@ -110,6 +111,9 @@ def _show(cal: Calibration, error: str) -> None:
     console.print(escape(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}{host}, {times}\n{error}"))
     if cal.uncertainty:
         console.print(escape("uncertainty (one standard deviation): " + ", ".join(f"{k} {lo:g}–{hi:g}" for k, (lo, hi) in cal.uncertainty.items())))
+    if cal.mixed_share:
+        console.print(escape(f"cohorts: {cal.mixed_share:g} of the steady state's steps carry prompts where they outnumber it (measured: its levels' prompts a step; "
+                             f"predict's default {MIXED_SHARE:g})"))
     if cal.uncertainty and "host_scale" not in cal.uncertainty:
         console.print("host_scale 1 (not fitted: the host binds no level beyond one stream, so these levels cannot tell its speed)")
     if cal.bw_efficiency in BW_RANGE or cal.compute_efficiency in COMPUTE_RANGE:

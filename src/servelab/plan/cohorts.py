@@ -14,20 +14,38 @@ HOST_SHARE = 0.5  # a point is host-bound where the host's time per step is at l
 HOST_RAMP = 0.05  # … fully so from HOST_SHARE + HOST_RAMP (host_weight: a ramp keeps the curve continuous)
 
 
-def cohorts(k: float, budget: float) -> tuple[float, float]:
+def cohorts(k: float, budget: float, mixed_share: float = MIXED_SHARE) -> tuple[float, float]:
     """The steady state's mixed steps (module docstring): ``(f, m)``, the share of the engine steps
     that carry prompts and the prompts each carries, at ``k`` prompts per step (≥ 0) under a token
     budget that holds ``budget`` prompts a step beside the decode batch (its free tokens ÷ the
-    prompt's; ≤ 0: none). Cohorts of m₀ = k ÷ min(k, ``MIXED_SHARE``) prompts on average, exponential
-    about it, each taking ⌈X ÷ budget⌉ steps: 1 + 1 ÷ (e^(budget ÷ m₀) − 1) on average; f = min(1, k ÷ m).
-    (0, 1) when k is 0. Defined in docs/metrics.md, "mixed step"."""
+    prompt's; ≤ 0: none). Cohorts of m₀ = k ÷ min(k, ``mixed_share``) prompts on average (``MIXED_SHARE``, or the share a
+    server's calibration measured: :func:`recohorted`), exponential about it, each taking ⌈X ÷ budget⌉ steps: 1 + 1 ÷ (e^(budget ÷ m₀) − 1) on
+    average; f = min(1, k ÷ m). (0, 1) when k is 0. Defined in docs/metrics.md, "mixed step"."""
     if k <= 0:
         return 0.0, 1.0
-    natural = k / min(k, MIXED_SHARE)
+    natural = k / min(k, mixed_share)
     ratio = budget / natural
     steps = 1 + 1 / math.expm1(min(ratio, 50.0)) if ratio > 1e-9 else math.inf  # a cohort's steps (⌈X ÷ b⌉ averaged over X)
     share = min(1.0, k * steps / natural)
     return share, k / share
+
+
+def recohorted(t: Any, mixed_share: float) -> Any:
+    """``t`` (a steady-state level's ``servelab.plan.terms.Terms``) with its cohorts under ``mixed_share`` in place of
+    ``MIXED_SHARE`` (:func:`cohorts`; ``Calibration.mixed_share``, what ``servelab calibrate`` measured on the server: docs/metrics.md,
+    "mixed step"), its mixed step priced again for them (``Terms.step_at``); ``t`` itself with draft tokens, one stream, no
+    prompts a step or no ``step_at``."""
+    if t.draft_tokens or t.running < 2 or t.prompts_per_step <= 0 or not t.step_at:
+        return t
+    share, m = cohorts(t.prompts_per_step, (t.max_num_batched_tokens - (t.running - 1)) / t.input_tokens, mixed_share)
+    return _riding(t, share, m)
+
+
+def _riding(t: Any, share: float, m: float) -> Any:
+    """``t`` with a share ``share`` of its steps carrying ``m`` prompts each beside the other running streams' decode tokens,
+    that mixed step priced (``Terms.step_at``)."""
+    x = t.step_at(t.running - 1, round(m * t.input_tokens))
+    return replace(t, mixed_share=share, mixed_bytes_s=x.bytes_s, mixed_flops_s=x.flops_s, mixed_eager=x.eager)
 
 
 def host_weight(t: Any, host_share: float) -> float:
@@ -56,5 +74,4 @@ def waved(t: Any, weight: float = 1.0) -> Any:
     m = min(natural + weight * max(0.0, t.running / WAVE - natural), room)
     if m <= natural:
         return t
-    x = t.step_at(decode, round(m * t.input_tokens))
-    return replace(t, mixed_share=t.prompts_per_step / m, mixed_bytes_s=x.bytes_s, mixed_flops_s=x.flops_s, mixed_eager=x.eager)
+    return _riding(t, t.prompts_per_step / m, m)

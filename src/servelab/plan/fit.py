@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from servelab.errors import ServelabError
 from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, SHIPPED_GPU, Calibration
+from servelab.plan.cohorts import MIXED_SHARE, recohorted
 from servelab.plan.drafter import parse_drafter
 from servelab.plan.limits import limits_for
 from servelab.plan.predict import BURST_REQUESTS, Point, fitted_extras, predict, step_times
@@ -37,6 +38,7 @@ class Measured:
     ttft_s: float  # p50; a burst's mean (its TTFT is bimodal: docs/metrics.md)
     tok_s: float
     acceptance: float = 0.0  # speculative decoding: the level's acceptance rate from the server's counters
+    prompts_per_step: float | None = None  # a steady-state level's prompts a step as measured (servelab.metrics.waves: its cohorts), None where not recorded
 
 
 def measured_levels(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardware, *, tp: int = 1) -> list[Measured]:
@@ -59,7 +61,8 @@ def measured_levels(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardw
         Measured(lv.concurrency, terms(spec, fmt, hw, concurrency=lv.concurrency, input_tokens=p, output_tokens=o, limits=limits, tp=tp,
                                        draft_tokens=draft, mode=level_mode(run, lv.concurrency), drafter=drafter), o, lv.tpot_ms.p50 / 1e3,
                  (lv.ttft_ms.mean if level_mode(run, lv.concurrency) in BURST_REQUESTS else lv.ttft_ms.p50) / 1e3,
-                 lv.output_throughput_tok_s, (lv.server.acceptance_rate or 0.0) if draft and lv.server else 0.0)  # fmt: skip
+                 lv.output_throughput_tok_s, (lv.server.acceptance_rate or 0.0) if draft and lv.server else 0.0,
+                 lv.waves.prompts_per_step if lv.waves else None)  # fmt: skip
         for lv in run.levels
         if lv.rate_rps is None and lv.ok and all(0 < (v or 0) < 1e12 for v in (lv.output_throughput_tok_s, lv.tpot_ms.p50, lv.ttft_ms.p50, lv.ttft_ms.mean))
     ]  # figures that are not positive and finite (a hand-edited run.json) are no level to explain
@@ -72,6 +75,32 @@ def level_mode(run: RunResult, concurrency: int) -> str:
 
 
 def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None = None, widths: dict[str, float] | None = None) -> Calibration:
+    """:func:`fit_levels`; with a ``prior`` (``servelab calibrate``), first this server's cohorts where its levels measured them
+    and the host binds none of those (:func:`measured_share`; where it binds, predict's waves price them: ``cohorts.waved``): the
+    levels' terms priced with them (``cohorts.recohorted``), and the calibration carries them (``Calibration.mixed_share``), so that
+    predict prices its other levels with them too.
+
+    Raises:
+        ServelabError: fewer than two steady-state levels.
+    """
+    share = measured_share([m for m in rows if not predict(m.terms, prior, concurrency=m.concurrency, output_tokens=m.output_tokens).host_bound]) if prior else None
+    if share is None:
+        return fit_levels(rows, name, source, prior, widths)
+    rows = [replace(m, terms=recohorted(m.terms, share)) for m in rows]
+    return fit_levels(rows, name, source, prior, widths).model_copy(update={"mixed_share": share})
+
+
+def measured_share(rows: list[Measured]) -> float | None:
+    """This server's share of the steady state's steps that carry prompts (``Calibration.mixed_share``; docs/metrics.md, "mixed
+    step"): the median over its steady-state levels beyond one stream whose k prompts a decode step reach ``MIXED_SHARE`` (where
+    predict's cohorts hold more than one prompt) of k ÷ the prompts a step they measured (``Measured.prompts_per_step``, at
+    least 1), rounded to 0.001; None where no such level measured them (a run file older than that count)."""
+    shares = [min(1.0, m.terms.prompts_per_step / m.prompts_per_step) for m in rows
+              if m.terms.mode == "stagger" and m.terms.running > 1 and m.terms.prompts_per_step >= MIXED_SHARE and (m.prompts_per_step or 0) >= 1]  # fmt: skip
+    return round(float(np.median(shares)), 3) if shares else None
+
+
+def fit_levels(rows: list[Measured], name: str, source: str, prior: Calibration | None = None, widths: dict[str, float] | None = None) -> Calibration:
     """Calibration from measured steady-state levels (bursts are held out: ``servelab.plan.burst``
     predicts them step by step): the efficiencies (η_bw in ``BW_RANGE`` — the datasheet bandwidth is
     the ceiling —, η_c in ``COMPUTE_RANGE``, steps of 0.01), the time per layer t_ℓ ≥ 0 and the
@@ -123,7 +152,7 @@ def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None 
     dense = [m for m in rows if not m.terms.moe_layers]
     moe = [m for m in rows if m.terms.moe_layers]
     if moe and len([m for m in dense if not m.terms.draft_tokens]) >= 2:
-        return fit_moe(moe, fit(dense, name, source, prior, widths))
+        return fit_moe(moe, fit_levels(dense, name, source, prior, widths))
     plain = [m for m in rows if not m.terms.draft_tokens]
     drafted = [m for m in rows if m.terms.draft_tokens]
     if len(plain) < 2 or not drafted:

@@ -108,7 +108,7 @@ import numpy as np
 
 from servelab.plan.burst import simulate
 from servelab.plan.calibration import Calibration
-from servelab.plan.cohorts import HOST_SHARE, host_ramp, host_weight, waved
+from servelab.plan.cohorts import HOST_SHARE, host_ramp, host_weight, recohorted, waved
 from servelab.plan.roofline import spec_tokens_per_step
 from servelab.plan.terms import StepTerms, Terms
 
@@ -194,6 +194,8 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     t = t.on_host(cal.host_scale)  # this machine's host (servelab calibrate)
     if t.mode in BURST_REQUESTS and t.step_at and not t.draft_tokens:
         return _burst(t, cal, concurrency=concurrency, output_tokens=output_tokens)
+    if cal.mixed_share:  # this server's cohorts, measured (servelab calibrate)
+        t = recohorted(t, cal.mixed_share)
     layer, draft = cal.layer_overhead_us / 1e6, (cal.draft_overhead_ms / 1e3 if t.draft_tokens else 0.0)
     fitted_moe, fitted_eager = fitted_extras(t, cal)  # step_times adds the format's own to tpot and ttft
     moe, eager = fitted_moe + t.moe_extra_s, fitted_eager + t.eager_extra_s  # all told
