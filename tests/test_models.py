@@ -72,7 +72,7 @@ def _layer_tensors(cfg: dict, family: str, i: int) -> dict[str, tuple]:
               p + "self_attn.v_proj.weight": (nkv * hd, H), p + "self_attn.o_proj.weight": (H, nh * hd)}  # fmt: skip
         if bias:
             t |= {p + "self_attn.q_proj.bias": (nh * hd,), p + "self_attn.k_proj.bias": (nkv * hd,), p + "self_attn.v_proj.bias": (nkv * hd,)}
-            if family in ("llama", "phimoe", "granite"):
+            if family in ("llama", "phimoe", "granite", "nemotron"):
                 t[p + "self_attn.o_proj.bias"] = (H,)
         if family in ("qwen3", "qwen3_moe"):
             t |= {p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)}
@@ -81,9 +81,11 @@ def _layer_tensors(cfg: dict, family: str, i: int) -> dict[str, tuple]:
     norms = {"glm4": 4, "gemma2": 4}.get(family, 2)
     for n in range(norms):
         t[p + f"norm{n}.weight"] = (H,)
-        if family == "phimoe":
+        if family in ("phimoe", "nemotron"):  # LayerNorms with a bias (Nemotron's LayerNorm1P)
             t[p + f"norm{n}.bias"] = (H,)
     E = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
+    if family == "nemotron":  # relu2 MLP without a gate (transformers modeling_nemotron.py NemotronMLP)
+        return t | {p + "mlp.up_proj.weight": (I, H), p + "mlp.down_proj.weight": (H, I)}
     if not E or i < cfg.get("first_k_dense_replace", 0):
         return t | {p + "mlp.gate_proj.weight": (I, H), p + "mlp.up_proj.weight": (I, H), p + "mlp.down_proj.weight": (H, I)}
     mi = cfg.get("moe_intermediate_size", I)
@@ -107,6 +109,8 @@ def _checkpoint(cfg: dict, family: str) -> dict[str, tuple]:
     t = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,)}
     if family == "phimoe":
         t |= {"model.norm.bias": (H,), "lm_head.bias": (V,)}
+    if family == "nemotron":
+        t["model.norm.bias"] = (H,)
     if not cfg["tie_word_embeddings"]:
         t["lm_head.weight"] = (V, H)
     for i in range(cfg["num_hidden_layers"]):
@@ -121,7 +125,9 @@ def family_configs(draw, family: str) -> dict:
     cfg = {"model_type": family, "hidden_size": draw(st.sampled_from([16, 32, 48])), "num_hidden_layers": draw(st.integers(1, 3)),
            "num_attention_heads": nkv * draw(st.integers(1, 3)), "num_key_value_heads": nkv, "head_dim": draw(st.sampled_from([4, 8])),
            "intermediate_size": draw(st.integers(8, 40)), "vocab_size": draw(st.integers(32, 96)), "tie_word_embeddings": draw(st.booleans()),
-           "attention_bias": draw(st.booleans()) if family in ("llama", "glm4", "phimoe", "granite") else False}  # fmt: skip
+           "attention_bias": draw(st.booleans()) if family in ("llama", "glm4", "phimoe", "granite", "nemotron") else False}  # fmt: skip
+    if family == "nemotron":
+        cfg["hidden_act"] = "relu2"
     if family in ("mixtral", "phimoe", "granitemoe", "olmoe"):
         cfg |= {"num_local_experts" if family != "olmoe" else "num_experts": draw(st.integers(2, 4)), "num_experts_per_tok": 1}
     if family == "qwen2_moe":
@@ -135,7 +141,7 @@ def family_configs(draw, family: str) -> dict:
     return cfg
 
 
-FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "granite", "olmo2", "glm4", "mixtral", "phimoe", "granitemoe", "olmoe", "qwen2_moe", "deepseek_v2"]
+FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "granite", "olmo2", "glm4", "mixtral", "phimoe", "granitemoe", "olmoe", "qwen2_moe", "deepseek_v2", "nemotron"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -175,6 +181,8 @@ def test_a_generic_decoder_is_marked_and_reads_a_llama_shaped_config_as_llama(la
     known = parse_config({**cfg, "model_type": "mixtral" if experts else "llama"})
     assert known.family != GENERIC and not known.assumptions
     assert spec.total_params == known.total_params and spec.active_params == known.active_params
+    squared = parse_config({**cfg, "hidden_act": "relu2"})  # squared ReLU (Nemotron's): an MLP of two matrices, no gate
+    assert spec.total_params - squared.total_params == layers * (experts or 1) * 32 * 24  # one H × I matrix less an MLP or expert
 
 
 @given(st.integers(0, 2), st.integers(1, 2), st.integers(0, 2))

@@ -80,6 +80,7 @@ DECODERS: dict[str, Decoder] = {
     "deepseek_v3": Decoder(_HF.format("deepseek_v3")),
     "kimi_k2": Decoder("moonshotai/Kimi-K2-Instruct modeling_deepseek.py (DeepSeek-V3's architecture)"),
     "ernie4_5_moe": Decoder("vllm vllm/model_executor/models/ernie45_moe.py (moe_num_experts, moe_k, moe_layer_start_index/interval/end_index)"),
+    "nemotron": Decoder(_HF.format("nemotron"), qkv_bias=None, o_bias=None, norm_bias=True),  # LayerNorm1P; relu2 MLP without a gate (_decoder)
 }
 SPECIAL = {
     "gpt_oss": _HF.format("gpt_oss"),
@@ -95,7 +96,7 @@ SPECIAL = {
     "nemotron_h": _HF.format("nemotron_h"),
 }
 GENERIC = "generic decoder"  # the family of a model_type read with GENERIC_ASSUMPTIONS
-GENERIC_ASSUMPTIONS = ("GQA attention without biases or q/k norms", "SwiGLU MLP (3·H·I)", "two RMSNorms per layer",
+GENERIC_ASSUMPTIONS = ("GQA attention without biases or q/k norms", "a gated MLP (3·H·I; with hidden_act relu2 none: 2·H·I)", "two RMSNorms per layer",
                        "MoE experts, MLA and sliding windows only where the usual config fields name them")  # fmt: skip
 
 
@@ -207,8 +208,9 @@ def parse_config(cfg: dict, name: str = "model") -> ModelSpec:
 
 
 def _decoder(spec: ModelSpec, p: dict[str, int], cfg: dict, d: Decoder) -> None:
-    """A llama-like decoder (dense, MoE or MLA), per :class:`Decoder`'s switches."""
+    """A llama-like decoder (dense, MoE or MLA), per :class:`Decoder`'s switches; its MLPs gated but with ``hidden_act`` relu2 (Nemotron's ``NemotronMLP``)."""
     H, nh, nkv, hd = spec.hidden_size, spec.num_heads, spec.num_kv_heads, spec.head_dim
+    mlp = 2 if cfg.get("hidden_act") == "relu2" else 3  # matrices an MLP has
     bias = bool(cfg.get("attention_bias", False))
     qkv_bias = bias if d.qkv_bias is None else d.qkv_bias
     o_bias = bias if d.o_bias is None else d.o_bias
@@ -245,19 +247,18 @@ def _decoder(spec: ModelSpec, p: dict[str, int], cfg: dict, d: Decoder) -> None:
         p["attn"] += attn
         p["norms"] += d.norms * norm
         if is_moe:
-            _moe(spec, p, cfg, H, gated=True, width=d.expert_width, shared_width=d.shared_width)
+            _moe(spec, p, cfg, H, gated=mlp == 3, width=d.expert_width, shared_width=d.shared_width)
         else:
-            p["mlp"] += 3 * H * dense_width
+            p["mlp"] += mlp * H * dense_width
     spec.mtp_layers = _get(cfg, "num_nextn_predict_layers", default=0)
     if spec.mtp_layers:  # eh_proj (2H→H), 2 norms, one decoder layer, a norm (embedding and head shared)
-        layer = (p["attn"] + p["experts"] + p["shared"] + p["router"]) // max(1, spec.moe_layers) if moe else attn + 3 * H * dense_width
+        layer = (p["attn"] + p["experts"] + p["shared"] + p["router"]) // max(1, spec.moe_layers) if moe else attn + mlp * H * dense_width
         p["mtp"] = spec.mtp_layers * (2 * H * H + 3 * H + layer)
 
 
 def _window(cfg: dict) -> tuple[int | None, bool]:
-    """(sliding window in tokens, whether it is Llama 4's chunked attention): the config's
-    ``sliding_window`` where ``use_sliding_window`` is not false and ``layer_types`` names sliding
-    layers, or ``attention_chunk_size``."""
+    """(sliding window in tokens, whether it is Llama 4's chunked attention): the config's ``sliding_window`` where
+    ``use_sliding_window`` is not false and ``layer_types`` names sliding layers, or ``attention_chunk_size``."""
     chunk = cfg.get("attention_chunk_size")
     if chunk:
         return chunk, not cfg.get("layer_types")
