@@ -77,15 +77,16 @@ def test_calibrate_measures_the_servers_cohorts_and_predict_prices_them(tmp_path
     """A server whose prompts rode about one a step at 64 streams (the twelfth kept-back set's AFMoE: 1.07 in its design's
     64-stream level, where predict's MIXED_SHARE assumes two): calibrate measures its share of steps with prompts (k ÷ 1.07 =
     0.46) and carries it; predict then prices about twice as many steps with prompts there, each with one, so the 64-stream
-    steady state slower (measured 1,867 tok/s over three 60 s repeats; priced 2,000 with it, 2,158 without), and a level
-    below MIXED_SHARE's prompts a step none the different. Levels without the count (run files from before it) leave it
-    None, the share MIXED_SHARE."""
+    steady state slower (measured 1,867 tok/s over three 60 s repeats; priced 2,000 with it, 2,158 by the calibration fitted
+    without it), and a level below MIXED_SHARE's prompts a step none the different. Levels without the count (run files from
+    before it), with a count no server can give (more than its running streams, infinite) or whose prompts bunched (dots.llm1's
+    7.2 a step at 64 streams) leave it None, the share MIXED_SHARE."""
     from servelab.cli.predict import read_run
 
     run = ROOT / "validation/kept-back12-h100/afmoe-calibrate-run.json"
     out = tmp_path / "cal.yaml"
     res = cli.invoke(app, ["calibrate", str(run), "--hardware", "h100-sxm", "--model", str(ROOT / "validation/configs/afmoe"), "--out", str(out)])
-    assert res.exit_code == 0 and "cohorts: 0.46 of the steady state's steps carry prompts" in " ".join(res.output.split()), res.output
+    assert res.exit_code == 0 and "cohorts: s = 0.46, the share of the steady state's steps that carry prompts" in " ".join(res.output.split()), res.output
     cal = calibration(str(out))
     assert cal.mixed_share == pytest.approx(0.46)
     spec, fmt, hw = load_model(str(ROOT / "validation/configs/afmoe")), get_format("bf16"), load_hardware("h100-sxm")
@@ -98,8 +99,11 @@ def test_calibrate_measures_the_servers_cohorts_and_predict_prices_them(tmp_path
     without = cal.model_copy(update={"mixed_share": None})
     tpot = {c: (predict(at[c], cal, concurrency=c, output_tokens=128).tpot_s, predict(at[c], without, concurrency=c, output_tokens=128).tpot_s) for c in at}
     assert tpot[64][0] > 1.05 * tpot[64][1] and tpot[16][0] == pytest.approx(tpot[16][1])
-    old = [dataclasses.replace(m, prompts_per_step=None) for m in measured_levels(read_run(run), spec, fmt, hw)]
-    assert measured_share(old) is None and fit(old, "old", "x", calibration(None, spec, fmt)).mixed_share is None
+    rows = measured_levels(read_run(run), spec, fmt, hw)
+    assert measured_share(rows) == pytest.approx(0.46)
+    for count in (None, 5000.0, float("inf"), float("nan"), 7.2):
+        odd = [dataclasses.replace(m, prompts_per_step=count) for m in rows]
+        assert measured_share(odd) is None and fit(odd, "odd", "x", calibration(None, spec, fmt)).mixed_share is None, count
 
 
 def test_a_step_pays_its_fixed_time_per_layer():

@@ -112,8 +112,8 @@ def _show(cal: Calibration, error: str) -> None:
     if cal.uncertainty:
         console.print(escape("uncertainty (one standard deviation): " + ", ".join(f"{k} {lo:g}–{hi:g}" for k, (lo, hi) in cal.uncertainty.items())))
     if cal.mixed_share:
-        console.print(escape(f"cohorts: {cal.mixed_share:g} of the steady state's steps carry prompts where they outnumber it (measured: its levels' prompts a step; "
-                             f"predict's default {MIXED_SHARE:g})"))
+        console.print(escape(f"cohorts: s = {cal.mixed_share:g}, the share of the steady state's steps that carry prompts once k ≥ s prompts arrive a decode step "
+                             f"(measured: its levels' prompts a step; predict's default {MIXED_SHARE:g})"))
     if cal.uncertainty and "host_scale" not in cal.uncertainty:
         console.print("host_scale 1 (not fitted: the host binds no level beyond one stream, so these levels cannot tell its speed)")
     if cal.bw_efficiency in BW_RANGE or cal.compute_efficiency in COMPUTE_RANGE:

@@ -148,7 +148,7 @@ def _render(spec, hw, cal, asked: PredictedLoad, results: list, unfit: list, rou
     if kernel:
         untuned = f" ({cal.untuned_moe_layer_us} µs more a MoE layer)" if not kernel[1] and cal.untuned_moe_layer_us else ""
         moe += f"; MoE kernel: {kernel[0]}{untuned}"
-    cohorts = f"; the server's cohorts as measured: {cal.mixed_share:g} of the steady state's steps carry prompts where they outnumber it" if cal.mixed_share else ""
+    cohorts = f"; the server's cohorts as measured: s = {cal.mixed_share:g}, the share of the steady state's steps that carry prompts once k ≥ s arrive a decode step" if cal.mixed_share else ""
     caption = (f"calibration {cal.name} (η_bw {cal.bw_efficiency}, η_c {cal.compute_efficiency}, {cal.layer_overhead_us} µs per layer per step{moe}, {cal.eager_step_ms} ms more without CUDA graphs{cohorts}; {cal.source}). "
                f"Measured error: {cal.error} Band ({band.family_class}): ± {band.tok_s:.0%} on tok/s and TPOT, ± {band.ttft:.0%} on TTFT; {band.evidence}. "
                f"Assumes {_assumptions(routing)}.")  # fmt: skip

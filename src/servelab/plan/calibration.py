@@ -58,7 +58,7 @@ class Calibration(BaseModel):
         1.0, gt=0, le=10, description="This machine's host time over the machines measured (Engine.eager_host_s, step_host_s): scales the host's floor, time per step and queue; servelab calibrate fits it, 1 in the shipped calibrations."
     )
     mixed_share: float | None = Field(
-        None, gt=0, le=1, description="This server's share of the steady state's engine steps that carry prompts where they outnumber it (servelab.plan.cohorts.cohorts, in place of MIXED_SHARE): servelab calibrate measures it from its levels' prompts a step; None (the shipped calibrations): MIXED_SHARE."
+        None, gt=0, le=1, description="This server's s in the steady state's cohorts m₀ = k ÷ min(k, s) prompts a step with prompts (servelab.plan.cohorts.cohorts, in place of MIXED_SHARE 0.25: once k ≥ s prompts arrive a decode step, a share s of the steps carry them) where the host does not bind; not used by bursts or speculative levels. servelab calibrate measures it from its levels' prompts a step; None (the shipped calibrations): MIXED_SHARE."
     )
     source: str = Field(description="The runs it was fitted on.")
     error: str = Field("", description="Measured error (leave-one-run-out), in words.")

@@ -1,6 +1,7 @@
 """The steady state's cohorts: how many prompts ride one engine step beside the decode batch (issue 17, issue 53), as
-``servelab.plan.predict`` prices them (docs/metrics.md, "mixed step", "waves": where the host binds, in waves); the measured
-count is ``servelab.metrics.waves``."""
+``servelab.plan.predict`` prices them (docs/metrics.md, "mixed step", "waves": where the host binds, in waves), with predict's
+``MIXED_SHARE`` or the share ``servelab calibrate`` measured on the server (:func:`recohorted`); the measured count is
+``servelab.metrics.waves``."""
 
 from __future__ import annotations
 
@@ -31,20 +32,20 @@ def cohorts(k: float, budget: float, mixed_share: float = MIXED_SHARE) -> tuple[
 
 
 def recohorted(t: Any, mixed_share: float) -> Any:
-    """``t`` (a steady-state level's ``servelab.plan.terms.Terms``) with its cohorts under ``mixed_share`` in place of
+    """``t`` (a steady-state level's ``servelab.plan.terms.Terms``) with its cohorts under ``mixed_share`` (in (0, 1]) in place of
     ``MIXED_SHARE`` (:func:`cohorts`; ``Calibration.mixed_share``, what ``servelab calibrate`` measured on the server: docs/metrics.md,
-    "mixed step"), its mixed step priced again for them (``Terms.step_at``); ``t`` itself with draft tokens, one stream, no
-    prompts a step or no ``step_at``."""
+    "mixed step"), its mixed step priced again for them over the running batch's decode tokens and the cohort's prompts, as
+    ``terms`` prices it (``Terms.step_at``); ``t`` itself with draft tokens, one stream, no prompts a step or no ``step_at``."""
     if t.draft_tokens or t.running < 2 or t.prompts_per_step <= 0 or not t.step_at:
         return t
     share, m = cohorts(t.prompts_per_step, (t.max_num_batched_tokens - (t.running - 1)) / t.input_tokens, mixed_share)
-    return _riding(t, share, m)
+    return _riding(t, share, m, t.running)
 
 
-def _riding(t: Any, share: float, m: float) -> Any:
-    """``t`` with a share ``share`` of its steps carrying ``m`` prompts each beside the other running streams' decode tokens,
-    that mixed step priced (``Terms.step_at``)."""
-    x = t.step_at(t.running - 1, round(m * t.input_tokens))
+def _riding(t: Any, share: float, m: float, decode: int) -> Any:
+    """``t`` with a share ``share`` of its steps carrying ``m`` prompts each beside ``decode`` decode tokens, that mixed step
+    priced (``Terms.step_at``)."""
+    x = t.step_at(decode, round(m * t.input_tokens))
     return replace(t, mixed_share=share, mixed_bytes_s=x.bytes_s, mixed_flops_s=x.flops_s, mixed_eager=x.eager)
 
 
@@ -74,4 +75,4 @@ def waved(t: Any, weight: float = 1.0) -> Any:
     m = min(natural + weight * max(0.0, t.running / WAVE - natural), room)
     if m <= natural:
         return t
-    return _riding(t, t.prompts_per_step / m, m)
+    return _riding(t, t.prompts_per_step / m, m, decode)

@@ -16,6 +16,7 @@ import numpy as np
 
 from servelab.errors import ServelabError
 from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, SHIPPED_GPU, Calibration
+from servelab.metrics.waves import BUNCHED
 from servelab.plan.cohorts import MIXED_SHARE, recohorted
 from servelab.plan.drafter import parse_drafter
 from servelab.plan.limits import limits_for
@@ -45,7 +46,8 @@ def measured_levels(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardw
     """A run's closed-loop levels with successful requests, each with the terms of the same load and
     the server's limits as its boot log gave them (the engine's defaults otherwise); with speculative
     decoding in the boot log, its draft tokens (an MTP drafter's passes priced when the model has MTP
-    layers) and each level's acceptance rate from the server's counters (0 where the server gave none).
+    layers) and each level's acceptance rate from the server's counters (0 where the server gave none), and each level's
+    prompts a step as servelab counted them (``waves.prompts_per_step``; None where the run file has no count).
 
     Raises:
         ServelabError: the model does not fit (``limits_for``).
@@ -75,29 +77,44 @@ def level_mode(run: RunResult, concurrency: int) -> str:
 
 
 def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None = None, widths: dict[str, float] | None = None) -> Calibration:
-    """:func:`fit_levels`; with a ``prior`` (``servelab calibrate``), first this server's cohorts where its levels measured them
-    and the host binds none of those (:func:`measured_share`; where it binds, predict's waves price them: ``cohorts.waved``): the
-    levels' terms priced with them (``cohorts.recohorted``), and the calibration carries them (``Calibration.mixed_share``), so that
-    predict prices its other levels with them too.
+    """:func:`fit_levels` on ``rows``, named ``name`` from ``source`` (text); with a ``prior`` (``servelab calibrate``), first the
+    server's cohorts where its levels measured them (:func:`measured_share`), the levels the host does not bind priced with them
+    (``cohorts.recohorted``; where it binds, predict's waves price them), and the calibration carries them
+    (``Calibration.mixed_share``), so that predict prices the same server's other levels with them too. One share for all the
+    ``rows``: give one server's runs. Without a prior, predict's ``MIXED_SHARE``.
 
     Raises:
         ServelabError: fewer than two steady-state levels.
     """
-    share = measured_share([m for m in rows if not predict(m.terms, prior, concurrency=m.concurrency, output_tokens=m.output_tokens).host_bound]) if prior else None
+    free = [m for m in rows if not (prior and _host_bound(m, prior))]
+    share = measured_share(free) if prior else None
     if share is None:
         return fit_levels(rows, name, source, prior, widths)
-    rows = [replace(m, terms=recohorted(m.terms, share)) for m in rows]
+    rows = [replace(m, terms=recohorted(m.terms, share)) if any(m is f for f in free) else m for m in rows]
     return fit_levels(rows, name, source, prior, widths).model_copy(update={"mixed_share": share})
 
 
+def _host_bound(m: Measured, cal: Calibration) -> bool:
+    """Whether ``cal`` prices ``m``'s level as host-bound (``Point.host_bound``)."""
+    return predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance).host_bound
+
+
 def measured_share(rows: list[Measured]) -> float | None:
-    """This server's share of the steady state's steps that carry prompts (``Calibration.mixed_share``; docs/metrics.md, "mixed
-    step"): the median over its steady-state levels beyond one stream whose k prompts a decode step reach ``MIXED_SHARE`` (where
-    predict's cohorts hold more than one prompt) of k ÷ the prompts a step they measured (``Measured.prompts_per_step``, at
-    least 1), rounded to 0.001; None where no such level measured them (a run file older than that count)."""
-    shares = [min(1.0, m.terms.prompts_per_step / m.prompts_per_step) for m in rows
-              if m.terms.mode == "stagger" and m.terms.running > 1 and m.terms.prompts_per_step >= MIXED_SHARE and (m.prompts_per_step or 0) >= 1]  # fmt: skip
-    return round(float(np.median(shares)), 3) if shares else None
+    """A server's s, the share in predict's cohorts m₀ = k ÷ min(k, s) (``Calibration.mixed_share``; docs/metrics.md, "mixed
+    step"), in (0, 1]: the median over its steady-state levels beyond one stream, without draft tokens, whose k prompts a decode
+    step reach ``MIXED_SHARE`` (where predict's cohorts hold more than one prompt), of k ÷ the prompts a step they measured
+    (``Measured.prompts_per_step``: from 1 to the running streams), rounded to 0.001 (at least 0.001). A level whose prompts
+    bunched (at least ``BUNCHED`` and twice predict's m₀: the rules' finding ``bunched_prompts``, cohorts that merge as the load
+    runs) is the load's waves, not the server's cohorts, and is left out. None where no level is left (a run file from before
+    that count)."""
+    shares = []
+    for m in rows:
+        t, per_step = m.terms, m.prompts_per_step or 0.0
+        if t.mode != "stagger" or t.running < 2 or t.draft_tokens or t.prompts_per_step < MIXED_SHARE or not 1 <= per_step <= t.running:
+            continue
+        if per_step < max(BUNCHED, 2 * t.prompts_per_step / min(t.prompts_per_step, MIXED_SHARE)):
+            shares.append(min(1.0, t.prompts_per_step / per_step))
+    return max(0.001, round(float(np.median(shares)), 3)) if shares else None
 
 
 def fit_levels(rows: list[Measured], name: str, source: str, prior: Calibration | None = None, widths: dict[str, float] | None = None) -> Calibration:
@@ -168,7 +185,7 @@ def fit_levels(rows: list[Measured], name: str, source: str, prior: Calibration 
 def fit_moe(rows: list[Measured], cal: Calibration) -> Calibration:
     """``cal`` with the times of a MoE layer fitted on MoE models' steady-state levels, everything
     else held: ``moe_layer_us`` (with CUDA graphs: every step pays it) and ``moe_eager_layer_ms``
-    (the steps without them), both ≥ 0, the least squares of :func:`fit` on the same relative errors
+    (the steps without them), both ≥ 0, the least squares of :func:`fit_levels` on the same relative errors
     of TPOT p50 and aggregate tok/s (both linear in them). The dense models' fit thus carries to MoE
     models: they share the memory system, the attention and the per-layer kernels, and a MoE layer
     adds its router and dispatch kernels (validation/RESULTS-predict.md).
@@ -234,8 +251,8 @@ def _least_squares_terms(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[n
 
 
 def _fit_base(rows: list[Measured], name: str, source: str, prior: Calibration | None, widths: dict[str, float]) -> Calibration:
-    """η_bw, η_c, t_ℓ and the eager step time of :func:`fit` (a speculative level's drafting time folded into t_ℓ); with
-    ``prior``, the posterior mode (the prior's σ ``widths``) and each parameter's interval (:func:`fit`). A prior's own per-step times (MoE, MLA, drafting)
+    """η_bw, η_c, t_ℓ and the eager step time of :func:`fit_levels` (a speculative level's drafting time folded into t_ℓ); with
+    ``prior``, the posterior mode (the prior's σ ``widths``) and each parameter's interval (:func:`fit_levels`). A prior's own per-step times (MoE, MLA, drafting)
     are kept: these rows cannot tell them from t_ℓ."""
     bw = np.linspace(*BW_RANGE, round((BW_RANGE[1] - BW_RANGE[0]) * 100) + 1)[:, None]
     cmp = np.linspace(*COMPUTE_RANGE, round((COMPUTE_RANGE[1] - COMPUTE_RANGE[0]) * 100) + 1)[None, :]
@@ -287,7 +304,7 @@ def _fit_host(rows: list[Measured], cal: Calibration) -> Calibration:
     objective is within 1 of its minimum. Only where the host binds a level beyond one stream (``Point.host_bound`` under
     ``cal``): elsewhere the levels cannot tell its speed from another term's error, and ``cal`` comes back as it is (unguarded,
     DeepSeek-V2-Lite's MLA steady state took 1.9 and its bursts went 12–22 % slow). After the other parameters, not with
-    them: they are fitted without the host's terms (:func:`fit`), so a host-bound server's fitted times still carry some of
+    them: they are fitted without the host's terms (:func:`fit_levels`), so a host-bound server's fitted times still carry some of
     them (validation/RESULTS-predict.md, "A host that calibrate pins")."""
     if not any(m.concurrency > 1 and predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance).host_bound for m in rows):
         return cal  # the host binds no level beyond one stream: these levels cannot tell its scale from the other terms' errors

@@ -37,7 +37,8 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
   decode steps): while a request decodes its O tokens, the other B − 1 streams each prefill once,
   k = (B − 1) ÷ O prompts per decode step. They ride in *mixed steps* (:func:`cohorts`): the streams
   bunch into cohorts of m₀ = k ÷ min(k, ``MIXED_SHARE``) prompts on average (measured on vLLM 0.25,
-  H100: 19–35 % of the steps carry prompts from 32 to 256 streams: ``python validation/mixed_steps.py``),
+  H100: 19–35 % of the steps carry prompts from 32 to 256 streams: ``python validation/mixed_steps.py``; under a calibration
+  ``servelab calibrate`` measured them on, min(k, the server's share ``Calibration.mixed_share``) where the host does not bind),
   and a step's token budget splits a cohort larger than it: under ``max_num_batched_tokens`` holding
   b = (budget − the other sequences' decode tokens) ÷ P prompts, a cohort of X prompts takes ⌈X ÷ b⌉
   mixed steps (chunked prefill), so with X exponential about m₀ a cohort takes 1 + 1 ÷ (e^(b ÷ m₀) − 1)
@@ -194,8 +195,6 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     t = t.on_host(cal.host_scale)  # this machine's host (servelab calibrate)
     if t.mode in BURST_REQUESTS and t.step_at and not t.draft_tokens:
         return _burst(t, cal, concurrency=concurrency, output_tokens=output_tokens)
-    if cal.mixed_share:  # this server's cohorts, measured (servelab calibrate)
-        t = recohorted(t, cal.mixed_share)
     layer, draft = cal.layer_overhead_us / 1e6, (cal.draft_overhead_ms / 1e3 if t.draft_tokens else 0.0)
     fitted_moe, fitted_eager = fitted_extras(t, cal)  # step_times adds the format's own to tpot and ttft
     moe, eager = fitted_moe + t.moe_extra_s, fitted_eager + t.eager_extra_s  # all told
@@ -205,8 +204,9 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     t_d, host = float(decode) + overhead + eager * t.decode_eager, t.host_s(t.running)  # the decode step (the waves change only the mixed one)
     host_share = host / t_d
     weight = host_weight(t, host_share)
-    if (waves := waved(t, weight)) is not t:  # the host binds: the prompts ride in waves
-        t = waves
+    shifted = recohorted(t, cal.mixed_share) if cal.mixed_share and not host_ramp(host_share) else waved(t, weight)
+    if shifted is not t:  # this server's cohorts as calibrate measured them where the host does not bind; where it binds, waves
+        t = shifted
         tpot0, ttft0, _, (o_tpot, o_ttft), (e_tpot, e_ttft), (s_tpot, s_ttft) = step_times(t, cal.bw_efficiency, cal.compute_efficiency, per_step)
     tpot = float(tpot0 + layer * o_tpot + (draft + fitted_moe) * s_tpot + fitted_eager * e_tpot)
     ttft = float(ttft0 + layer * o_ttft + (draft + fitted_moe) * s_ttft + fitted_eager * e_ttft)
