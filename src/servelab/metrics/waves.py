@@ -100,6 +100,13 @@ def wave_stats(concurrency: int, records: Sequence[RequestRecord], window_s: flo
     )
 
 
+def bunched(per_step: float, expected: float) -> bool:
+    """Whether a staggered level's ``per_step`` prompts a step (:func:`prompts_per_step`) bunched beyond ``expected``, the
+    prompts a step predict's cohorts carry at its load: at least ``BUNCHED`` and twice ``expected`` (cohorts that merged as the
+    load ran: the finding ``bunched_prompts``, docs/metrics.md "prompts per step")."""
+    return per_step >= max(BUNCHED, 2 * expected)
+
+
 def prompts_per_step(records: Sequence[RequestRecord]) -> tuple[float | None, list[float]]:
     """Prompts per engine step of the successful ``records`` with a first token (module docstring), over all of them and over
     each third of their first tokens' span (:func:`cohorts`); (None, []) without two such records or a median inter-token latency."""

@@ -15,9 +15,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from servelab.errors import ServelabError
+from servelab.metrics.waves import bunched
 from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, SHIPPED_GPU, Calibration
-from servelab.metrics.waves import BUNCHED
-from servelab.plan.cohorts import MIXED_SHARE, recohorted
+from servelab.plan.cohorts import MIXED_SHARE, cohorts, recohorted
 from servelab.plan.drafter import parse_drafter
 from servelab.plan.limits import limits_for
 from servelab.plan.predict import BURST_REQUESTS, Point, fitted_extras, predict, step_times
@@ -86,11 +86,11 @@ def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None 
     Raises:
         ServelabError: fewer than two steady-state levels.
     """
-    free = [m for m in rows if not (prior and _host_bound(m, prior))]
-    share = measured_share(free) if prior else None
+    bound = [bool(prior) and _host_bound(m, prior) for m in rows]
+    share = measured_share([m for m, b in zip(rows, bound, strict=True) if not b]) if prior else None
     if share is None:
         return fit_levels(rows, name, source, prior, widths)
-    rows = [replace(m, terms=recohorted(m.terms, share)) if any(m is f for f in free) else m for m in rows]
+    rows = [m if b else replace(m, terms=recohorted(m.terms, share)) for m, b in zip(rows, bound, strict=True)]
     return fit_levels(rows, name, source, prior, widths).model_copy(update={"mixed_share": share})
 
 
@@ -104,15 +104,15 @@ def measured_share(rows: list[Measured]) -> float | None:
     step"), in (0, 1]: the median over its steady-state levels beyond one stream, without draft tokens, whose k prompts a decode
     step reach ``MIXED_SHARE`` (where predict's cohorts hold more than one prompt), of k ÷ the prompts a step they measured
     (``Measured.prompts_per_step``: from 1 to the running streams), rounded to 0.001 (at least 0.001). A level whose prompts
-    bunched (at least ``BUNCHED`` and twice predict's m₀: the rules' finding ``bunched_prompts``, cohorts that merge as the load
-    runs) is the load's waves, not the server's cohorts, and is left out. None where no level is left (a run file from before
+    bunched beyond predict's m₀ (``waves.bunched``: the rules' finding ``bunched_prompts``, cohorts that merge as the load runs)
+    is the load's waves, not the server's cohorts, and is left out. None where no level is left (a run file from before
     that count)."""
     shares = []
     for m in rows:
         t, per_step = m.terms, m.prompts_per_step or 0.0
         if t.mode != "stagger" or t.running < 2 or t.draft_tokens or t.prompts_per_step < MIXED_SHARE or not 1 <= per_step <= t.running:
             continue
-        if per_step < max(BUNCHED, 2 * t.prompts_per_step / min(t.prompts_per_step, MIXED_SHARE)):
+        if not bunched(per_step, cohorts(t.prompts_per_step, math.inf)[1]):
             shares.append(min(1.0, t.prompts_per_step / per_step))
     return max(0.001, round(float(np.median(shares)), 3)) if shares else None
 
@@ -306,7 +306,7 @@ def _fit_host(rows: list[Measured], cal: Calibration) -> Calibration:
     DeepSeek-V2-Lite's MLA steady state took 1.9 and its bursts went 12–22 % slow). After the other parameters, not with
     them: they are fitted without the host's terms (:func:`fit_levels`), so a host-bound server's fitted times still carry some of
     them (validation/RESULTS-predict.md, "A host that calibrate pins")."""
-    if not any(m.concurrency > 1 and predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance).host_bound for m in rows):
+    if not any(m.concurrency > 1 and _host_bound(m, cal) for m in rows):
         return cal  # the host binds no level beyond one stream: these levels cannot tell its scale from the other terms' errors
     same = Counter(_load(m) for m in rows)
     objective = np.log(HOST_SCALES) ** 2 / HOST_WIDTH**2

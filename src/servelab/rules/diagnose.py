@@ -14,7 +14,7 @@ from servelab.engines.bootfacts import BootFacts
 from servelab.engines.cudagraph import padding, prompt_step_graph
 from servelab.metrics.repeats import TOK_S_SPREAD, TTFT_SPREAD, repeat_stats
 from servelab.metrics.summary import LevelSummary
-from servelab.metrics.waves import BUNCHED, WaveStats
+from servelab.metrics.waves import WaveStats, bunched
 from servelab.plan.cohorts import cohorts
 from servelab.store.results import Finding, RunResult, TraceInfo
 
@@ -139,7 +139,7 @@ def _level_findings(run: RunResult, lv: LevelSummary, at: str, cold: bool) -> li
         out.append(_waves(lv.concurrency, lv.waves, run.load.closed_loop))
     elif lv.waves and run.load.closed_loop == "stagger" and lv.waves.prompts_per_step:
         expected = _expected_cohort(lv.concurrency, run.load.output_tokens)
-        if lv.waves.prompts_per_step >= max(BUNCHED, 2 * expected):
+        if bunched(lv.waves.prompts_per_step, expected):
             out.append(_bunched(lv.concurrency, lv.waves, expected))
     if lv.client_cpu is not None and lv.client_cpu >= CLIENT_BUSY:
         out.append(Finding(kind="unstable_measurement", severity="warning",
