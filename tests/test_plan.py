@@ -336,6 +336,22 @@ def test_runtime_memory_matches_vllms_memory_profile(log):
     assert load_hardware(_hardware(log)).memory_gib == float(total.group(1))
 
 
+def test_latent_experts_activations_are_two_matrices_at_the_latent_width():
+    """Nemotron 3 Super's experts (relu2, no gate) work in its moe_latent_size: the fused-MoE caches of M x top-k rows are
+    2 N wide before and K = latent after the experts (engines/vllm.py runtime_memory; the matrix count was once taken from the
+    parameters over hidden x width, which for a latent expert gave none)."""
+    from servelab.engines import plan_engine
+    from servelab.engines.vllm_moe import reread_tiles
+
+    cfg = json.loads((ROOT / "tests/fixtures/configs/nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json").read_text())
+    spec = parse_config(cfg)
+    assert spec.expert_matrices == 2 and all(share == 1 / 2 for _, _, share in reread_tiles(spec, "bf16"))
+    M, k, N, K, H = 8192, spec.experts_per_token, spec.moe_intermediate_size, cfg["moe_latent_size"], spec.hidden_size
+    expected = (M * k * (2 * N + K) * 2 + 4 * H * M * 2) / 2**30
+    assert plan_engine().runtime_memory(spec, M, 256).activations_gib == pytest.approx(expected)
+    assert parse_config(json.loads((ROOT / "validation/configs/mixtral-8x7b/config.json").read_text())).expert_matrices == 3
+
+
 def test_plan_from_log_reads_the_engine_config_line():
     from servelab.metrics.bootlog import parse_bootlog
     from servelab.plan.from_log import log_inputs

@@ -311,8 +311,9 @@ class VLLM(Engine):
         """vLLM 0.25's memory per GPU before the KV cache, besides the weights (GiB; module constants
         give each term's source and measurement). With M = max_num_batched_tokens, H = hidden size:
 
-        - activations: MoE, M × top-k × ((g+1)·N / tp + H) × 2 bytes (the fused-MoE kernel's
-          gate/up, down and output caches, g = 2 gated, 1 not, N = one expert's width) + 4·H·M·2
+        - activations: MoE, M × top-k × (m·N / tp + K) × 2 bytes (the fused-MoE kernel's
+          gate/up, down and output caches, m the expert's matrices, ``ModelSpec.expert_matrices``: 3 gated, 2 not; N = one
+          expert's width; K what it reads and writes, H or a latent size: Nemotron 3's ``moe_latent_size``) + 4·H·M·2
           bytes of hidden-size buffers; dense, M × (2·I / tp + 4·H) × 2 bytes;
         - sampler: max_num_seqs × vocabulary × bytes per logit of the runner (not divided by tp:
           every rank samples the gathered logits);
@@ -324,8 +325,8 @@ class VLLM(Engine):
         runner = model_runner(spec)
         M, H = max_num_batched_tokens, spec.hidden_size
         if spec.moe_layers:
-            gate_up = spec.expert_params // (H * spec.moe_intermediate_size) - 1  # 2 gated, 1 not (_moe)
-            moe = M * spec.experts_per_token * ((gate_up + 1) * spec.moe_intermediate_size / tp + H) * 2
+            width = min(H, spec.expert_params // (spec.expert_matrices * spec.moe_intermediate_size))  # what the experts read and write: H (gpt-oss's biases aside), or Nemotron 3's latent
+            moe = M * spec.experts_per_token * (spec.expert_matrices * spec.moe_intermediate_size / tp + width) * 2
             activations = moe + 4 * H * M * 2
         else:
             activations = M * (2 * spec.intermediate_size / tp + 4 * H) * 2

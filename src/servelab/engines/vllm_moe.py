@@ -85,8 +85,8 @@ def moe_kernel(spec: ModelSpec, fmt: str, hw: Hardware, tp: int = 1) -> MoeKerne
 def reread_tiles(spec: ModelSpec, fmt: str, tp: int = 1) -> tuple[tuple[int, int, float], ...]:
     """``MoeKernel.tiles`` of the default configuration for ``spec``'s experts in ``fmt`` at ``tp`` ranks on Hopper: (most tokens,
     BLOCK_SIZE_M where a further row tile reads the up-projection again from HBM else 0, its share of the expert) a tier (module
-    docstring); the share from the expert's matrices, its parameters ÷ (hidden × width): 3 gated, 2 without a gate."""
-    matrices = max(2, round(spec.expert_params / (spec.hidden_size * spec.moe_intermediate_size)))
+    docstring); the share from the expert's matrices (``ModelSpec.expert_matrices``: 3 gated, 2 without a gate)."""
+    matrices = spec.expert_matrices
     width, share, lowest, out = (matrices - 1) * spec.moe_intermediate_size // tp, (matrices - 1) / matrices, 1, []
     for most, m, n in DEFAULT_TILES.get(fmt, GENERAL_TILES):
         grouped = lowest // spec.num_experts > GROUPED_TOKENS_PER_EXPERT

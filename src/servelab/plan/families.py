@@ -284,7 +284,7 @@ def _moe(spec: ModelSpec, p: dict[str, int], cfg: dict, H: int, *, gated: bool, 
     mi = _text(cfg[width])
     latent = cfg.get("moe_latent_size")  # Nemotron 3 Super/Ultra: experts work in a latent space, projected H→latent→H per layer
     per = (3 if gated else 2) * (latent or H) * mi
-    spec.num_experts, spec.experts_per_token, spec.expert_params = E, _top_k(cfg), per
+    spec.num_experts, spec.experts_per_token, spec.expert_params, spec.expert_matrices = E, _top_k(cfg), per, 3 if gated else 2
     spec.moe_intermediate_size = mi
     p["experts"] += E * per
     no_bias = cfg.get("topk_method") in ("greedy", "group_limited_greedy")  # DeepSeek-V2: no e_score_correction_bias

@@ -52,6 +52,7 @@ class ModelSpec:
     num_experts: int = 0
     experts_per_token: int = 0
     expert_params: int = 0  # one routed expert of one layer
+    expert_matrices: int = 3  # one routed expert's weight matrices: 3 gated (gate, up, down), 2 without a gate (up, down)
     mla_latent: int = 0  # kv_lora_rank + qk_rope_head_dim
     linear_state_bytes: int = 0  # per linear-attention layer per sequence (state + bf16 conv)
     mamba_state_bytes: int = 0  # per Mamba layer per sequence
