@@ -211,6 +211,15 @@ def test_ernie_4_5_vl_lists_its_expert_fields_per_modality_and_the_text_model_is
     assert (vl.num_experts, vl.moe_intermediate_size, vl.experts_per_token) == (4, 8, 2)
 
 
+def test_a_generic_decoder_reads_hy_v3s_expert_width():
+    """HY V3 (vLLM hy_v3.py: FusedMoE's intermediate_size is config.expert_hidden_dim, the shared one that times
+    num_shared_experts) names its experts' width expert_hidden_dim, not moe_intermediate_size: read as the intermediate_size
+    13,312, its 8-layer cut had 222.76 B parameters (27.26 B)."""
+    spec = parse_config(json.loads((CONFIGS.parent.parent.parent / "validation/configs/hy-v3-8l/config.json").read_text()))
+    assert (spec.moe_intermediate_size, spec.num_experts, spec.moe_layers) == (1536, 192, 7)
+    assert spec.params["shared"] == 7 * 3 * 4096 * 1536 and round(spec.total_params / 1e9, 2) == 27.26
+
+
 def test_a_generic_config_without_an_mlp_width_is_one_line_naming_the_field(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": "mystery", "hidden_size": 32, "num_hidden_layers": 2, "vocab_size": 64, "num_attention_heads": 4}), encoding="utf-8")

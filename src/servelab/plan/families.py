@@ -201,7 +201,7 @@ def parse_config(cfg: dict, name: str = "model") -> ModelSpec:
         if _experts(cfg) and _top_k(cfg) is None:
             raise ServelabError(f"config of {name}: model_type {mt!r} has experts but no experts per token (num_experts_per_tok); give a config.json that has it")
         spec.assumptions = list(GENERIC_ASSUMPTIONS)
-        width = "moe_intermediate_size" if cfg.get("moe_intermediate_size") else "intermediate_size"
+        width = next((k for k in ("moe_intermediate_size", "expert_hidden_dim") if cfg.get(k)), "intermediate_size")  # HY V3: expert_hidden_dim (vllm hy_v3.py)
         dense = "dense_intermediate_size" if cfg.get("dense_intermediate_size") else "intermediate_size"
         _decoder(spec, p, cfg, Decoder(source, expert_width=width, dense_width=dense))
     return spec
