@@ -32,6 +32,9 @@ there the prompts bunch far beyond that rule at 64 streams (6.25 a step against 
 Last, the cohorts as the load runs (:func:`merging`): DeepSeek-V2-Lite's and the third kept-back set's prompts per step, 10 s
 window by window; where the steps with prompts are host-bound, they merge into waves.
 
+Then the kept-back servers' steps with prompts against what predict prices and the host's floor, and the steady state held out
+with a share of that floor as such a step's least (:func:`kept_back_steps`: ``Calibration.mixed_floor``, issue 53).
+
 Usage: ``python validation/mixed_steps.py`` (no GPU).
 """
 
@@ -129,6 +132,7 @@ def main() -> None:
     mla_cohorts()
     merging()
     small_models()
+    kept_back_steps()
 
 
 def first_tokens(path: Path) -> list[dict]:
@@ -197,6 +201,59 @@ def small_models() -> None:
             tok = statistics.mean(lv["output_throughput_tok_s"] for lv in levels if lv["concurrency"] == c)
             name = f"{folder.name}/{model} {run.removesuffix('-run')}" + (" (3 × 60 s; first tokens of ~the first two)" if ft == "repeats3" and model == "llama-3.2-1b" else "")
             print(f"| {name} | {c} | {per_step:.2f} | {', '.join(f'{x:.1f}' for x in thirds)} | {tok:,.0f} |")
+
+
+def kept_back_steps() -> None:
+    """What a steady-state step with prompts costs on the kept-back servers (validation/kept-back*/, 512/128 tokens, not void) at 16
+    streams and up, against what predict prices with the shipped calibration: the run file's ITL p50 (a decode step) and p90 (a step
+    with prompts where they ride ≥ 10 % of the steps), the prompts a step servelab counted (``waves``), predict's decode step and its
+    step with prompts all told (``Point.decode_step_s`` + (TPOT − it) ÷ the share of steps with prompts), and the host's floor
+    for a step without CUDA graphs with the MoE and MLA layers' launches (``Terms.eager_host_s``), which the steady state charges only
+    where the host binds (docs/metrics.md, "host's floor"). Last, the measured step with prompts over each, median by the model's
+    MoE layers, over the levels the host does not bind whose ITL p90 is a step with prompts (above 1.5 × the p50: not waves)."""
+    from kept_back import void
+    from servelab.plan.calibration import calibration
+    from servelab.plan.fit import measured_levels
+    from servelab.plan.hardware import load_hardware
+    from servelab.plan.model_spec import load_model
+    from servelab.plan.predict import predict
+    from servelab.plan.quant import get_format
+    from servelab.store.results import RunResult
+
+    print("\nThe kept-back servers' steps with prompts (ms; ITL from the run files; predict with the shipped calibration)\n")
+    print("| server | run | streams | MoE layers | ITL p50 / p90 | prompts a step | priced: decode step / step with prompts | host's floor with the MoE and MLA layers |\n"
+          "|---|---|---|---|---|---|---|---|")  # fmt: skip
+    ratios: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    held: list[tuple] = []  # every steady-state level beyond one stream (repeats each), with the shipped calibration
+    fmt = get_format("bf16")
+    for path in sorted(COLD.glob("kept-back*/*-run.json")):
+        model, run_name = next((path.name.split(f"-{k}")[0], k) for k in ("repeats3-stagger-run", "stagger-run", "calibrate-run") if path.name.endswith(f"-{k}.json"))
+        if void(model, path.parent):
+            continue
+        spec, hw = load_model(str(COLD / "configs" / model)), load_hardware("h100-sxm" if path.parent.name.endswith("-h100") else "h200")
+        run, cal = RunResult.model_validate_json(path.read_text()), calibration(None, spec, fmt)
+        raw = {lv.concurrency: lv for lv in run.levels}
+        for m in measured_levels(run, spec, fmt, hw):
+            lv, t = raw[m.concurrency], m.terms.on_host(cal.host_scale)
+            held.append((m, cal)) if m.concurrency > 1 else None
+            if m.concurrency < 16 or not lv.itl_ms or not t.mixed_share or run_name.startswith("repeats3"):
+                continue  # a repeat's level is the design's again
+            p = predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens)
+            mixed = p.decode_step_s + (p.tpot_s - p.decode_step_s) / t.mixed_share
+            per_step = f"{lv.waves.prompts_per_step:.2f}" if lv.waves and lv.waves.prompts_per_step else "–"
+            print(f"| {path.parent.name}/{model} | {run_name.removesuffix('-run')} | {m.concurrency} | {spec.moe_layers} | {lv.itl_ms.p50:.1f} / {lv.itl_ms.p90:.1f} | "
+                  f"{per_step} | {p.decode_step_s * 1e3:.1f} / {mixed * 1e3:.1f} | {t.eager_host_s * 1e3:.1f} |")  # fmt: skip
+            if not p.host_bound and (lv.itl_ms.p90 > 1.5 * lv.itl_ms.p50):  # the p90 a step with prompts: not bunched into waves
+                ratios[spec.moe_layers >= 20].append((lv.itl_ms.p90 / 1e3 / mixed, lv.itl_ms.p90 / 1e3 / t.eager_host_s))
+    for many, pairs in ratios.items():
+        print(f"\n{'20 MoE layers or more' if many else 'fewer than 20 MoE layers (dense included)'}: {len(pairs)} levels, measured step with prompts (ITL p90) "
+              f"over predict's median {statistics.median(a for a, _ in pairs):.2f}, over the host's floor median {statistics.median(b for _, b in pairs):.2f}")  # fmt: skip
+    print(f"\nThe {len(held)} steady-state levels beyond one stream, held out (tok/s), with a share of the host's floor as a step with prompts' least "
+          "(Calibration.mixed_floor; 0 in the shipped calibrations)\n\n| share | median | worst | within 10 % | within 20 % |\n|---|---|---|---|---|")  # fmt: skip
+    for share in (0.0, 0.5, 0.6, 0.7, 0.8, 1.0):
+        errors = [abs(predict(m.terms, cal.model_copy(update={"mixed_floor": share}), concurrency=m.concurrency, output_tokens=m.output_tokens).aggregate_tok_s / m.tok_s - 1)
+                  for m, cal in held]  # fmt: skip
+        print(f"| {share:g} | {100 * statistics.median(errors):.1f} % | {100 * max(errors):.1f} % | {sum(e <= 0.1 for e in errors)} | {sum(e <= 0.2 for e in errors)} |")
 
 
 def mla_cohorts() -> None:

@@ -21,15 +21,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from servelab.rules.diagnose import diagnose  # noqa: E402
 from servelab.plan.calibration import Calibration  # noqa: E402
-from servelab.plan.fit import (  # noqa: E402
-    Measured,
-    error_summary,
-    fit,
-    fit_moe,
-    leave_one_out,
-    measured_levels,
-    predicted_ttft,
-)
+from servelab.plan.fit import Measured, fit, fit_moe, measured_levels  # noqa: E402
+from servelab.plan.holdout import error_summary, leave_one_out, predicted_ttft  # noqa: E402
 from servelab.plan.hardware import load_hardware  # noqa: E402
 from servelab.plan.model_spec import load_model  # noqa: E402
 from servelab.plan.predict import Point, predict  # noqa: E402

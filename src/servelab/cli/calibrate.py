@@ -19,7 +19,8 @@ from servelab.errors import ServelabError
 from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, Calibration, calibration
 from servelab.plan.cohorts import MIXED_SHARE
 from servelab.plan.design import design_levels
-from servelab.plan.fit import error_summary, fit, leave_one_out, measured_levels, prior_widths
+from servelab.plan.fit import fit, measured_levels, prior_widths
+from servelab.plan.holdout import error_summary, leave_one_out
 from servelab.run.measure import bench_options, serve
 from servelab.settings import Load, Target
 from servelab.store.results import RunResult
@@ -108,6 +109,7 @@ def _show(cal: Calibration, error: str) -> None:
     """The fitted calibration, its intervals, its leave-one-out error, and a parameter at the edge of its range named."""
     times = ", ".join(f"{key} {getattr(cal, key)}" for key in TIMES if key in TIMES[:2] or getattr(cal, key))  # the MoE, MLA and drafting times where non-zero
     host = f", host_scale {cal.host_scale:g}" if "host_scale" in cal.uncertainty else ""  # fitted (with a prior, where the host binds a level)
+    host += f", mixed_floor {cal.mixed_floor:g}" if "mixed_floor" in cal.uncertainty else ""  # fitted (with a prior, where a level has steps with prompts without graphs)
     console.print(escape(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}{host}, {times}\n{error}"))
     if cal.uncertainty:
         console.print(escape("uncertainty (one standard deviation): " + ", ".join(f"{k} {lo:g}–{hi:g}" for k, (lo, hi) in cal.uncertainty.items())))

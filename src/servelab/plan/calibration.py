@@ -22,6 +22,7 @@ HYBRID_CALIBRATION = "vllm-0.25-h100-hybrid-fp8"  # hybrid (Mamba-2 / Gated Delt
 SHIPPED_GPU = "9.0"  # the compute capability the two above were measured on (H100 SXM; held out on H200s): Hopper, any sm_90 profile
 BW_RANGE = (0.2, 1.0)  # the grid of η_bw in fit (steps of 0.01); the datasheet bandwidth is the ceiling
 COMPUTE_RANGE = (0.1, 1.2)  # … of η_c
+MIXED_FLOOR = 0.0  # Calibration.mixed_floor in the shipped calibrations: none (0.7 put 173 of the thirteen kept-back sets' 194 steady-state levels beyond one stream within 20 % on tok/s held out, 162 at 0, but moves the MLA layer times fitted with the floor off and the cold tables: validation/mixed_steps.py, validation/RESULTS-predict.md)
 
 
 class Calibration(BaseModel):
@@ -56,6 +57,9 @@ class Calibration(BaseModel):
     )
     host_scale: float = Field(
         1.0, gt=0, le=10, description="This machine's host time over the machines measured (Engine.eager_host_s, step_host_s): scales the host's floor, time per step and queue; servelab calibrate fits it, 1 in the shipped calibrations."
+    )
+    mixed_floor: float = Field(
+        MIXED_FLOOR, ge=0, le=2, description="The share of the host's floor for a step without CUDA graphs (Engine.eager_host_s: its layers', MoE and MLA layers' launches) that a steady-state step with prompts beyond one stream takes at least, whatever the host's share (servelab.plan.predict; docs/metrics.md, \"host's floor\"). MIXED_FLOOR in the shipped calibrations; servelab calibrate fits it on the server's levels."
     )
     mixed_share: float | None = Field(
         None, gt=0, le=1, description="This server's s in the steady state's cohorts m₀ = k ÷ min(k, s) prompts a step with prompts (servelab.plan.cohorts.cohorts, in place of MIXED_SHARE 0.25: once k ≥ s prompts arrive a decode step, a share s of the steps carry them) where the host does not bind; not used by bursts or speculative levels. servelab calibrate measures it from its levels' prompts a step; None (the shipped calibrations): MIXED_SHARE."

@@ -1,6 +1,6 @@
 """Calibrating ``servelab predict`` (``servelab.plan.predict``) on measured runs: a run's levels with
 the model's terms for the same load (``measured_levels``), the least-squares fit of the efficiencies
-and times per step (``fit``), leave-one-out errors (``leave_one_out``, ``error_summary``).
+and times per step (``fit``); their measured error: ``servelab.plan.holdout``.
 
 Every shipped calibration (data/calibration.yaml) was fitted here by validation/predict_loo.py.
 """
@@ -292,32 +292,48 @@ def _fit_base(rows: list[Measured], name: str, source: str, prior: Calibration |
     if not prior:
         return cal.model_copy(update={"eager_step_ms": round(float(eager[i, j]) * 1e3, 3)})
     cal = cal.model_copy(update={key: round(float(eager[i, j]) * getattr(eager_prior, key), 3) for key in EAGER_SCALED})
-    return _fit_host(rows, cal.model_copy(update={"uncertainty": _intervals(sse / LEVEL_NOISE**2, bw[:, 0], cmp[0], b[i, j], c[i, j], cal, eager_prior.eager_step_ms)}))
+    return _fit_host(rows, _fit_floor(rows, cal.model_copy(update={"uncertainty": _intervals(sse / LEVEL_NOISE**2, bw[:, 0], cmp[0], b[i, j], c[i, j], cal, eager_prior.eager_step_ms)})))
 
 
 def _fit_host(rows: list[Measured], cal: Calibration) -> Calibration:
     """``cal`` with this machine's ``host_scale`` (its host's times over those of the machines measured: the floors under steps
-    without CUDA graphs, the time per step, the queue; ``Terms.on_host``) fitted on ``rows``, the rest held: the scale on
-    ``HOST_SCALES`` whose predictions (:func:`predict`, the whole model) minimise the squared log errors of each level's TPOT p50
-    and aggregate tok/s (÷ ``LEVEL_NOISE``) and, beyond one stream, its TTFT p50 (÷ ``TTFT_NOISE``: the host's queue shows
-    there), plus the prior's (log scale ÷ ``HOST_WIDTH``)², a load measured n times weighing as one; its interval where that
-    objective is within 1 of its minimum. Only where the host binds a level beyond one stream (``Point.host_bound`` under
-    ``cal``): elsewhere the levels cannot tell its speed from another term's error, and ``cal`` comes back as it is (unguarded,
-    DeepSeek-V2-Lite's MLA steady state took 1.9 and its bursts went 12–22 % slow). After the other parameters, not with
-    them: they are fitted without the host's terms (:func:`fit_levels`), so a host-bound server's fitted times still carry some of
-    them (validation/RESULTS-predict.md, "A host that calibrate pins")."""
+    without CUDA graphs, the time per step, the queue; ``Terms.on_host``) fitted on ``rows``, the rest held (:func:`_fit_grid`
+    on ``HOST_SCALES``, the prior's (log scale ÷ ``HOST_WIDTH``)²). Only where the host binds a level beyond one stream
+    (``Point.host_bound`` under ``cal``): elsewhere the levels cannot tell its speed from another term's error, and ``cal`` comes
+    back as it is (unguarded, DeepSeek-V2-Lite's MLA steady state took 1.9 and its bursts went 12–22 % slow). After the other
+    parameters, not with them: they are fitted without the host's terms (:func:`fit_levels`), so a host-bound server's fitted
+    times still carry some of them (validation/RESULTS-predict.md, "A host that calibrate pins")."""
     if not any(m.concurrency > 1 and _host_bound(m, cal) for m in rows):
         return cal  # the host binds no level beyond one stream: these levels cannot tell its scale from the other terms' errors
+    return _fit_grid(rows, cal, "host_scale", HOST_SCALES, np.log(HOST_SCALES) ** 2 / HOST_WIDTH**2)
+
+
+def _fit_floor(rows: list[Measured], cal: Calibration) -> Calibration:
+    """``cal`` with this server's ``mixed_floor`` (the share of the host's floor a steady-state step with prompts takes at least:
+    ``Calibration.mixed_floor``) fitted on ``rows``, the rest held (:func:`_fit_grid` on ``MIXED_FLOORS``, the prior's ((share −
+    ``cal``'s) ÷ ``FLOOR_WIDTH``)²), where a level beyond one stream has steps with prompts without CUDA graphs; else ``cal``. After
+    the base fit, not in it: the floor is a maximum, not linear in the fitted times, which carry some of what such a step costs
+    (validation/RESULTS-predict.md, "A share of the host's floor, fitted by calibrate")."""
+    if not any(m.concurrency > 1 and m.terms.mixed_eager for m in rows):
+        return cal
+    return _fit_grid(rows, cal, "mixed_floor", MIXED_FLOORS, ((MIXED_FLOORS - cal.mixed_floor) / FLOOR_WIDTH) ** 2)
+
+
+def _fit_grid(rows: list[Measured], cal: Calibration, key: str, grid: np.ndarray, prior: np.ndarray) -> Calibration:
+    """``cal`` with ``key`` the value on ``grid`` whose predictions (:func:`predict`, the whole model) minimise the squared log
+    errors of each level's TPOT p50 and aggregate tok/s (÷ ``LEVEL_NOISE``) and, beyond one stream, its TTFT p50 (÷ ``TTFT_NOISE``:
+    the host's queue shows there), plus ``prior`` (the prior's term at each grid value), a load measured n times weighing as
+    one; its interval where that objective is within 1 of its minimum (``Calibration.uncertainty``)."""
     same = Counter(_load(m) for m in rows)
-    objective = np.log(HOST_SCALES) ** 2 / HOST_WIDTH**2
-    for k, scale in enumerate(HOST_SCALES):
-        on_host = cal.model_copy(update={"host_scale": float(scale)})
+    objective = np.array(prior, dtype=float)
+    for k, value in enumerate(grid):
+        at = cal.model_copy(update={key: float(value)})
         for m in rows:
-            p = predict(m.terms, on_host, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance)
+            p = predict(m.terms, at, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance)
             errors = [(p.tpot_s / m.tpot_s, LEVEL_NOISE), (p.aggregate_tok_s / m.tok_s, LEVEL_NOISE)] + [(p.ttft_s / m.ttft_s, TTFT_NOISE)] * (m.concurrency > 1)
             objective[k] += sum((math.log(ratio) / noise) ** 2 for ratio, noise in errors) / same[_load(m)]
-    best, near = int(np.argmin(objective)), HOST_SCALES[objective <= objective.min() + 1]
-    return cal.model_copy(update={"host_scale": float(HOST_SCALES[best]), "uncertainty": {**cal.uncertainty, "host_scale": (float(near.min()), float(near.max()))}})
+    best, near = int(np.argmin(objective)), grid[objective <= objective.min() + 1]
+    return cal.model_copy(update={key: float(grid[best]), "uncertainty": {**cal.uncertainty, key: (float(near.min()), float(near.max()))}})
 
 
 def _prior_eager_ms(prior: Calibration) -> dict[str, float]:
@@ -333,6 +349,8 @@ SAME_GPU_WIDTH = {"bw_efficiency": 0.08, "compute_efficiency": 0.1}  # … on th
 PRIOR_FLOOR = {"layer_overhead_us": 10.0, "eager_step_ms": 1.0}  # … at least this (µs, ms): a prior time of 0 still lets the levels move it
 PRIOR_KEPT = ("moe_layer_us", "moe_eager_layer_ms", "mla_layer_us", "mla_eager_layer_ms", "untuned_moe_layer_us", "draft_overhead_ms")  # the prior's times a base fit keeps
 HOST_SCALES = np.round(np.geomspace(0.25, 4.0, 49), 3)  # the grid of Calibration.host_scale in a fit with a prior (steps of 6 %)
+MIXED_FLOORS = np.round(np.arange(0.0, 1.41, 0.1), 2)  # the grid of Calibration.mixed_floor in a fit with a prior
+FLOOR_WIDTH = 0.5  # σ of the prior's mixed_floor: the kept-back servers' steps with prompts (ITL p90) over the host's floor, 0.5–1.5 from the 10th to the 90th percentile of 96 levels (validation/mixed_steps.py)
 HOST_WIDTH = math.log(2)  # σ of the prior's log host scale (1): the seventh kept-back set's host launched and queued about 2 × faster than the others' (validation/RESULTS-predict.md)
 TTFT_NOISE = 0.2  # a steady-state level's TTFT p50's relative noise in the host's fit: the fourth and fifth kept-back sets' 64-stream repeats, 5–25 % apart on five servers of six (*-repeats3-stagger-run.json)
 EAGER_SCALED = ("eager_step_ms", "moe_eager_layer_ms", "mla_eager_layer_ms")  # … of them (and t_eager) what a fit with a prior scales by one factor
@@ -371,48 +389,3 @@ def _intervals(objective: np.ndarray, bw: np.ndarray, cmp: np.ndarray, b: np.nda
 def _load(m: Measured) -> tuple:
     """What makes two measured levels the same load: model and hardware (their decode step's bytes), lengths, streams, mode."""
     return (round(m.terms.decode_bytes_s, 9), m.terms.input_tokens, m.output_tokens, m.concurrency, m.terms.mode, m.terms.draft_tokens)
-
-
-def leave_one_out(runs: list[list[Measured]], name: str, prior: Calibration | None = None, widths: dict[str, float] | None = None) -> list[tuple[int, Measured, Point]]:
-    """Every level predicted with the calibration fitted (with ``prior`` and its σ ``widths``, :func:`fit`) on the *other* runs (one run: on its other
-    levels): (run index, measured, predicted) per level; a run without which fewer than two
-    steady-state levels remain (the only steady-state run beside bursts) is not scored.
-
-    Raises:
-        ServelabError: too few levels to fit without the one held out, or no run can be scored.
-    """
-    if len(runs) > 1:
-        held = [(i, None) for i in range(len(runs))]
-    else:
-        held = [(0, j) for j in range(len(runs[0]))]
-    out = []
-    for i, j in held:
-        train = [m for k, levels in enumerate(runs) for n, m in enumerate(levels) if (k != i if j is None else n != j)]
-        if sum(m.terms.mode not in BURST_REQUESTS for m in train) < 2 and len(held) > 1:
-            continue  # without it, too few steady-state levels to fit: its levels are not scored
-        cal = fit(train, name, "leave-one-out", prior, widths)
-        for n, m in enumerate(runs[i]):
-            if j is None or n == j:
-                out.append((i, m, predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens, acceptance=m.acceptance)))
-    if not out:
-        raise ServelabError("leave-one-out needs two runs with steady-state levels (servelab bench, --closed-loop stagger), or one with several")
-    return out
-
-
-def error_summary(pairs: list[tuple[int, Measured, Point]]) -> str:
-    """The measured error of :func:`leave_one_out`, in words: aggregate tok/s, single-stream decode
-    (levels of one stream) and TTFT (p50; a burst's mean), median and worst absolute %."""
-
-    def stats(values: list[float]) -> str:
-        return f"median {100 * float(np.median(values)):.1f} %, worst {100 * max(values):.1f} %"
-
-    agg = [abs(p.aggregate_tok_s / m.tok_s - 1) for _, m, p in pairs]
-    single = [abs(m.tpot_s / p.tpot_s - 1) for _, m, p in pairs if m.concurrency == 1]
-    ttft = [abs(predicted_ttft(m, p) / m.ttft_s - 1) for _, m, p in pairs]
-    return (f"aggregate output tok/s {stats(agg)} ({len(pairs)} levels)" + (f"; single-stream decode {stats(single)}" if single else "")
-            + f"; TTFT {stats(ttft)}")  # fmt: skip
-
-
-def predicted_ttft(m: Measured, p: Point) -> float:
-    """The predicted TTFT to set beside ``m.ttft_s``: the mean for a burst, the p50 otherwise, s."""
-    return p.ttft_mean_s if m.terms.mode in BURST_REQUESTS else p.ttft_s

@@ -66,7 +66,7 @@ The model, per GPU of a TP group, at ``c`` streams of P prompt and O output toke
   ``max_num_batched_tokens`` after the API server hands them on one by one (the launch spread),
   then the wave decodes at full batch with CUDA graphs; each stream's next request (``BURST_REQUESTS``
   per stream) arrives as its previous one ends; a step with prompts without CUDA graphs takes at least
-  the host's time to launch it (``Engine.eager_host_s``; a steady state's, its layers' launches alone: ``Terms.eager_launch_s``). TTFT is bimodal: its mean and p99 are the figures
+  the host's time to launch it (``Engine.eager_host_s``; a steady state's, its layers' launches alone where the host binds, ``Terms.eager_launch_s``, and a share ``Calibration.mixed_floor`` of the whole beyond one stream, 0 but where calibrate fits it). TTFT is bimodal: its mean and p99 are the figures
   to compare (``ttft_mean_s``, ``ttft_p99_s``); a burst with speculative decoding is priced as the
   steady state (not step by step); **batch** (``--closed-loop batch``): the same with one request per
   stream, a ``servelab grid`` cell or a llama-benchy batch, whose tg t/s (total) is ``tg_total_tok_s``;
@@ -212,7 +212,8 @@ def predict(t: Terms, cal: Calibration, *, concurrency: int, output_tokens: int,
     ttft = float(ttft0 + layer * o_ttft + (draft + fitted_moe) * s_ttft + fitted_eager * e_ttft)
     share = t.mixed_share
     mixed = t_d + (tpot - t_d / per_step) / share if share else ttft - API_TTFT_S  # a step that carries prompts, as priced (one stream: its prompt alone)
-    floor = max(host, host_ramp(host_share) * t.eager_launch_s) if t.mixed_eager else host  # where the host binds, a step with prompts without graphs: at least its launches
+    steady = cal.mixed_floor * t.eager_host_s if t.running > 1 else 0.0  # a step with prompts without graphs: a share of the host's floor, its MoE and MLA layers' launches included
+    floor = max(host, host_ramp(host_share) * t.eager_launch_s, steady) if t.mixed_eager else host  # and where the host binds, at least its layers' launches
     lift, lift_mixed = max(0.0, host - t_d), max(0.0, floor - mixed)  # each kind of step no faster than the host's time for it
     tpot += (1 - share) * lift / per_step + share * lift_mixed
     ttft += (s_ttft - 1) * ((1 - share) * lift + share * lift_mixed) + lift_mixed  # the steps it waits for, then its own

@@ -26,7 +26,8 @@ from servelab.rules.diagnose import diagnose
 from servelab.errors import ServelabError
 from servelab.metrics.repeats import RepeatStats, repeat_stats
 from servelab.plan.calibration import Calibration
-from servelab.plan.fit import Measured, measured_levels, predicted_ttft
+from servelab.plan.fit import Measured, measured_levels
+from servelab.plan.holdout import predicted_ttft
 from servelab.plan.predict import API_TTFT_S, BURST_REQUESTS, Point, predict
 from servelab.plan.quant import QuantFormat
 from servelab.store.results import RunResult
