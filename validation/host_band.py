@@ -6,7 +6,8 @@ the fourth (seen before this rule was made, not fitted on), the fifth (measured 
 after predict was frozen with it; seen when the burst's was made), the sixth (an H100's, opened after predict was frozen with
 the burst's; seen, with the fourth and fifth, when the steady state took the bursts' queue and the host's floor), the
 seventh (another H100's, opened after predict was frozen with those), the eighth (a third H100's, one job on its host) and the
-ninth (a fourth H100's, one job on it); the tenth to thirteenth have no scored host-bound point:
+ninth (a fourth H100's, one job on it); the tenth to twelfth have no scored host-bound point, the thirteenth's and fourteenth's
+(five) are not in these fits:
 
 **The host's queue** (``servelab.engines.vllm_host.HOST_QUEUE``): over the fitted sets' host-bound bursts beyond one stream,
 the median of (measured mean TTFT − predicted TTFT without the queue) ÷ (B · h₁), B the running streams and h₁ the host's time

@@ -227,8 +227,8 @@ def kept_back_steps() -> None:
     held: list[tuple] = []  # every steady-state level beyond one stream (repeats each), with the shipped calibration
     fmt = get_format("bf16")
     for path in sorted(COLD.glob("kept-back*/*-run.json")):
-        model, run_name = next((path.name.split(f"-{k}")[0], k) for k in ("repeats3-stagger-run", "stagger-run", "calibrate-run") if path.name.endswith(f"-{k}.json"))
-        if void(model, path.parent):
+        model, run_name = next(((path.name.split(f"-{k}")[0], k) for k in ("repeats3-stagger-run", "stagger-run", "calibrate-run") if path.name.endswith(f"-{k}.json")), ("", ""))
+        if not model or void(model, path.parent):
             continue
         spec, hw = load_model(str(COLD / "configs" / model)), load_hardware("h100-sxm" if path.parent.name.endswith("-h100") else "h200")
         run, cal = RunResult.model_validate_json(path.read_text()), calibration(None, spec, fmt)
@@ -245,10 +245,17 @@ def kept_back_steps() -> None:
                   f"{per_step} | {p.decode_step_s * 1e3:.1f} / {mixed * 1e3:.1f} | {t.eager_host_s * 1e3:.1f} |")  # fmt: skip
             if not p.host_bound and (lv.itl_ms.p90 > 1.5 * lv.itl_ms.p50):  # the p90 a step with prompts: not bunched into waves
                 ratios[spec.moe_layers >= 20].append((lv.itl_ms.p90 / 1e3 / mixed, lv.itl_ms.p90 / 1e3 / t.eager_host_s))
+    floors = sorted(b for pairs in ratios.values() for _, b in pairs)
+    if not floors:
+        return
+    print(f"\nmeasured step with prompts over the host's floor, {len(floors)} levels: 10th percentile {floors[len(floors) // 10]:.2f}, "
+          f"median {statistics.median(floors):.2f}, 90th {floors[len(floors) * 9 // 10]:.2f}")  # fmt: skip
     for many, pairs in ratios.items():
+        if not pairs:
+            continue
         print(f"\n{'20 MoE layers or more' if many else 'fewer than 20 MoE layers (dense included)'}: {len(pairs)} levels, measured step with prompts (ITL p90) "
               f"over predict's median {statistics.median(a for a, _ in pairs):.2f}, over the host's floor median {statistics.median(b for _, b in pairs):.2f}")  # fmt: skip
-    print(f"\nThe {len(held)} steady-state levels beyond one stream, held out (tok/s), with a share of the host's floor as a step with prompts' least "
+    print(f"\nThe {len(held)} steady-state levels beyond one stream (each 60 s repeat and the design window it repeats apart), held out (tok/s), with a share of the host's floor as a step with prompts' least "
           "(Calibration.mixed_floor; 0 in the shipped calibrations)\n\n| share | median | worst | within 10 % | within 20 % |\n|---|---|---|---|---|")  # fmt: skip
     for share in (0.0, 0.5, 0.6, 0.7, 0.8, 1.0):
         errors = [abs(predict(m.terms, cal.model_copy(update={"mixed_floor": share}), concurrency=m.concurrency, output_tokens=m.output_tokens).aggregate_tok_s / m.tok_s - 1)

@@ -116,6 +116,8 @@ def _show(cal: Calibration, error: str) -> None:
     if cal.mixed_share:
         console.print(escape(f"cohorts: s = {cal.mixed_share:g}, the share of the steady state's steps that carry prompts once k ≥ s prompts arrive a decode step "
                              f"(measured: its levels' prompts a step; predict's default {MIXED_SHARE:g})"))
+    if cal.uncertainty and "mixed_floor" not in cal.uncertainty:
+        console.print(f"mixed_floor {cal.mixed_floor:g} (not fitted: no level beyond one stream has steps with prompts without CUDA graphs and a host's floor for them)")
     if cal.uncertainty and "host_scale" not in cal.uncertainty:
         console.print("host_scale 1 (not fitted: the host binds no level beyond one stream, so these levels cannot tell its speed)")
     if cal.bw_efficiency in BW_RANGE or cal.compute_efficiency in COMPUTE_RANGE:

@@ -22,7 +22,7 @@ HYBRID_CALIBRATION = "vllm-0.25-h100-hybrid-fp8"  # hybrid (Mamba-2 / Gated Delt
 SHIPPED_GPU = "9.0"  # the compute capability the two above were measured on (H100 SXM; held out on H200s): Hopper, any sm_90 profile
 BW_RANGE = (0.2, 1.0)  # the grid of η_bw in fit (steps of 0.01); the datasheet bandwidth is the ceiling
 COMPUTE_RANGE = (0.1, 1.2)  # … of η_c
-MIXED_FLOOR = 0.0  # Calibration.mixed_floor in the shipped calibrations: none (0.7 put 173 of the thirteen kept-back sets' 194 steady-state levels beyond one stream within 20 % on tok/s held out, 162 at 0, but moves the MLA layer times fitted with the floor off and the cold tables: validation/mixed_steps.py, validation/RESULTS-predict.md)
+MIXED_FLOOR = 0.0  # Calibration.mixed_floor in the shipped calibrations: none (0.7 put 183 of the fourteen kept-back sets' 204 steady-state levels beyond one stream within 20 % on tok/s held out, 172 at 0, but moves the MLA layer times fitted with the floor off and the cold tables: validation/mixed_steps.py, validation/RESULTS-predict.md)
 
 
 class Calibration(BaseModel):

@@ -20,7 +20,7 @@ from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, SHIPPED_GPU, Cali
 from servelab.plan.cohorts import MIXED_SHARE, cohorts, recohorted
 from servelab.plan.drafter import parse_drafter
 from servelab.plan.limits import limits_for
-from servelab.plan.predict import BURST_REQUESTS, Point, fitted_extras, predict, step_times
+from servelab.plan.predict import BURST_REQUESTS, fitted_extras, predict, step_times
 from servelab.plan.terms import Terms, terms
 from servelab.plan.quant import QuantFormat
 from servelab.plan.roofline import spec_tokens_per_step
@@ -147,7 +147,8 @@ def fit_levels(rows: list[Measured], name: str, source: str, prior: Calibration 
     host-bound server's calibration absorbs them in its fitted times, which predict then adds again (the fifth kept-back set's
     two small dense models: their 64-stream repeats 7–14 % off with the shipped calibration, 14–18 % after calibrate;
     validation/RESULTS-predict.md); the MoE and MLA layer times' fits see them through ``predict``. With a prior, this machine's
-    host scale (``Calibration.host_scale``) is then fitted through the whole of ``predict``, the rest held (:func:`_fit_host`).
+    host scale (``Calibration.host_scale``) is then fitted through the whole of ``predict``, the rest held (:func:`_fit_host`), and
+    then the share of the host's floor a steady-state step with prompts takes (``Calibration.mixed_floor``, :func:`_fit_floor`).
     Each parameter is pulled toward the prior's by a Gaussian of width
     ``widths`` (merged over ``PRIOR_WIDTH``, which alone is the wide prior whatever the GPU; ``servelab calibrate`` passes
     :func:`prior_widths` for the GPU measured) against the levels' noise ``LEVEL_NOISE``, so a design that does not pin a
@@ -292,7 +293,7 @@ def _fit_base(rows: list[Measured], name: str, source: str, prior: Calibration |
     if not prior:
         return cal.model_copy(update={"eager_step_ms": round(float(eager[i, j]) * 1e3, 3)})
     cal = cal.model_copy(update={key: round(float(eager[i, j]) * getattr(eager_prior, key), 3) for key in EAGER_SCALED})
-    return _fit_host(rows, _fit_floor(rows, cal.model_copy(update={"uncertainty": _intervals(sse / LEVEL_NOISE**2, bw[:, 0], cmp[0], b[i, j], c[i, j], cal, eager_prior.eager_step_ms)})))
+    return _fit_floor(rows, _fit_host(rows, cal.model_copy(update={"uncertainty": _intervals(sse / LEVEL_NOISE**2, bw[:, 0], cmp[0], b[i, j], c[i, j], cal, eager_prior.eager_step_ms)})))
 
 
 def _fit_host(rows: list[Measured], cal: Calibration) -> Calibration:
@@ -311,11 +312,12 @@ def _fit_host(rows: list[Measured], cal: Calibration) -> Calibration:
 def _fit_floor(rows: list[Measured], cal: Calibration) -> Calibration:
     """``cal`` with this server's ``mixed_floor`` (the share of the host's floor a steady-state step with prompts takes at least:
     ``Calibration.mixed_floor``) fitted on ``rows``, the rest held (:func:`_fit_grid` on ``MIXED_FLOORS``, the prior's ((share −
-    ``cal``'s) ÷ ``FLOOR_WIDTH``)²), where a level beyond one stream has steps with prompts without CUDA graphs; else ``cal``. After
-    the base fit, not in it: the floor is a maximum, not linear in the fitted times, which carry some of what such a step costs
+    ``cal``'s) ÷ ``FLOOR_WIDTH``)²), where a level beyond one stream has steps with prompts without CUDA graphs and the engine a floor
+    for them on this GPU; else ``cal``. After the base fit and this machine's host scale (the floor is the host's, scaled), not in
+    the base fit: the floor is a maximum, not linear in the fitted times, which carry some of what such a step costs
     (validation/RESULTS-predict.md, "A share of the host's floor, fitted by calibrate")."""
-    if not any(m.concurrency > 1 and m.terms.mixed_eager for m in rows):
-        return cal
+    if not any(m.concurrency > 1 and m.terms.mixed_eager and m.terms.eager_host_s > 0 for m in rows):
+        return cal  # no such step, or no floor measured for this GPU and format (Engine.eager_host_s 0)
     return _fit_grid(rows, cal, "mixed_floor", MIXED_FLOORS, ((MIXED_FLOORS - cal.mixed_floor) / FLOOR_WIDTH) ** 2)
 
 
@@ -347,10 +349,10 @@ LEVEL_NOISE = 0.05  # a level's relative noise in a fit with a prior: one server
 PRIOR_WIDTH = {"bw_efficiency": 0.15, "compute_efficiency": 0.3, "layer_overhead_us": 0.5, "eager_scale": 1.0}  # σ of the prior: absolute for the efficiencies and the eager scale (prior 1), relative (× the prior's) for t_ℓ
 SAME_GPU_WIDTH = {"bw_efficiency": 0.08, "compute_efficiency": 0.1}  # … on the prior's own GPU generation (prior_widths): its efficiencies are the GPU's (η_c moved 5–8 % with an H100's power-capped clock; one-stream decode, η_bw's, agreed within 5 % over the H100 and H200 hosts measured); wider, calibrate moved η_c 0.74 → 0.27 on GLM-4.5-Air's steady state and priced its bursts 22 % slow
 PRIOR_FLOOR = {"layer_overhead_us": 10.0, "eager_step_ms": 1.0}  # … at least this (µs, ms): a prior time of 0 still lets the levels move it
-PRIOR_KEPT = ("moe_layer_us", "moe_eager_layer_ms", "mla_layer_us", "mla_eager_layer_ms", "untuned_moe_layer_us", "draft_overhead_ms")  # the prior's times a base fit keeps
+PRIOR_KEPT = ("moe_layer_us", "moe_eager_layer_ms", "mla_layer_us", "mla_eager_layer_ms", "untuned_moe_layer_us", "draft_overhead_ms", "mixed_floor")  # the prior's times a base fit keeps, and its floor's share (the floor fit's prior)
 HOST_SCALES = np.round(np.geomspace(0.25, 4.0, 49), 3)  # the grid of Calibration.host_scale in a fit with a prior (steps of 6 %)
 MIXED_FLOORS = np.round(np.arange(0.0, 1.41, 0.1), 2)  # the grid of Calibration.mixed_floor in a fit with a prior
-FLOOR_WIDTH = 0.5  # σ of the prior's mixed_floor: the kept-back servers' steps with prompts (ITL p90) over the host's floor, 0.5–1.5 from the 10th to the 90th percentile of 96 levels (validation/mixed_steps.py)
+FLOOR_WIDTH = 0.5  # σ of the prior's mixed_floor: the kept-back servers' steps with prompts (ITL p90) over the host's floor, 0.68–1.74 from the 10th to the 90th percentile of 84 levels (validation/mixed_steps.py)
 HOST_WIDTH = math.log(2)  # σ of the prior's log host scale (1): the seventh kept-back set's host launched and queued about 2 × faster than the others' (validation/RESULTS-predict.md)
 TTFT_NOISE = 0.2  # a steady-state level's TTFT p50's relative noise in the host's fit: the fourth and fifth kept-back sets' 64-stream repeats, 5–25 % apart on five servers of six (*-repeats3-stagger-run.json)
 EAGER_SCALED = ("eager_step_ms", "moe_eager_layer_ms", "mla_eager_layer_ms")  # … of them (and t_eager) what a fit with a prior scales by one factor

@@ -110,7 +110,8 @@ class Pricer:
         rows = [Measured(lv.concurrency, c.terms_at(lv.concurrency), self.load.output_tokens, lv.tpot_ms.p50 / 1e3, lv.ttft_ms.p50 / 1e3,
                          lv.output_throughput_tok_s) for p, lv in probes if not isinstance(c := curves[p.label], str)]  # fmt: skip
         try:
-            self.cal = fit(rows, "tune", f"servelab tune, fitted on {len(rows)} probes of {len(launched)} launches")
+            refit = fit(rows, "tune", f"servelab tune, fitted on {len(rows)} probes of {len(launched)} launches")
+            self.cal = refit.model_copy(update={"mixed_floor": self.cal.mixed_floor})  # the server's floor share, as calibrate fitted it: no prior here to fit it again
         except ServelabError:
             return
         curves = {p.label: self.curve(p.settings) for p, _ in launched}  # with the fitted calibration
