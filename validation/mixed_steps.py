@@ -235,7 +235,8 @@ def kept_back_steps() -> None:
         raw = {lv.concurrency: lv for lv in run.levels}
         for m in measured_levels(run, spec, fmt, hw):
             lv, t = raw[m.concurrency], m.terms.on_host(cal.host_scale)
-            held.append((m, cal)) if m.concurrency > 1 else None
+            if m.concurrency > 1:
+                held.append((m, cal))
             if m.concurrency < 16 or not lv.itl_ms or not t.mixed_share or run_name.startswith("repeats3"):
                 continue  # a repeat's level is the design's again
             p = predict(m.terms, cal, concurrency=m.concurrency, output_tokens=m.output_tokens)

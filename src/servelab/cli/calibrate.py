@@ -108,9 +108,8 @@ def _design_run(load: Load, target: Target, roofline: tuple, output: Path | None
 def _show(cal: Calibration, error: str) -> None:
     """The fitted calibration, its intervals, its leave-one-out error, and a parameter at the edge of its range named."""
     times = ", ".join(f"{key} {getattr(cal, key)}" for key in TIMES if key in TIMES[:2] or getattr(cal, key))  # the MoE, MLA and drafting times where non-zero
-    host = f", host_scale {cal.host_scale:g}" if "host_scale" in cal.uncertainty else ""  # fitted (with a prior, where the host binds a level)
-    host += f", mixed_floor {cal.mixed_floor:g}" if "mixed_floor" in cal.uncertainty else ""  # fitted (with a prior, where a level has steps with prompts without graphs)
-    console.print(escape(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}{host}, {times}\n{error}"))
+    fitted = "".join(f", {key} {getattr(cal, key):g}" for key in ("host_scale", "mixed_floor") if key in cal.uncertainty)  # with a prior, where the levels pin them (fit._fit_host, fit._fit_floor)
+    console.print(escape(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}{fitted}, {times}\n{error}"))
     if cal.uncertainty:
         console.print(escape("uncertainty (one standard deviation): " + ", ".join(f"{k} {lo:g}–{hi:g}" for k, (lo, hi) in cal.uncertainty.items())))
     if cal.mixed_share:
