@@ -147,6 +147,10 @@ MODELS = {  # name → (vLLM flags, environment, vocab_size when not the kit tok
     # all 192 experts (so the routing simulation holds), each with a config class vLLM ships; chosen after the thirteenth was opened, before it is measured
     "axk1-4l": (("--max-model-len", "2048", "--attention-backend", "FLASHMLA", "--trust-remote-code"), UNIFORM, 163840),  # A.X K1 (SK Telecom) in vLLM's AXK1Config shapes cut to 4 layers (1 dense, 3 MoE), BF16: MLA (q_lora 1,536, 64 heads), 192 experts of 2,048, top 8, a shared one, hidden 7,168 (57 GB); model_type AXK1 is in no config registry of vLLM 0.25 or transformers 5.17 (whose is 'axk1', which vLLM would not read as MLA): config.json's auto_map names vLLM's AXK1Config, copied beside it, hence --trust-remote-code
     "hy-v3-8l": (("--max-model-len", "2048"), UNIFORM, 120832),  # HY V3 (Tencent Hunyuan) in vLLM's HYV3Config shapes cut to 8 layers (1 dense, 7 MoE), BF16: 192 experts of 1,536, top 8, a shared one, 64 heads of 128 on hidden 4,096, 8 KV heads, q/k norms (55 GB)
+    # issue 53's fifteenth set (validation/kept-back15-h100/), not new models: the first two sets' deep MLA MoE (glm-4.7-flash and
+    # moonlight-16b-a3b above, their worst held out 40 and 55 %, on design levels run while three other servers shared the host's
+    # CPUs) measured again one job on one H100 host, by the same protocol, and opened at the commit that chose it: whether that
+    # worst is predict's or the shared host's; qwen1.5-moe-a2.7b (its 16-stream burst +50 %, TTFT 674 ms) if time is left
     # Llama-3.2-1B with CUDA graphs up to 2,048 tokens (a prompt's step inside a graph): whether its steady state's waves come from steps without graphs
     "llama-3.2-1b-graphs": (("--max-model-len", "2048", "--max-cudagraph-capture-size", "2048"), {}, 128256),
     # the small MoE models again with four API server processes (vLLM's --api-server-count): whether one API server bounds their steady state
