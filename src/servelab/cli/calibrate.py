@@ -118,7 +118,7 @@ def _show(cal: Calibration, error: str) -> None:
     if cal.uncertainty and "mixed_floor" not in cal.uncertainty:
         console.print(f"mixed_floor {cal.mixed_floor:g} (not fitted: no level beyond one stream has steps with prompts without CUDA graphs and a host's floor for them)")
     if cal.uncertainty and "host_scale" not in cal.uncertainty:
-        console.print("host_scale 1 (not fitted: the host binds no level beyond one stream, so these levels cannot tell its speed)")
+        console.print(f"host_scale {cal.host_scale:g} (not fitted: the host binds no level beyond one stream, so these levels cannot tell its speed)")
     if cal.bw_efficiency in BW_RANGE or cal.compute_efficiency in COMPUTE_RANGE:
         console.print("[yellow]an efficiency sits at the edge of its range: these runs do not pin it down; add levels at other concurrencies (1 stream fixes the prefill efficiency)[/]")
 

@@ -81,13 +81,14 @@ def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None 
     server's cohorts where its levels measured them (:func:`measured_share`), the levels the host does not bind priced with them
     (``cohorts.recohorted``; where it binds, predict's waves price them), and the calibration carries them
     (``Calibration.mixed_share``), so that predict prices the same server's other levels with them too. One share for all the
-    ``rows``: give one server's runs. Without a prior, predict's ``MIXED_SHARE``.
+    ``rows``: give one server's runs; where they measured none, the prior's (a calibration of this server refitted: ``servelab
+    tune``). Without a prior, predict's ``MIXED_SHARE``.
 
     Raises:
         ServelabError: fewer than two steady-state levels.
     """
     bound = [bool(prior) and _host_bound(m, prior) for m in rows]
-    share = measured_share([m for m, b in zip(rows, bound, strict=True) if not b]) if prior else None
+    share = (measured_share([m for m, b in zip(rows, bound, strict=True) if not b]) or prior.mixed_share) if prior else None
     if share is None:
         return fit_levels(rows, name, source, prior, widths)
     rows = [m if b else replace(m, terms=recohorted(m.terms, share)) for m, b in zip(rows, bound, strict=True)]
@@ -299,14 +300,14 @@ def _fit_base(rows: list[Measured], name: str, source: str, prior: Calibration |
 def _fit_host(rows: list[Measured], cal: Calibration) -> Calibration:
     """``cal`` with this machine's ``host_scale`` (its host's times over those of the machines measured: the floors under steps
     without CUDA graphs, the time per step, the queue; ``Terms.on_host``) fitted on ``rows``, the rest held (:func:`_fit_grid`
-    on ``HOST_SCALES``, the prior's (log scale ÷ ``HOST_WIDTH``)²). Only where the host binds a level beyond one stream
+    on ``HOST_SCALES``, the prior's (log (scale ÷ the prior's) ÷ ``HOST_WIDTH``)²). Only where the host binds a level beyond one stream
     (``Point.host_bound`` under ``cal``): elsewhere the levels cannot tell its speed from another term's error, and ``cal`` comes
     back as it is (unguarded, DeepSeek-V2-Lite's MLA steady state took 1.9 and its bursts went 12–22 % slow). After the other
     parameters, not with them: they are fitted without the host's terms (:func:`fit_levels`), so a host-bound server's fitted
     times still carry some of them (validation/RESULTS-predict.md, "A host that calibrate pins")."""
     if not any(m.concurrency > 1 and _host_bound(m, cal) for m in rows):
         return cal  # the host binds no level beyond one stream: these levels cannot tell its scale from the other terms' errors
-    return _fit_grid(rows, cal, "host_scale", HOST_SCALES, np.log(HOST_SCALES) ** 2 / HOST_WIDTH**2)
+    return _fit_grid(rows, cal, "host_scale", HOST_SCALES, np.log(HOST_SCALES / cal.host_scale) ** 2 / HOST_WIDTH**2)
 
 
 def _fit_floor(rows: list[Measured], cal: Calibration) -> Calibration:
@@ -349,7 +350,8 @@ LEVEL_NOISE = 0.05  # a level's relative noise in a fit with a prior: one server
 PRIOR_WIDTH = {"bw_efficiency": 0.15, "compute_efficiency": 0.3, "layer_overhead_us": 0.5, "eager_scale": 1.0}  # σ of the prior: absolute for the efficiencies and the eager scale (prior 1), relative (× the prior's) for t_ℓ
 SAME_GPU_WIDTH = {"bw_efficiency": 0.08, "compute_efficiency": 0.1}  # … on the prior's own GPU generation (prior_widths): its efficiencies are the GPU's (η_c moved 5–8 % with an H100's power-capped clock; one-stream decode, η_bw's, agreed within 5 % over the H100 and H200 hosts measured); wider, calibrate moved η_c 0.74 → 0.27 on GLM-4.5-Air's steady state and priced its bursts 22 % slow
 PRIOR_FLOOR = {"layer_overhead_us": 10.0, "eager_step_ms": 1.0}  # … at least this (µs, ms): a prior time of 0 still lets the levels move it
-PRIOR_KEPT = ("moe_layer_us", "moe_eager_layer_ms", "mla_layer_us", "mla_eager_layer_ms", "untuned_moe_layer_us", "draft_overhead_ms", "mixed_floor")  # the prior's times a base fit keeps, and its floor's share (the floor fit's prior)
+PRIOR_KEPT = ("moe_layer_us", "moe_eager_layer_ms", "mla_layer_us", "mla_eager_layer_ms", "untuned_moe_layer_us", "draft_overhead_ms", "mixed_floor",
+              "host_scale")  # the prior's times a base fit keeps, and its host's scale and floor's share (their fits' priors; kept where the levels cannot fit them)
 HOST_SCALES = np.round(np.geomspace(0.25, 4.0, 49), 3)  # the grid of Calibration.host_scale in a fit with a prior (steps of 6 %)
 MIXED_FLOORS = np.round(np.arange(0.0, 1.41, 0.1), 2)  # the grid of Calibration.mixed_floor in a fit with a prior
 FLOOR_WIDTH = 0.5  # σ of the prior's mixed_floor: the kept-back servers' steps with prompts (ITL p90) over the host's floor, 0.68–1.74 from the 10th to the 90th percentile of 84 levels (validation/mixed_steps.py)

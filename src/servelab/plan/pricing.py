@@ -20,7 +20,7 @@ from servelab.metrics.slo import Objective
 from servelab.plan.band import Band
 from servelab.plan.calibration import Calibration
 from servelab.plan.curves import Curve, PredictedLoad, Within, price, within
-from servelab.plan.fit import Measured, fit
+from servelab.plan.fit import Measured, fit, prior_widths
 from servelab.plan.quant import kv_dtype_bytes
 from servelab.store.results import load_run
 from servelab.store.tuning import TuneDocument, TunePoint
@@ -71,7 +71,11 @@ class Pricer:
     objectives: list[Objective]
     factors: dict[str, float] = field(default_factory=dict)  # objective key → measured percentile ÷ predicted mean (refit)
     prior_band: float = PRIOR_BAND  # before any launch: the family class's tok/s band (servelab.plan.band), at least FLOOR_BAND
-    host_band: float = 0.0  # … at least, a host-bound point's (its predicted capacity host-bound: servelab.plan.band.point_band; the refit does not see the host's terms)
+    host_band: float = 0.0  # … at least, a host-bound point's (its predicted capacity host-bound: servelab.plan.band.point_band; the refit fits the host's scale only where a probe is host-bound)
+    prior: Calibration = field(init=False)  # the calibration tune started from: every refit's prior
+
+    def __post_init__(self) -> None:
+        self.prior = self.cal
 
     def curve(self, settings: dict[str, str | None]) -> Curve | str:
         """The point's curve, or why it does not fit (plan's one line).
@@ -85,7 +89,7 @@ class Pricer:
     def within(self, settings: dict[str, str | None], band: float) -> Within | str:
         """The point's predicted capacity within the objectives, each target ÷ its factor
         (``servelab.plan.curves.within``), its bracket ``band`` wide, at least ``host_band`` where that capacity is host-bound (as
-        predict and capacity show it: the calibration's refit on launches does not see the host's terms); or why it does not fit."""
+        predict and capacity show it: the calibration's refit on launches fits the host's scale only where a probe is host-bound); or why it does not fit."""
         curve = self.curve(settings)
         if isinstance(curve, str):
             return curve
@@ -97,8 +101,10 @@ class Pricer:
 
     def refit(self, launched: list[tuple[TunePoint, Path]]) -> None:
         """Fit the calibration on every probe level measured at the launched points (their run
-        directories under each point's directory), as ``servelab calibrate`` does (kept as it is
-        when fewer than two levels were measured); then each objective's factor: the median over
+        directories under each point's directory), as ``servelab calibrate`` does, with the calibration tune started from as the
+        prior (``servelab.plan.fit.fit``; its GPU's widths): what the probes cannot pin (a MoE or MLA layer's times, the host's
+        scale where the host binds no probe, the floor's share and the cohorts' share a calibrate measured) stays the prior's, as a
+        refit without one reset them (kept as it is when fewer than two levels were measured); then each objective's factor: the median over
         the probes of its measured percentile ÷ the calibrated prediction (TTFT and E2E with the
         queue's wait, ITL as TPOT)."""
         probes = []
@@ -108,10 +114,10 @@ class Pricer:
                 probes += [(point, lv) for lv in run.levels if lv.ok and lv.tpot_ms.p50 and lv.ttft_ms.p50 and lv.output_throughput_tok_s]
         curves = {p.label: self.curve(p.settings) for p, _ in launched}
         rows = [Measured(lv.concurrency, c.terms_at(lv.concurrency), self.load.output_tokens, lv.tpot_ms.p50 / 1e3, lv.ttft_ms.p50 / 1e3,
-                         lv.output_throughput_tok_s) for p, lv in probes if not isinstance(c := curves[p.label], str)]  # fmt: skip
+                         lv.output_throughput_tok_s, prompts_per_step=lv.waves.prompts_per_step if lv.waves else None)
+                for p, lv in probes if not isinstance(c := curves[p.label], str)]  # fmt: skip
         try:
-            refit = fit(rows, "tune", f"servelab tune, fitted on {len(rows)} probes of {len(launched)} launches")
-            self.cal = refit.model_copy(update={"mixed_floor": self.cal.mixed_floor})  # the server's floor share, as calibrate fitted it: no prior here to fit it again
+            self.cal = fit(rows, "tune", f"servelab tune, fitted on {len(rows)} probes of {len(launched)} launches", self.prior, prior_widths(self.hw))
         except ServelabError:
             return
         curves = {p.label: self.curve(p.settings) for p, _ in launched}  # with the fitted calibration
