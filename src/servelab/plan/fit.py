@@ -82,17 +82,35 @@ def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None 
     (``cohorts.recohorted``; where it binds, predict's waves price them), and the calibration carries them
     (``Calibration.mixed_share``), so that predict prices the same server's other levels with them too. One share for all the
     ``rows``: give one server's runs; where they measured none, the prior's (a calibration of this server refitted: ``servelab
-    tune``). Without a prior, predict's ``MIXED_SHARE``.
+    tune``). A level whose prompts bunched (:func:`_own_share`) is priced with its own cohorts instead: the load's waves, not
+    the server's (Laguna's design at 16 streams, 5.33 prompts a step where predict's cohorts carry one, pulled η_c to 0.1 fitted
+    as the server's; validation/RESULTS-predict.md, "A level's own cohorts"). Without a prior, predict's ``MIXED_SHARE``.
 
     Raises:
         ServelabError: fewer than two steady-state levels.
     """
     bound = [bool(prior) and _host_bound(m, prior) for m in rows]
     share = (measured_share([m for m, b in zip(rows, bound, strict=True) if not b]) or prior.mixed_share) if prior else None
-    if share is None:
+    if not prior:
         return fit_levels(rows, name, source, prior, widths)
-    rows = [m if b else replace(m, terms=recohorted(m.terms, share)) for m, b in zip(rows, bound, strict=True)]
+    rows = [m if b else _cohorted(m, share) for m, b in zip(rows, bound, strict=True)]
     return fit_levels(rows, name, source, prior, widths).model_copy(update={"mixed_share": share})
+
+
+def _cohorted(m: Measured, share: float | None) -> Measured:
+    """``m`` with its terms' cohorts as it measured them where its prompts bunched (``waves.bunched``: the load's waves, its own
+    share k ÷ its prompts a step), else under the server's ``share`` (None: predict's own)."""
+    own = _own_share(m)
+    return replace(m, terms=recohorted(m.terms, own or share)) if own or share else m
+
+
+def _own_share(m: Measured) -> float | None:
+    """A steady-state level's own share k ÷ its prompts a step where they bunched beyond predict's cohorts (:func:`measured_share`
+    leaves such a level out), else None."""
+    t, per_step = m.terms, m.prompts_per_step or 0.0
+    if t.mode != "stagger" or t.running < 2 or t.draft_tokens or not t.prompts_per_step or not 1 <= per_step <= t.running:
+        return None
+    return min(1.0, t.prompts_per_step / per_step) if bunched(per_step, cohorts(t.prompts_per_step, math.inf)[1]) else None
 
 
 def _host_bound(m: Measured, cal: Calibration) -> bool:
