@@ -21,7 +21,7 @@ from servelab.engines.vllm_moe import MOE_RATE
 from servelab.errors import ServelabError
 from servelab.plan.band import band_for
 from servelab.plan.calibration import Calibration, calibration
-from servelab.plan.fit import Measured, fit, fit_moe, measured_levels, measured_share
+from servelab.plan.fit import Measured, fit, fit_moe, measured_levels, measured_share, prior_widths
 from servelab.plan.holdout import leave_one_out
 from servelab.plan.hardware import load_hardware
 from servelab.plan.model_spec import load_model
@@ -493,6 +493,30 @@ def test_a_steady_states_step_with_prompts_without_graphs_takes_at_least_its_lay
     for t, c in ((_small_moe("llama-3.2-1b", 1), 1), (_small_moe("llama-3.2-1b", 64), 64), (qwen, 16)):
         assert t.eager_launch_s > 0
         assert predict(t, cal, concurrency=c, output_tokens=128) == predict(dataclasses.replace(t, eager_launch_s=0.0), cal, concurrency=c, output_tokens=128), c
+
+
+def test_a_fits_host_scale_is_pulled_toward_its_priors():
+    """The host scale's prior is centred on the prior calibration's (1 in the shipped ones; a calibrate'd server's in tune's
+    refit): on the sixth kept-back set's SmolLM2-1.7B design, whose levels pin it loosely (0.84–0.94), a prior of 2 fits it
+    higher than a prior of 1 does, within that interval; a prior of 0.5, under which the host binds no level, is kept as it is."""
+    from servelab.cli.predict import read_run
+
+    spec, fmt, hw = load_model(str(ROOT / "validation/configs/smollm2-1.7b")), get_format("bf16"), load_hardware("h100-sxm")
+    rows = measured_levels(read_run(ROOT / "validation/kept-back6-h100/smollm2-1.7b-calibrate-run.json"), spec, fmt, hw)
+    got = {h: fit(rows, "x", "y", calibration(None, spec, fmt).model_copy(update={"host_scale": h}), prior_widths(hw)) for h in (1.0, 2.0, 0.5)}
+    low, high = got[1.0].uncertainty["host_scale"]
+    assert low <= got[1.0].host_scale < got[2.0].host_scale <= high
+    assert got[0.5].host_scale == 0.5 and "host_scale" not in got[0.5].uncertainty
+
+
+def test_calibrate_prints_a_parameter_pinned_within_its_grids_step_as_one_value():
+    """calibrate's printout of an interval: low–high, or, for a parameter fitted on a grid (the host scale, 6 % steps; the floor's
+    share, 0.1) whose levels pin it within one step, the value and that step (not "0.595–0.595")."""
+    from servelab.cli.calibrate import _interval
+
+    assert _interval("host_scale", 0.595, 0.595) == "host_scale 0.595 (within the grid's step, 6 %)"
+    assert _interval("mixed_floor", 0.5, 0.5) == "mixed_floor 0.5 (within the grid's step, 0.1)"
+    assert _interval("mixed_floor", 0.0, 0.4) == "mixed_floor 0–0.4" and _interval("bw_efficiency", 0.86, 0.86) == "bw_efficiency 0.86–0.86"
 
 
 def test_a_calibrations_host_scale_scales_the_hosts_floor_time_per_step_and_queue():

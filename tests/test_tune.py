@@ -9,6 +9,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -255,7 +256,7 @@ def test_a_host_bound_point_is_bracketed_with_the_hosts_band():
     assert pricer.within(settings, 0.0).band == within(curve, pricer.objectives, 0.0).band
 
 
-def test_tunes_refit_keeps_what_its_probes_cannot_pin():
+def test_tunes_refit_keeps_what_its_probes_cannot_pin(tmp_path):
     """tune refits its calibration on the launched points' probes with the calibration it started from as the prior
     (``Pricer.refit``, as ``servelab calibrate`` fits): on the H100 grid's first launch (Qwen3-30B-A3B FP8, nine probes, the host
     binding none), a calibration of this server (calibrate's host scale, cohorts' share and floor's share) keeps its host scale
@@ -283,3 +284,31 @@ def test_tunes_refit_keeps_what_its_probes_cannot_pin():
     assert "mixed_floor" in got.uncertainty  # fitted on the probes (steps with prompts without CUDA graphs), its prior the server's
     pricer.refit([(point, folder / point.label)])
     assert pricer.cal == got and pricer.prior == mine
+
+    # probes that counted their prompts a step (servelab bench's waves; these runs predate the count): the server's share is
+    # measured on them, 0.4 where they say 0.4 (k ÷ the count, the count at least one prompt), in place of the prior's 0.5
+    counted = tmp_path / point.label
+    shutil.copytree(folder / point.label, counted)
+    record = json.loads((ROOT / "validation/kept-back13-h100/laguna-24l-calibrate-run.json").read_text())["levels"][2]["waves"]
+    for run_json in counted.glob("*/run.json"):
+        run = json.loads(run_json.read_text())
+        for lv in run["levels"]:
+            lv["waves"] = {**record, "concurrency": lv["concurrency"], "prompts_per_step": max(1.0, (min(lv["concurrency"], 128) - 1) / 64 / 0.4)}
+        run_json.write_text(json.dumps(run))
+    pricer.refit([(point, counted)])
+    assert pricer.cal.mixed_share == pytest.approx(0.4, abs=0.005) and pricer.cal.host_scale == 1.4
+
+
+def test_a_drafting_probe_is_refitted_at_its_acceptance():
+    """tune's refit fits a probe of a point that drafts tokens at the acceptance its server's counters gave, else at the
+    acceptance the point was priced with (``pricing.ACCEPTANCE``), and a point that drafts none at 0 (as calibrate does)."""
+    from servelab.plan.pricing import ACCEPTANCE, _acceptance
+    from servelab.store.results import load_run
+
+    folder = ROOT / "validation/tune-h100/tune"
+    point = next(p for p in TuneDocument.model_validate_json((folder / "tune.json").read_text()).points if p.label.startswith("max_num_seqs=128,"))
+    lv = load_run(next((folder / point.label).glob("*/run.json")).parent)[0].levels[0]
+    drafting = point.model_copy(update={"settings": {**point.settings, "draft-tokens": "3"}})
+    assert _acceptance(point, lv) == 0.0 and _acceptance(drafting, lv) == ACCEPTANCE
+    counted = lv.model_copy(update={"server": lv.server.model_copy(update={"acceptance_rate": 0.55})})
+    assert _acceptance(drafting, counted) == 0.55 and _acceptance(point, counted) == 0.0

@@ -19,7 +19,7 @@ from servelab.errors import ServelabError
 from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, Calibration, calibration
 from servelab.plan.cohorts import MIXED_SHARE
 from servelab.plan.design import design_levels
-from servelab.plan.fit import fit, measured_levels, prior_widths
+from servelab.plan.fit import HOST_SCALES, MIXED_FLOORS, fit, measured_levels, prior_widths
 from servelab.plan.holdout import error_summary, leave_one_out
 from servelab.run.measure import bench_options, serve
 from servelab.settings import Load, Target
@@ -105,13 +105,20 @@ def _design_run(load: Load, target: Target, roofline: tuple, output: Path | None
     return str(run_dir), run
 
 
+def _interval(key: str, low: float, high: float) -> str:
+    """One parameter's interval as calibrate prints it: ``low–high``, or, where the levels pin a parameter fitted on a grid
+    within one of its steps (``fit.HOST_SCALES``, ``fit.MIXED_FLOORS``), the value and that step."""
+    grids = {"host_scale": f"{(HOST_SCALES[1] / HOST_SCALES[0] - 1) * 100:.0f} %", "mixed_floor": f"{MIXED_FLOORS[1] - MIXED_FLOORS[0]:g}"}
+    return f"{key} {low:g} (within the grid's step, {grids[key]})" if low == high and key in grids else f"{key} {low:g}–{high:g}"
+
+
 def _show(cal: Calibration, error: str) -> None:
     """The fitted calibration, its intervals, its leave-one-out error, and a parameter at the edge of its range named."""
     times = ", ".join(f"{key} {getattr(cal, key)}" for key in TIMES if key in TIMES[:2] or getattr(cal, key))  # the MoE, MLA and drafting times where non-zero
     fitted = "".join(f", {key} {getattr(cal, key):g}" for key in ("host_scale", "mixed_floor") if key in cal.uncertainty)  # with a prior, where the levels pin them (fit._fit_host, fit._fit_floor)
     console.print(escape(f"{cal.name}: bw_efficiency {cal.bw_efficiency}, compute_efficiency {cal.compute_efficiency}{fitted}, {times}\n{error}"))
     if cal.uncertainty:
-        console.print(escape("uncertainty (one standard deviation): " + ", ".join(f"{k} {lo:g}–{hi:g}" for k, (lo, hi) in cal.uncertainty.items())))
+        console.print(escape("uncertainty (one standard deviation): " + ", ".join(_interval(k, lo, hi) for k, (lo, hi) in cal.uncertainty.items())))
     if cal.mixed_share:
         console.print(escape(f"cohorts: s = {cal.mixed_share:g}, the share of the steady state's steps that carry prompts once k ≥ s prompts arrive a decode step "
                              f"(measured: its levels' prompts a step; predict's default {MIXED_SHARE:g})"))

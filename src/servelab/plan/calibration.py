@@ -56,13 +56,13 @@ class Calibration(BaseModel):
         0.0, ge=0, description="Time a speculative step adds for drafting (n-gram: CPU matching and the host sync it needs), ms; 0 when no speculative run was fitted."
     )
     host_scale: float = Field(
-        1.0, gt=0, le=10, description="This machine's host time over the machines measured (Engine.eager_host_s, step_host_s): scales the host's floor, time per step and queue; servelab calibrate fits it, 1 in the shipped calibrations."
+        1.0, gt=0, le=10, description="This machine's host time over the machines measured (Engine.eager_host_s, step_host_s): scales the host's floor, time per step and queue; servelab calibrate fits it where the host binds a level (tune's refit too, about its starting calibration's), 1 in the shipped calibrations."
     )
     mixed_floor: float = Field(
         MIXED_FLOOR, ge=0, le=2, description="The share of the host's floor for a step without CUDA graphs (Engine.eager_host_s: its layers', MoE and MLA layers' launches) that a steady-state step with prompts beyond one stream takes at least, whatever the host's share (servelab.plan.predict; docs/metrics.md, \"host's floor\"). MIXED_FLOOR in the shipped calibrations; servelab calibrate fits it on the server's levels."
     )
     mixed_share: float | None = Field(
-        None, gt=0, le=1, description="This server's s in the steady state's cohorts m₀ = k ÷ min(k, s) prompts a step with prompts (servelab.plan.cohorts.cohorts, in place of MIXED_SHARE 0.25: once k ≥ s prompts arrive a decode step, a share s of the steps carry them) where the host does not bind; not used by bursts or speculative levels. servelab calibrate measures it from its levels' prompts a step; None (the shipped calibrations): MIXED_SHARE."
+        None, gt=0, le=1, description="This server's s in the steady state's cohorts m₀ = k ÷ min(k, s) prompts a step with prompts (servelab.plan.cohorts.cohorts, in place of MIXED_SHARE 0.25: once k ≥ s prompts arrive a decode step, a share s of the steps carry them) where the host does not bind; not used by bursts or speculative levels. servelab calibrate measures it from its levels' prompts a step (tune's refit from its probes', else keeps its starting calibration's); None (the shipped calibrations): MIXED_SHARE."
     )
     source: str = Field(description="The runs it was fitted on.")
     error: str = Field("", description="Measured error (leave-one-run-out), in words.")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from servelab.errors import ServelabError
+from servelab.metrics.summary import LevelSummary
 from servelab.metrics.waves import bunched
 from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, SHIPPED_GPU, Calibration
 from servelab.plan.cohorts import MIXED_SHARE, cohorts, recohorted
@@ -66,8 +67,14 @@ def measured_levels(run: RunResult, spec: ModelSpec, fmt: QuantFormat, hw: Hardw
                  lv.output_throughput_tok_s, (lv.server.acceptance_rate or 0.0) if draft and lv.server else 0.0,
                  lv.waves.prompts_per_step if lv.waves else None)  # fmt: skip
         for lv in run.levels
-        if lv.rate_rps is None and lv.ok and all(0 < (v or 0) < 1e12 for v in (lv.output_throughput_tok_s, lv.tpot_ms.p50, lv.ttft_ms.p50, lv.ttft_ms.mean))
-    ]  # figures that are not positive and finite (a hand-edited run.json) are no level to explain
+        if fittable(lv)
+    ]
+
+
+def fittable(lv: LevelSummary) -> bool:
+    """Whether a measured level is one to fit: closed loop (no request rate), with successful requests, its aggregate tok/s, TPOT
+    p50 and TTFT p50 and mean positive and finite (a hand-edited or corrupt run.json's are no level to explain)."""
+    return lv.rate_rps is None and bool(lv.ok) and all(0 < (v or 0) < 1e12 for v in (lv.output_throughput_tok_s, lv.tpot_ms.p50, lv.ttft_ms.p50, lv.ttft_ms.mean))
 
 
 def level_mode(run: RunResult, concurrency: int) -> str:
@@ -100,17 +107,20 @@ def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None 
 def _cohorted(m: Measured, share: float | None) -> Measured:
     """``m`` with its terms' cohorts as it measured them where its prompts bunched (``waves.bunched``: the load's waves, its own
     share k ÷ its prompts a step), else under the server's ``share`` (None: predict's own)."""
-    own = _own_share(m)
-    return replace(m, terms=recohorted(m.terms, own or share)) if own or share else m
+    own, bunching = _level_share(m)
+    use = own if bunching else share
+    return replace(m, terms=recohorted(m.terms, use)) if use else m
 
 
-def _own_share(m: Measured) -> float | None:
-    """A steady-state level's own share k ÷ its prompts a step where they bunched beyond predict's cohorts (:func:`measured_share`
-    leaves such a level out), else None."""
+def _level_share(m: Measured) -> tuple[float | None, bool]:
+    """A steady-state level's own share, k ÷ the prompts a step it measured (``Measured.prompts_per_step``: from 1 to the running
+    streams), in (0, 1], and whether those prompts bunched beyond predict's default cohorts (``waves.bunched`` against m₀ at
+    ``MIXED_SHARE``, whatever share a prior carries: the level's own count is what it did); (None, False) for a level beyond one
+    stream without draft tokens that counted none, or any other level."""
     t, per_step = m.terms, m.prompts_per_step or 0.0
     if t.mode != "stagger" or t.running < 2 or t.draft_tokens or not t.prompts_per_step or not 1 <= per_step <= t.running:
-        return None
-    return min(1.0, t.prompts_per_step / per_step) if bunched(per_step, cohorts(t.prompts_per_step, math.inf)[1]) else None
+        return None, False
+    return min(1.0, t.prompts_per_step / per_step), bunched(per_step, cohorts(t.prompts_per_step, math.inf)[1])
 
 
 def _host_bound(m: Measured, cal: Calibration) -> bool:
@@ -120,19 +130,16 @@ def _host_bound(m: Measured, cal: Calibration) -> bool:
 
 def measured_share(rows: list[Measured]) -> float | None:
     """A server's s, the share in predict's cohorts m₀ = k ÷ min(k, s) (``Calibration.mixed_share``; docs/metrics.md, "mixed
-    step"), in (0, 1]: the median over its steady-state levels beyond one stream, without draft tokens, whose k prompts a decode
-    step reach ``MIXED_SHARE`` (where predict's cohorts hold more than one prompt), of k ÷ the prompts a step they measured
-    (``Measured.prompts_per_step``: from 1 to the running streams), rounded to 0.001 (at least 0.001). A level whose prompts
-    bunched beyond predict's m₀ (``waves.bunched``: the rules' finding ``bunched_prompts``, cohorts that merge as the load runs)
-    is the load's waves, not the server's cohorts, and is left out. None where no level is left (a run file from before
-    that count)."""
+    step"), in (0, 1]: the median of its steady-state levels' own shares (:func:`_level_share`) where their k prompts a decode
+    step reach ``MIXED_SHARE`` (where predict's cohorts hold more than one prompt), rounded to 0.001 (at least 0.001). A level
+    whose prompts bunched beyond predict's m₀ (``waves.bunched``: the rules' finding ``bunched_prompts``, cohorts that merge as
+    the load runs) is the load's waves, not the server's cohorts, and is left out (the fit prices it with its own: :func:`fit`).
+    None where no level is left (a run file from before that count)."""
     shares = []
     for m in rows:
-        t, per_step = m.terms, m.prompts_per_step or 0.0
-        if t.mode != "stagger" or t.running < 2 or t.draft_tokens or t.prompts_per_step < MIXED_SHARE or not 1 <= per_step <= t.running:
-            continue
-        if not bunched(per_step, cohorts(t.prompts_per_step, math.inf)[1]):
-            shares.append(min(1.0, t.prompts_per_step / per_step))
+        share, bunching = _level_share(m)
+        if share and not bunching and m.terms.prompts_per_step >= MIXED_SHARE:
+            shares.append(share)
     return max(0.001, round(float(np.median(shares)), 3)) if shares else None
 
 
@@ -370,10 +377,10 @@ SAME_GPU_WIDTH = {"bw_efficiency": 0.08, "compute_efficiency": 0.1}  # … on th
 PRIOR_FLOOR = {"layer_overhead_us": 10.0, "eager_step_ms": 1.0}  # … at least this (µs, ms): a prior time of 0 still lets the levels move it
 PRIOR_KEPT = ("moe_layer_us", "moe_eager_layer_ms", "mla_layer_us", "mla_eager_layer_ms", "untuned_moe_layer_us", "draft_overhead_ms", "mixed_floor",
               "host_scale")  # the prior's times a base fit keeps, and its host's scale and floor's share (their fits' priors; kept where the levels cannot fit them)
-HOST_SCALES = np.round(np.geomspace(0.25, 4.0, 49), 3)  # the grid of Calibration.host_scale in a fit with a prior (steps of 6 %)
+HOST_SCALES = np.round(np.geomspace(0.25, 4.0, 49), 3)  # the grid of Calibration.host_scale in a fit with a prior (steps of 6 %; a prior's scale outside it is fitted to its nearer end)
 MIXED_FLOORS = np.round(np.arange(0.0, 1.41, 0.1), 2)  # the grid of Calibration.mixed_floor in a fit with a prior
 FLOOR_WIDTH = 0.5  # σ of the prior's mixed_floor: the kept-back servers' steps with prompts (ITL p90) over the host's floor, 0.68–1.74 from the 10th to the 90th percentile of 84 levels (validation/mixed_steps.py)
-HOST_WIDTH = math.log(2)  # σ of the prior's log host scale (1): the seventh kept-back set's host launched and queued about 2 × faster than the others' (validation/RESULTS-predict.md)
+HOST_WIDTH = math.log(2)  # σ of the prior's log host scale (about the prior's: 1 in the shipped calibrations): the seventh kept-back set's host launched and queued about 2 × faster than the others' (validation/RESULTS-predict.md)
 TTFT_NOISE = 0.2  # a steady-state level's TTFT p50's relative noise in the host's fit: the fourth and fifth kept-back sets' 64-stream repeats, 5–25 % apart on five servers of six (*-repeats3-stagger-run.json)
 EAGER_SCALED = ("eager_step_ms", "moe_eager_layer_ms", "mla_eager_layer_ms")  # … of them (and t_eager) what a fit with a prior scales by one factor
 

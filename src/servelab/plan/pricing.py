@@ -17,10 +17,11 @@ import numpy as np
 
 from servelab.errors import ServelabError
 from servelab.metrics.slo import Objective
+from servelab.metrics.summary import LevelSummary
 from servelab.plan.band import Band
 from servelab.plan.calibration import Calibration
 from servelab.plan.curves import Curve, PredictedLoad, Within, price, within
-from servelab.plan.fit import Measured, fit, prior_widths
+from servelab.plan.fit import Measured, fit, fittable, prior_widths
 from servelab.plan.quant import kv_dtype_bytes
 from servelab.store.results import load_run
 from servelab.store.tuning import TuneDocument, TunePoint
@@ -102,7 +103,8 @@ class Pricer:
     def refit(self, launched: list[tuple[TunePoint, Path]]) -> None:
         """Fit the calibration on every probe level measured at the launched points (their run
         directories under each point's directory), as ``servelab calibrate`` does, with the calibration tune started from as the
-        prior (``servelab.plan.fit.fit``; its GPU's widths): what the probes cannot pin (a MoE or MLA layer's times, the host's
+        prior (``servelab.plan.fit.fit``; the widths of the GPU tuned on, ``fit.prior_widths``, as if the prior were measured on
+        its generation: narrow on Hopper, where the shipped calibrations were): what the probes cannot pin (a MoE or MLA layer's times, the host's
         scale where the host binds no probe, the floor's share and the cohorts' share a calibrate measured) stays the prior's, as a
         refit without one reset them (kept as it is when fewer than two levels were measured); then each objective's factor: the median over
         the probes of its measured percentile ÷ the calibrated prediction (TTFT and E2E with the
@@ -111,13 +113,14 @@ class Pricer:
         for point, directory in launched:
             for run_json in sorted(directory.glob("*/run.json")):
                 run, _ = load_run(run_json.parent)
-                probes += [(point, lv) for lv in run.levels if lv.ok and lv.tpot_ms.p50 and lv.ttft_ms.p50 and lv.output_throughput_tok_s]
+                probes += [(point, lv) for lv in run.levels if fittable(lv)]
         curves = {p.label: self.curve(p.settings) for p, _ in launched}
         rows = [Measured(lv.concurrency, c.terms_at(lv.concurrency), self.load.output_tokens, lv.tpot_ms.p50 / 1e3, lv.ttft_ms.p50 / 1e3,
-                         lv.output_throughput_tok_s, prompts_per_step=lv.waves.prompts_per_step if lv.waves else None)
+                         lv.output_throughput_tok_s, _acceptance(p, lv), lv.waves.prompts_per_step if lv.waves else None)
                 for p, lv in probes if not isinstance(c := curves[p.label], str)]  # fmt: skip
         try:
-            self.cal = fit(rows, "tune", f"servelab tune, fitted on {len(rows)} probes of {len(launched)} launches", self.prior, prior_widths(self.hw))
+            self.cal = fit(rows, "tune", f"servelab tune, fitted on {len(rows)} probes of {len(launched)} launches, prior {self.prior.name}", self.prior,
+                           prior_widths(self.hw))  # fmt: skip
         except ServelabError:
             return
         curves = {p.label: self.curve(p.settings) for p, _ in launched}  # with the fitted calibration
@@ -133,6 +136,14 @@ class Pricer:
                 if (check := checks.get(o.key)) is not None and check.measured_ms and predicted[o.metric] > 0:
                     ratios.setdefault(o.key, []).append(check.measured_ms / (predicted[o.metric] * 1e3))
         self.factors = {key: round(statistics.median(values), 4) for key, values in ratios.items()}
+
+
+def _acceptance(point: TunePoint, lv: LevelSummary) -> float:
+    """A probe's speculative acceptance rate for the refit: the server's counters' where the point drafts tokens (``ACCEPTANCE``,
+    as the point was priced, where they gave none), else 0."""
+    if not int(point.settings.get("draft-tokens") or 0):
+        return 0.0
+    return (lv.server.acceptance_rate if lv.server else None) or ACCEPTANCE
 
 
 def price_points(doc: TuneDocument, pricer: Pricer, tick: Callable[[], None] = lambda: None) -> None:

@@ -17,7 +17,8 @@ few launches.
    stopped. A launch that fails (start or measurement) is recorded with the server's reason and
    does not count against ``--launches``.
 4. **After each measurement** the calibration is fitted on every probe measured so far
-   (``servelab.plan.fit.fit``, as ``servelab calibrate``: predict's means), and each objective's
+   (``servelab.plan.fit.fit``, as ``servelab calibrate``: predict's means, with the calibration tune started from as the
+   prior, ``Pricer.refit``), and each objective's
    factor, its measured percentile ÷ the calibrated mean at the same probe (median over the
    probes: a TPOT p99 sits above the mean TPOT predict models), divides its target when the points
    are priced again (``TuneDocument.factors``). The band becomes the largest relative error of the
