@@ -89,7 +89,7 @@ def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None 
     (``cohorts.recohorted``; where it binds, predict's waves price them), and the calibration carries them
     (``Calibration.mixed_share``), so that predict prices the same server's other levels with them too. One share for all the
     ``rows``: give one server's runs; where they measured none, the prior's (a calibration of this server refitted: ``servelab
-    tune``). A level whose prompts bunched (:func:`_own_share`) is priced with its own cohorts instead: the load's waves, not
+    tune``). A level whose prompts bunched (:func:`_level_share`) is priced with its own cohorts instead: the load's waves, not
     the server's (Laguna's design at 16 streams, 5.33 prompts a step where predict's cohorts carry one, pulled η_c to 0.1 fitted
     as the server's; validation/RESULTS-predict.md, "A level's own cohorts"). Without a prior, predict's ``MIXED_SHARE``.
 

@@ -105,8 +105,8 @@ class Pricer:
         directories under each point's directory), as ``servelab calibrate`` does, with the calibration tune started from as the
         prior (``servelab.plan.fit.fit``; the widths of the GPU tuned on, ``fit.prior_widths``, as if the prior were measured on
         its generation: narrow on Hopper, where the shipped calibrations were): what the probes cannot pin (a MoE or MLA layer's times, the host's
-        scale where the host binds no probe, the floor's share and the cohorts' share a calibrate measured) stays the prior's, as a
-        refit without one reset them (kept as it is when fewer than two levels were measured); then each objective's factor: the median over
+        scale where the host binds no probe, the floor's share where no probe has a step with prompts without CUDA graphs, the cohorts'
+        share where no probe counted its prompts a step) stays the prior's, as a refit without one reset them (kept as it is when fewer than two levels were measured); then each objective's factor: the median over
         the probes of its measured percentile ÷ the calibrated prediction (TTFT and E2E with the
         queue's wait, ITL as TPOT)."""
         probes = []
