@@ -96,10 +96,10 @@ def fit(rows: list[Measured], name: str, source: str, prior: Calibration | None 
     Raises:
         ServelabError: fewer than two steady-state levels.
     """
-    bound = [bool(prior) and _host_bound(m, prior) for m in rows]
-    share = (measured_share([m for m, b in zip(rows, bound, strict=True) if not b]) or prior.mixed_share) if prior else None
     if not prior:
         return fit_levels(rows, name, source, prior, widths)
+    bound = [_host_bound(m, prior) for m in rows]
+    share = measured_share([m for m, b in zip(rows, bound, strict=True) if not b]) or prior.mixed_share
     rows = [m if b else _cohorted(m, share) for m, b in zip(rows, bound, strict=True)]
     return fit_levels(rows, name, source, prior, widths).model_copy(update={"mixed_share": share})
 
