@@ -509,6 +509,22 @@ def test_a_fits_host_scale_is_pulled_toward_its_priors():
     assert got[0.5].host_scale == 0.5 and "host_scale" not in got[0.5].uncertainty
 
 
+def test_a_calibration_file_holds_its_host_scale_and_floors_share_within_the_grids_a_fit_searches(tmp_path):
+    """``Calibration.host_scale`` and ``mixed_floor`` have the ranges their fits search (``fit.HOST_SCALES``, ``fit.MIXED_FLOORS``),
+    so that a prior from a file is never snapped to a grid's end by tune's refit: a file outside them is refused in one line."""
+    from servelab.plan.fit import HOST_SCALES, MIXED_FLOORS
+
+    fields = Calibration.model_fields
+    bounds = {key: [m.ge if hasattr(m, "ge") else m.le for m in fields[key].metadata] for key in ("host_scale", "mixed_floor")}
+    assert bounds == {"host_scale": [HOST_SCALES[0], HOST_SCALES[-1]], "mixed_floor": [MIXED_FLOORS[0], MIXED_FLOORS[-1]]}
+    shipped = calibration("vllm-0.25-h100-bf16").model_dump(exclude={"name"})
+    for key, value in (("host_scale", 6.0), ("mixed_floor", 1.5)):
+        path = tmp_path / f"{key}.yaml"
+        path.write_text(yaml.safe_dump({"mine": {**shipped, key: value}}))
+        res = cli.invoke(app, ["predict", "--model", "qwen3-8b", "--concurrency", "1", "--calibration", str(path)])
+        assert res.exit_code == 2 and key in res.output and "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1, res.output
+
+
 def test_calibrate_prints_a_parameter_pinned_within_its_grids_step_as_one_value():
     """calibrate's printout of an interval: low–high, or, for a parameter fitted on a grid (the host scale, 6 % steps; the floor's
     share, 0.1) whose levels pin it within one step, the value and that step (not "0.595–0.595")."""

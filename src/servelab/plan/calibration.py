@@ -22,6 +22,8 @@ HYBRID_CALIBRATION = "vllm-0.25-h100-hybrid-fp8"  # hybrid (Mamba-2 / Gated Delt
 SHIPPED_GPU = "9.0"  # the compute capability the two above were measured on (H100 SXM; held out on H200s): Hopper, any sm_90 profile
 BW_RANGE = (0.2, 1.0)  # the grid of η_bw in fit (steps of 0.01); the datasheet bandwidth is the ceiling
 COMPUTE_RANGE = (0.1, 1.2)  # … of η_c
+HOST_SCALE_RANGE = (0.25, 4.0)  # Calibration.host_scale's range, the grid of its fit (fit.HOST_SCALES)
+MIXED_FLOOR_RANGE = (0.0, 1.4)  # … mixed_floor's (fit.MIXED_FLOORS)
 MIXED_FLOOR = 0.0  # Calibration.mixed_floor in the shipped calibrations: none (0.7 put 183 of the fourteen kept-back sets' 204 steady-state levels beyond one stream within 20 % on tok/s held out, 172 at 0, but moves the MLA layer times fitted with the floor off and the cold tables: validation/mixed_steps.py, validation/RESULTS-predict.md)
 
 
@@ -56,10 +58,10 @@ class Calibration(BaseModel):
         0.0, ge=0, description="Time a speculative step adds for drafting (n-gram: CPU matching and the host sync it needs), ms; 0 when no speculative run was fitted."
     )
     host_scale: float = Field(
-        1.0, gt=0, le=10, description="This machine's host time over the machines measured (Engine.eager_host_s, step_host_s): scales the host's floor, time per step and queue; servelab calibrate fits it where the host binds a level (tune's refit too, about its starting calibration's), 1 in the shipped calibrations."
+        1.0, ge=HOST_SCALE_RANGE[0], le=HOST_SCALE_RANGE[1], description="This machine's host time over the machines measured (Engine.eager_host_s, step_host_s): scales the host's floor, time per step and queue; servelab calibrate fits it where the host binds a level (tune's refit too, about its starting calibration's), 1 in the shipped calibrations."
     )
     mixed_floor: float = Field(
-        MIXED_FLOOR, ge=0, le=2, description="The share of the host's floor for a step without CUDA graphs (Engine.eager_host_s: its layers', MoE and MLA layers' launches) that a steady-state step with prompts beyond one stream takes at least, whatever the host's share (servelab.plan.predict; docs/metrics.md, \"host's floor\"). MIXED_FLOOR in the shipped calibrations; servelab calibrate fits it on the server's levels."
+        MIXED_FLOOR, ge=MIXED_FLOOR_RANGE[0], le=MIXED_FLOOR_RANGE[1], description="The share of the host's floor for a step without CUDA graphs (Engine.eager_host_s: its layers', MoE and MLA layers' launches) that a steady-state step with prompts beyond one stream takes at least, whatever the host's share (servelab.plan.predict; docs/metrics.md, \"host's floor\"). MIXED_FLOOR in the shipped calibrations; servelab calibrate fits it on the server's levels."
     )
     mixed_share: float | None = Field(
         None, gt=0, le=1, description="This server's s in the steady state's cohorts m₀ = k ÷ min(k, s) prompts a step with prompts (servelab.plan.cohorts.cohorts, in place of MIXED_SHARE 0.25: once k ≥ s prompts arrive a decode step, a share s of the steps carry them) where the host does not bind; not used by bursts or speculative levels. servelab calibrate measures it from its levels' prompts a step (tune's refit from its probes', else keeps its starting calibration's); None (the shipped calibrations): MIXED_SHARE."

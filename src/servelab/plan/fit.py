@@ -17,7 +17,7 @@ import numpy as np
 from servelab.errors import ServelabError
 from servelab.metrics.summary import LevelSummary
 from servelab.metrics.waves import bunched
-from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, SHIPPED_GPU, Calibration
+from servelab.plan.calibration import BW_RANGE, COMPUTE_RANGE, HOST_SCALE_RANGE, MIXED_FLOOR_RANGE, SHIPPED_GPU, Calibration
 from servelab.plan.cohorts import MIXED_SHARE, cohorts, recohorted
 from servelab.plan.drafter import parse_drafter
 from servelab.plan.limits import limits_for
@@ -377,8 +377,8 @@ SAME_GPU_WIDTH = {"bw_efficiency": 0.08, "compute_efficiency": 0.1}  # … on th
 PRIOR_FLOOR = {"layer_overhead_us": 10.0, "eager_step_ms": 1.0}  # … at least this (µs, ms): a prior time of 0 still lets the levels move it
 PRIOR_KEPT = ("moe_layer_us", "moe_eager_layer_ms", "mla_layer_us", "mla_eager_layer_ms", "untuned_moe_layer_us", "draft_overhead_ms", "mixed_floor",
               "host_scale")  # the prior's times a base fit keeps, and its host's scale and floor's share (their fits' priors; kept where the levels cannot fit them)
-HOST_SCALES = np.round(np.geomspace(0.25, 4.0, 49), 3)  # the grid of Calibration.host_scale in a fit with a prior (steps of 6 %; a prior's scale outside it is fitted to its nearer end)
-MIXED_FLOORS = np.round(np.arange(0.0, 1.41, 0.1), 2)  # the grid of Calibration.mixed_floor in a fit with a prior
+HOST_SCALES = np.round(np.geomspace(*HOST_SCALE_RANGE, 49), 3)  # the grid of Calibration.host_scale in a fit with a prior: its whole range, steps of 6 %
+MIXED_FLOORS = np.round(np.linspace(*MIXED_FLOOR_RANGE, 15), 2)  # … of Calibration.mixed_floor: its whole range, steps of 0.1
 FLOOR_WIDTH = 0.5  # σ of the prior's mixed_floor: the kept-back servers' steps with prompts (ITL p90) over the host's floor, 0.68–1.74 from the 10th to the 90th percentile of 84 levels (validation/mixed_steps.py)
 HOST_WIDTH = math.log(2)  # σ of the prior's log host scale (about the prior's: 1 in the shipped calibrations): the seventh kept-back set's host launched and queued about 2 × faster than the others' (validation/RESULTS-predict.md)
 TTFT_NOISE = 0.2  # a steady-state level's TTFT p50's relative noise in the host's fit: the fourth and fifth kept-back sets' 64-stream repeats, 5–25 % apart on five servers of six (*-repeats3-stagger-run.json)
