@@ -503,7 +503,7 @@ def test_a_fits_host_scale_is_pulled_toward_its_priors():
 
     spec, fmt, hw = load_model(str(ROOT / "validation/configs/smollm2-1.7b")), get_format("bf16"), load_hardware("h100-sxm")
     rows = measured_levels(read_run(ROOT / "validation/kept-back6-h100/smollm2-1.7b-calibrate-run.json"), spec, fmt, hw)
-    got = {h: fit(rows, "x", "y", calibration(None, spec, fmt).model_copy(update={"host_scale": h}), prior_widths(hw)) for h in (1.0, 2.0, 0.5)}
+    got = {h: fit(rows, "x", "y", calibration(None, spec, fmt).model_copy(update={"host_scale": h}), prior_widths(hw, calibration(None, spec, fmt))) for h in (1.0, 2.0, 0.5)}
     low, high = got[1.0].uncertainty["host_scale"]
     assert low <= got[1.0].host_scale < got[2.0].host_scale <= high
     assert got[0.5].host_scale == 0.5 and "host_scale" not in got[0.5].uncertainty
@@ -701,6 +701,7 @@ def test_calibrate_on_your_own_runs_then_predict_with_it(tmp_path):
     assert "leave-one-out: aggregate output tok/s median" in res.output
     cal = calibration(str(out))
     assert cal.name == "mine" and "stagger64-1-run.json" in cal.source and cal.error.startswith("leave-one-out")
+    assert cal.gpu == "9.0"  # the --hardware's generation: a prior on it for tune's refit (fit.prior_widths)
     # without the burst runs these levels do not separate bandwidth from per-step overhead: said so
     assert (cal.bw_efficiency == 1.0) == ("sits at the edge of its range" in " ".join(res.output.split()))
     res = cli.invoke(app, ["predict", "--model", "qwen3-8b", "--concurrency", "1", "--calibration", str(out), "--json"])

@@ -68,7 +68,7 @@ def test_the_prior_keeps_a_three_level_design_off_the_range_edges():
 
     rows = [m for m in predict_arch.steady("deepseek-v2-lite") if m.concurrency in predict_arch.DESIGN]
     prior = calibration("vllm-0.25-h100-bf16")
-    alone, pulled = fit(rows, "alone", "t"), fit(rows, "pulled", "t", prior, prior_widths(load_hardware("h200")))  # as calibrate fits it on an H200
+    alone, pulled = fit(rows, "alone", "t"), fit(rows, "pulled", "t", prior, prior_widths(load_hardware("h200"), prior))  # as calibrate fits it on an H200
     assert alone.bw_efficiency in BW_RANGE or alone.compute_efficiency in COMPUTE_RANGE or alone.eager_step_ms == 0.0
     assert pulled.bw_efficiency not in BW_RANGE and pulled.compute_efficiency not in COMPUTE_RANGE
     for key, (lo, hi) in pulled.uncertainty.items():
@@ -78,14 +78,18 @@ def test_the_prior_keeps_a_three_level_design_off_the_range_edges():
 def test_calibrate_pulls_the_efficiencies_harder_on_the_gpu_the_prior_was_measured_on():
     """fit.prior_widths: on Hopper (H100, H200: the GPUs vllm-0.25-h100-bf16 was measured and held out on) the efficiencies' σ
     is 0.08 (η_bw) and 0.1 (η_c); on a GB10 or a Blackwell card the prior's efficiencies are another GPU's (vllm-dgx-spark's
-    0.61 / 0.47 against 0.86 / 0.74) and stay wide, 0.15 and 0.3."""
+    0.61 / 0.47 against 0.86 / 0.74) and stay wide, 0.15 and 0.3. A calibration fitted on a GB10 (vllm-dgx-spark, or calibrate's
+    on a Spark: ``Calibration.gpu``) is narrow there and wide on Hopper, as tune's refit with it as the prior fits."""
     from servelab.plan.hardware import load_hardware
 
+    shipped, spark = calibration("vllm-0.25-h100-bf16"), calibration("vllm-dgx-spark")
     for name in ("h100-sxm", "h200"):
-        widths = prior_widths(load_hardware(name))
+        widths = prior_widths(load_hardware(name), shipped)
         assert (widths["bw_efficiency"], widths["compute_efficiency"]) == (0.08, 0.1) and widths["eager_scale"] == PRIOR_WIDTH["eager_scale"]
+        assert prior_widths(load_hardware(name), spark) == PRIOR_WIDTH
     for name in ("dgx-spark", "b200"):
-        assert prior_widths(load_hardware(name)) == PRIOR_WIDTH
+        assert prior_widths(load_hardware(name), shipped) == PRIOR_WIDTH
+    assert spark.gpu == load_hardware("dgx-spark").compute_capability and prior_widths(load_hardware("dgx-spark"), spark) == {**PRIOR_WIDTH, "bw_efficiency": 0.08, "compute_efficiency": 0.1}
 
 
 def test_calibrate_scales_the_eager_times_and_then_predicts_the_servers_other_loads():
@@ -102,7 +106,7 @@ def test_calibrate_scales_the_eager_times_and_then_predicts_the_servers_other_lo
 
     server, spec = ROOT / "validation/calibrate-h200/server3", load_model(str(ROOT / "validation/configs/gpt-oss-20b"))
     fmt, hw, prior = get_format("bf16"), load_hardware("h200"), calibration("vllm-0.25-h100-bf16")
-    cal = fit(measured_levels(read_run(server / "gpt-oss-20b-calibrate-run.json"), spec, fmt, hw), "mine", "t", prior, prior_widths(hw))
+    cal = fit(measured_levels(read_run(server / "gpt-oss-20b-calibrate-run.json"), spec, fmt, hw), "mine", "t", prior, prior_widths(hw, prior))
     scale = cal.moe_eager_layer_ms / prior.moe_eager_layer_ms
     assert scale < 0.9 and cal.eager_step_ms == pytest.approx(scale * prior.eager_step_ms, abs=0.002)
     assert cal.bw_efficiency not in BW_RANGE

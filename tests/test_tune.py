@@ -277,7 +277,7 @@ def test_tunes_refit_keeps_what_its_probes_cannot_pin(tmp_path):
     point = next(p for p in TuneDocument.model_validate_json((folder / "tune.json").read_text()).points if p.label.startswith("max_num_seqs=128,"))
     pricer.refit([(point, folder / point.label)])
     got = pricer.cal
-    assert got.name == "tune" and got.source.startswith("servelab tune, fitted on 9 probes")
+    assert got.name == "tune" and got.source.startswith("servelab tune, fitted on 9 probes") and got.gpu == "9.0"  # fitted on the GPU tuned
     assert (got.host_scale, got.mixed_share) == (1.4, 0.5) and "host_scale" not in got.uncertainty
     assert got.moe_layer_us == mine.moe_layer_us > 0  # its time without CUDA graphs scaled with the step's by one fitted factor
     assert got.moe_eager_layer_ms * mine.eager_step_ms == pytest.approx(got.eager_step_ms * mine.moe_eager_layer_ms, abs=0.01)

@@ -88,7 +88,7 @@ def held_out(model: str, base: Calibration) -> Calibration:
 
 def on_server(model: str, prior: Calibration) -> Calibration:
     """servelab calibrate's fit (with its prior, and its σ on this GPU) on the model's steady state at the design's levels."""
-    return fit([m for m in steady(model) if m.concurrency in DESIGN], f"{model} on its server", "the design's levels", prior, prior_widths(load_hardware(pc.HARDWARE[FOLDER])))
+    return fit([m for m in steady(model) if m.concurrency in DESIGN], f"{model} on its server", "the design's levels", prior, prior_widths(load_hardware(pc.HARDWARE[FOLDER]), prior))
 
 
 def main() -> dict[str, dict]:

@@ -65,10 +65,11 @@ def calibrate_cmd(
     if sum(len(levels) for levels in measured_runs) < 3:
         raise ServelabError("calibrate needs at least 3 closed-loop levels with successful requests (to fit, and to hold one out)")
     spec, fmt, hw = setups[0]
-    start, widths = (calibration(None, spec, fmt), prior_widths(hw)) if prior else (None, None)
+    start = calibration(None, spec, fmt) if prior else None
+    widths = prior_widths(hw, start) if start else None
     error = "leave-one-out: " + error_summary(leave_one_out(measured_runs, name, start, widths))
     source = f"servelab calibrate on {', '.join(label for label, _ in found)}" + (f", prior {start.name}" if start else "")
-    cal = fit([m for levels in measured_runs for m in levels], name, source, start, widths).model_copy(update={"error": error})
+    cal = fit([m for levels in measured_runs for m in levels], name, source, start, widths).model_copy(update={"error": error, "gpu": hw.compute_capability})
     _show(cal, error)
     if out is not None:
         write_file(out, yaml.safe_dump({cal.name: cal.model_dump(exclude={"name"})}, sort_keys=False, allow_unicode=True), "--out")

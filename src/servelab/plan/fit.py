@@ -391,12 +391,12 @@ def _width(key: str, prior: Calibration, widths: dict[str, float]) -> float:
     return max(widths[key] * getattr(prior, key), PRIOR_FLOOR[key]) / scale
 
 
-def prior_widths(hw: Hardware) -> dict[str, float]:
-    """The prior's σ (``PRIOR_WIDTH``) for a fit on ``hw``: on the GPU generation the default calibrations were measured on
-    (``SHIPPED_GPU``: any sm_90 profile, though measured on H100 SXM and H200 only), the efficiencies' are ``SAME_GPU_WIDTH``
-    (validation/RESULTS-predict.md, "The efficiencies are the GPU's"); elsewhere (a GB10, a Blackwell card) the prior's
-    efficiencies are another GPU's, and theirs stay wide. A new dict each call."""
-    return {**PRIOR_WIDTH, **SAME_GPU_WIDTH} if hw.compute_capability == SHIPPED_GPU else dict(PRIOR_WIDTH)
+def prior_widths(hw: Hardware, prior: Calibration) -> dict[str, float]:
+    """The σ (``PRIOR_WIDTH``) of ``prior`` in a fit on ``hw``: on the GPU generation it was fitted on (``Calibration.gpu``; the
+    shipped ones' ``SHIPPED_GPU``, any sm_90 profile, though measured on H100 SXM and H200 only), the efficiencies' are ``SAME_GPU_WIDTH``
+    (validation/RESULTS-predict.md, "The efficiencies are the GPU's"); elsewhere (the H100's on a GB10 or a Blackwell card) the
+    prior's efficiencies are another GPU's, and theirs stay wide. A new dict each call."""
+    return {**PRIOR_WIDTH, **SAME_GPU_WIDTH} if hw.compute_capability == (prior.gpu or SHIPPED_GPU) else dict(PRIOR_WIDTH)
 
 
 def _intervals(objective: np.ndarray, bw: np.ndarray, cmp: np.ndarray, b: np.ndarray, c: np.ndarray, cal: Calibration, eager_ms: float) -> dict[str, tuple[float, float]]:

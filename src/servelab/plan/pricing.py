@@ -103,8 +103,8 @@ class Pricer:
     def refit(self, launched: list[tuple[TunePoint, Path]]) -> None:
         """Fit the calibration on every probe level measured at the launched points (their run
         directories under each point's directory), as ``servelab calibrate`` does, with the calibration tune started from as the
-        prior (``servelab.plan.fit.fit``; the widths of the GPU tuned on, ``fit.prior_widths``, as if the prior were measured on
-        its generation: narrow on Hopper, where the shipped calibrations were): what the probes cannot pin (a MoE or MLA layer's times, the host's
+        prior (``servelab.plan.fit.fit``; its efficiencies held narrowly where the GPU tuned is of the generation it was fitted on,
+        ``fit.prior_widths``): what the probes cannot pin (a MoE or MLA layer's times, the host's
         scale where the host binds no probe, the floor's share where no probe has a step with prompts without CUDA graphs, the cohorts'
         share where no probe counted its prompts a step) stays the prior's, as a refit without one reset them (kept as it is when fewer than two levels were measured); then each objective's factor: the median over
         the probes of its measured percentile ÷ the calibrated prediction (TTFT and E2E with the
@@ -120,7 +120,7 @@ class Pricer:
                 for p, lv in probes if not isinstance(c := curves[p.label], str)]  # fmt: skip
         try:
             self.cal = fit(rows, "tune", f"servelab tune, fitted on {len(rows)} probes of {len(launched)} launches, prior {self.prior.name}", self.prior,
-                           prior_widths(self.hw))  # fmt: skip
+                           prior_widths(self.hw, self.prior)).model_copy(update={"gpu": self.hw.compute_capability})  # fmt: skip
         except ServelabError:
             return
         curves = {p.label: self.curve(p.settings) for p, _ in launched}  # with the fitted calibration
