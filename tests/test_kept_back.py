@@ -51,10 +51,13 @@ DATA13 = kept_back.DATA.parent / "kept-back13-h100"  # the thirteenth (a further
 MODELS13 = ("laguna-24l", "minitron-8b")
 DATA14 = kept_back.DATA.parent / "kept-back14-h100"  # the fourteenth (a further H100 host, one job on it): configs committed (74a6cbc) before it was measured, opened blind at c80af28
 MODELS14 = ("axk1-4l", "hy-v3-8l")
+DATA15 = kept_back.DATA.parent / "kept-back15-h100"  # the fifteenth (a further H100 host, one job on it): the second set's Moonlight again, chosen (1b1e7a2) before it was measured, opened blind at ac47d6c
+MODELS15 = ("moonlight-16b-a3b",)
 JIT = {("hy-v3-8l", 16)}  # a burst with a Triton JIT compile inside its window (fused_moe_kernel, a shape the warm-up missed): shown, not scored
 NO_DESIGN = {"hy-v3-8l"}  # served without calibrate's design: servelab read it as not fitting (expert_hidden_dim unread) when it was measured
-PARTIAL = {("qwen2.5-0.5b", "stagger-run"), ("flex-olmo-16l", "repeats3-stagger-run"), ("laguna-24l", "stagger-run"), ("minitron-8b", "stagger-run")}  # stopped by the device call's limit in its last level (cut_short: not scored)
-STOPPED = {("dots-llm1-8l", "repeats3-stagger-run")}  # stopped by the device call's limit between two levels (none cut short)
+PARTIAL = {("kept-back6-h100", "qwen2.5-0.5b", "stagger-run"), ("kept-back12-h100", "flex-olmo-16l", "repeats3-stagger-run"), ("kept-back13-h100", "laguna-24l", "stagger-run"),
+           ("kept-back13-h100", "minitron-8b", "stagger-run"), ("kept-back15-h100", "moonlight-16b-a3b", "stagger-run")}  # stopped by the device call's limit in its last level (cut_short: not scored)
+STOPPED = {("kept-back11-h100", "dots-llm1-8l", "repeats3-stagger-run")}  # stopped by the device call's limit between two levels (none cut short)
 HITS = {("granite-3.3-8b", 64), ("olmoe-1b-7b", 64), ("granite-3.1-3b-a800m", 64), ("granite-3.0-1b-a400m", 64), ("smollm2-1.7b", 64), ("olmo-2-13b", 64),
         ("flex-olmo-16l", 64), ("laguna-24l", 64)}  # vllm bench serve's random prompts repeated 512 tokens once (0.8 %)
 
@@ -85,7 +88,7 @@ def results4():
 
 @pytest.mark.parametrize(("data", "models"), [(kept_back.DATA, MODELS), (DATA2, MODELS2), (DATA3, MODELS3), (DATA4, MODELS4), (DATA5, MODELS5), (DATA6, MODELS6), (DATA7, MODELS7),
                                                    (DATA8, MODELS8), (DATA9, MODELS9), (DATA10, MODELS10), (DATA11, MODELS11), (DATA12, MODELS12), (DATA13, MODELS13),
-                                                   (DATA14, MODELS14)])  # fmt: skip
+                                                   (DATA14, MODELS14), (DATA15, MODELS15)])  # fmt: skip
 def test_every_kept_back_level_is_cold_and_complete(data, models):
     """No prefix-cache hit (but 512 of ~66,800 prompt tokens in seven 64-stream bursts, ``HITS``: vllm bench serve's random
     prompts, one seed a level, repeated 512 tokens once; 0.8 %) and no Triton JIT line inside any window (but one burst, ``JIT``,
@@ -98,9 +101,9 @@ def test_every_kept_back_level_is_cold_and_complete(data, models):
             if (name.startswith("repeats") or model in NO_DESIGN) and not (data / f"{model}-{name}.json").exists():
                 continue  # the truth rule's repeats: MoE servers of the fourth, fifth and ninth to twelfth sets only (Kimi-K2's did not finish, MiniMax-M2.5's came back cut)
             run = json.loads((data / f"{model}-{name}.json").read_text())
-            assert run["status"] == ("partial" if (model, name) in PARTIAL | STOPPED else "complete")
+            assert run["status"] == ("partial" if (data.name, model, name) in PARTIAL | STOPPED else "complete")
             for lv in run["levels"]:
-                assert lv["cut_short"] == ((model, name) in PARTIAL and lv is run["levels"][-1]), (model, name, lv["concurrency"])
+                assert lv["cut_short"] == ((data.name, model, name) in PARTIAL and lv is run["levels"][-1]), (model, name, lv["concurrency"])
                 assert lv["server"]["prefix_cache_hit_rate"] == 0.0 and not lv["jit_kernels"], (model, name, lv["concurrency"])
                 assert lv["failed_requests"] == 0 and set(lv["error_kinds"]) <= {"cancelled"}, (model, name, lv["concurrency"])  # cancelled: cut by the window's end
     assert "Intel(R) Xeon(R) Processor" in (data / "host.txt").read_text()
@@ -440,9 +443,9 @@ def test_the_twelfth_set_after_it_was_checked_blind(results12):
     assert not any(kept_back.void(m, DATA12) for m in MODELS12)
 
 
-def test_every_class_band_holds_ninety_percent_of_its_points_held_out_by_model(results, results2, results3, results4, results5, results6, results7, results8, results9, results10, results11, results12, results13, results14):
+def test_every_class_band_holds_ninety_percent_of_its_points_held_out_by_model(results, results2, results3, results4, results5, results6, results7, results8, results9, results10, results11, results12, results13, results14, results15):
     """servelab/data/bands.yaml's dense, MoE, MLA and host bands are validation/bands.py's: the least quantile of the class's
-    held-out errors (the cold tables, the MLA models held out by model, and the fourteen kept-back sets' points, each under its
+    held-out errors (the cold tables, the MLA models held out by model, and the fifteen kept-back sets' points, each under its
     model's class or, where the host binds it, the host's) that, each model held out in turn, covers ≥ 90 % of the held-out
     model's points, rounded up to a whole %, so that a change to predict that moves them must refit them. The dense band was
     6 % / 20 % from the cold tables alone: the kept-back sets' dense points fell inside it 61 % / 48 % of the time; the eighth
@@ -456,14 +459,15 @@ def test_every_class_band_holds_ninety_percent_of_its_points_held_out_by_model(r
     (dense, read as nemotron since it was opened) took the dense band to 14 / 30 % (Minitron's 16 streams priced 15-22 % fast) and
     MoE's TTFT band to 52 %; the fourteenth's A.X K1 cut (MLA) and HY V3 cut (MoE), 14 of 15 points inside as opened (the one outside a burst with a JIT
     compile in its window, unscored since), took the
-    MLA tok/s band from 28 to 17 % (the held-out quantile from the 92nd to the 90th) and the host's to 25 / 80 %."""
-    kept = [{**r, "model": m} for res in (results, results2, results3, results4, results5, results6, results7, results8, results9, results10, results11, results12, results13, results14) for m, got in res.items() for r in got["rows"] if r["scored"]]
+    MLA tok/s band from 28 to 17 % (the held-out quantile from the 92nd to the 90th) and the host's to 25 / 80 %; the fifteenth's
+    Moonlight, again and alone on its host (6 of 6 inside on tok/s, 4 of 6 on TTFT), moved none."""
+    kept = [{**r, "model": m} for res in (results, results2, results3, results4, results5, results6, results7, results8, results9, results10, results11, results12, results13, results14, results15) for m, got in res.items() for r in got["rows"] if r["scored"]]
     shipped = yaml.safe_load((kept_back.cc.ROOT / "src" / "servelab" / "data" / "bands.yaml").read_text())
     out = bands.bands(kept)
     assert {name: b["models"] for name, b in out.items()} == {"dense": 13, "moe": 15, "mla": 7, "host": 24}
     # the README's figures: the kept-back points alone inside the shipped bands (%), and the dense and MoE bands without the
     # calibrations' own models (Qwen3-8B, Qwen3-30B-A3B; %)
-    assert {name: (round(100 * b["kept_tok_s"]), round(100 * b["kept_ttft"])) for name, b in out.items()} == {"dense": (88, 87), "moe": (89, 94), "mla": (90, 88), "host": (92, 92)}
+    assert {name: (round(100 * b["kept_tok_s"]), round(100 * b["kept_ttft"])) for name, b in out.items()} == {"dense": (88, 87), "moe": (89, 94), "mla": (91, 85), "host": (92, 92)}
     assert [round(100 * out[name][f"own_{key}"], 1) for name in ("dense", "moe") for key in ("tok_s", "ttft")] == [10.6, 30.5, 16.5, 51.1]
     for name, b in out.items():
         assert shipped[name]["points"] == b["points"], name
@@ -531,6 +535,30 @@ def test_the_fourteenth_set_checked_blind(results14):
     after = results14["axk1-4l"]["after"]
     assert max(abs(r["e_tok"]) for r in after if r["kind"] == "burst") <= 7.35 and max(abs(r["e_tok"]) for r in after if r["kind"] != "burst") <= 2.85
     assert "after" not in results14["hy-v3-8l"] and not any(kept_back.void(m, DATA14) for m in MODELS14)
+
+
+@pytest.fixture(scope="module")
+def results15():
+    with contextlib.redirect_stdout(io.StringIO()):
+        return kept_back.main(DATA15)
+
+
+def test_the_fifteenth_set_checked_blind(results15, results2):
+    """The fifteenth set: the second set's Moonlight-16B-A3B (MLA, 64 experts of 1,408, top 6, 2 shared; no tuned fused-MoE config),
+    whose held-out worst there (55.5 %, its design's 64 streams) was measured while three other servers shared the host's CPUs,
+    measured again one job on a further H100 host by the same protocol (chosen at 1b1e7a2; the steady state at 4 streams cut by the
+    device call's end, not scored) and opened blind at ac47d6c (validation/kept-back15-h100/blind-ac47d6c.txt): 6 points, tok/s
+    median 7.2 %, worst 13.2 % (its 64 streams +13.2 % against +55.5 % on the shared H200 host, whose TPOT there was 24.6 ms against
+    this H100's 17.1), single stream 5.2 %, every point inside the tok/s band; its burst TTFT is priced short (median 28.3 %, above
+    the goal's 25 %). After calibrate on its design, its bursts within 7.3 %."""
+    held = results15["moonlight-16b-a3b"]["held"]
+    assert held["tok_median"] <= 7.25 and held["tok_worst"] <= 13.25 and held["single"] <= 5.25 and held["inside_tok"] == 100
+    assert 28 <= held["burst_ttft_median"] <= 28.35  # still missed: its burst TTFT
+    design64 = {k: next(r["e_tok"] for r in res["moonlight-16b-a3b"]["rows"] if (r["kind"], r["c"]) == ("design", 64)) for k, res in (("shared", results2), ("alone", results15))}
+    assert design64["shared"] > 50 and design64["alone"] < 13.25
+    after = results15["moonlight-16b-a3b"]["after"]
+    assert [r["kind"] for r in after] == ["burst"] * 3 and max(abs(r["e_tok"]) for r in after) <= 7.35
+    assert not kept_back.void("moonlight-16b-a3b", DATA15)
 
 
 def test_the_band_is_taken_from_every_kept_back_set():

@@ -9,7 +9,7 @@ The held-out points:
 
 - the cold tables (validation/predict_cold.py: the blocks that leave a model or a GPU out of the calibration): dense and MoE;
 - the MLA models held out by model (validation/predict_arch.py);
-- every kept-back set (validation/kept_back.py, the shipped calibration; sets 1–14, each measured after predict was frozen and
+- every kept-back set (validation/kept_back.py, the shipped calibration; sets 1–15, each measured after predict was frozen and
   opened after; the eighth and ninth were checked blind against the band from sets 1–7 first, the tenth to fourteenth against the
   band held out by model from the sets before: validation/RESULTS-predict.md; a void truth's points, ``kept_back.void``, left out): a point goes to its model's class (``servelab.plan.band.family_class``), or to ``host`` where the host binds
   it (``host_share`` ≥ ``HOST_SHARE``: the host's band, whatever the class; ``servelab.plan.band.point_band``).
@@ -43,9 +43,9 @@ from servelab.plan.model_spec import load_model  # noqa: E402
 
 SETS = ("kept-back-h200", "kept-back2-h200", "kept-back3-h200", "kept-back4-h200", "kept-back5-h200", "kept-back6-h100", "kept-back7-h100",
         "kept-back8-h100", "kept-back9-h100", "kept-back10-h100", "kept-back11-h100", "kept-back12-h100",
-        "kept-back13-h100", "kept-back14-h100")  # every set opened: 1–7 before the band was first set this way (eda5322), the eighth and ninth
-# checked blind against it, then added; the tenth to fourteenth checked blind against the band held out by model (f1b4a5b, 5d976b3, 4a20434,
-# df0d602, c80af28), then added (the eleventh's dots.llm1 a void truth: kept_back.void; the fourteenth's one burst with a JIT compile unscored)
+        "kept-back13-h100", "kept-back14-h100", "kept-back15-h100")  # every set opened: 1–7 before the band was first set this way (eda5322), the eighth and ninth
+# checked blind against it, then added; the tenth to fifteenth checked blind against the band held out by model (f1b4a5b, 5d976b3, 4a20434,
+# df0d602, c80af28, ac47d6c), then added (the eleventh's dots.llm1 a void truth: kept_back.void; the fourteenth's one burst with a JIT compile unscored)
 
 
 LEVELS = tuple(q / 100 for q in range(90, 101))  # the quantile levels a band may take, from the 90th percentile up

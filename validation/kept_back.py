@@ -72,7 +72,11 @@ shapes cut to 8 layers, each 192 fine-grained experts without a tuned fused-MoE 
 before it was measured and opened blind at c80af28 (blind-c80af28.txt). A level with a Triton JIT compile in its window (HY V3's
 16-stream burst) is shown and not scored; HY V3 was served without calibrate's design (servelab read it as not fitting then).
 
-Usage: ``python validation/kept_back.py [kept-back2-h200 | … | kept-back14-h100]`` (no GPU; the folder under validation/, default the first set).
+The fifteenth (validation/kept-back15-h100/: not a new model, the second set's Moonlight-16B-A3B, whose held-out worst there was
+measured while three other servers shared the host's CPUs, one job on a further H100 host by the same protocol, its steady state at 4
+streams cut by the device call's end) was chosen (1b1e7a2) before it was measured and opened blind at ac47d6c (blind-ac47d6c.txt).
+
+Usage: ``python validation/kept_back.py [kept-back2-h200 | … | kept-back15-h100]`` (no GPU; the folder under validation/, default the first set).
 """
 
 from __future__ import annotations
