@@ -549,11 +549,12 @@ def test_the_fifteenth_set_checked_blind(results15, results2):
     measured again one job on a further H100 host by the same protocol (chosen at 1b1e7a2; the steady state at 4 streams cut by the
     device call's end, not scored) and opened blind at ac47d6c (validation/kept-back15-h100/blind-ac47d6c.txt): 6 points, tok/s
     median 7.2 %, worst 13.2 % (its 64 streams +13.2 % against +55.5 % on the shared H200 host, whose TPOT there was 24.6 ms against
-    this H100's 17.1), single stream 5.2 %, every point inside the tok/s band; its burst TTFT is priced short (median 28.3 %, above
-    the goal's 25 %). After calibrate on its design, its bursts within 7.3 %."""
+    this H100's 17.1: by this one run, that worst was the shared host's), single stream 5.2 %, every point inside the tok/s band; its
+    burst TTFT is priced short (median 28.3 %, above the goal's 25 %; 4 of 6 points inside the TTFT band). After calibrate on its
+    design, its bursts within 7.3 %."""
     held = results15["moonlight-16b-a3b"]["held"]
     assert held["tok_median"] <= 7.25 and held["tok_worst"] <= 13.25 and held["single"] <= 5.25 and held["inside_tok"] == 100
-    assert 28 <= held["burst_ttft_median"] <= 28.35  # still missed: its burst TTFT
+    assert 28 <= held["burst_ttft_median"] <= 28.35 and round(held["inside_ttft"]) == 67  # still missed: its burst TTFT (1 and 64 streams priced short)
     design64 = {k: next(r["e_tok"] for r in res["moonlight-16b-a3b"]["rows"] if (r["kind"], r["c"]) == ("design", 64)) for k, res in (("shared", results2), ("alone", results15))}
     assert design64["shared"] > 50 and design64["alone"] < 13.25
     after = results15["moonlight-16b-a3b"]["after"]

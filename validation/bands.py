@@ -10,7 +10,7 @@ The held-out points:
 - the cold tables (validation/predict_cold.py: the blocks that leave a model or a GPU out of the calibration): dense and MoE;
 - the MLA models held out by model (validation/predict_arch.py);
 - every kept-back set (validation/kept_back.py, the shipped calibration; sets 1–15, each measured after predict was frozen and
-  opened after; the eighth and ninth were checked blind against the band from sets 1–7 first, the tenth to fourteenth against the
+  opened after; the eighth and ninth were checked blind against the band from sets 1–7 first, the tenth to fifteenth against the
   band held out by model from the sets before: validation/RESULTS-predict.md; a void truth's points, ``kept_back.void``, left out): a point goes to its model's class (``servelab.plan.band.family_class``), or to ``host`` where the host binds
   it (``host_share`` ≥ ``HOST_SHARE``: the host's band, whatever the class; ``servelab.plan.band.point_band``).
 

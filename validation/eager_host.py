@@ -16,7 +16,7 @@ servers (validation/kept-back3-h200/, measured after the constants were set), th
 kept-back5-h200/, kept-back6-h100/: an H100 host), the seventh's (kept-back7-h100/: another H100 host) and the eighth's
 (kept-back8-h100/: a third), the ninth's (kept-back9-h100/: a fourth), the tenth's (kept-back10-h100/: a further one), the
 eleventh's (kept-back11-h100/: a further one), the twelfth's (kept-back12-h100/: a further one), the thirteenth's (kept-back13-h100/: a
-further one) and the fourteenth's (kept-back14-h100/: a further one) are printed apart, held out. A server whose truth is void (``kept_back.void``: its MoE
+further one), the fourteenth's (kept-back14-h100/: a further one) and the fifteenth's (kept-back15-h100/: a further one) are printed apart, held out. A server whose truth is void (``kept_back.void``: its MoE
 routing simulated with the router outside the MoE layer) is left out.
 
 Usage: ``python validation/eager_host.py [--fit]`` (no GPU; ``--fit`` takes about a minute).
@@ -47,7 +47,7 @@ V = ROOT / "validation"
 FP8 = {"kimi-k2-6l": "fp8-block", "deepseek-v3-8l": "fp8-block", "mixtral-8x7b": "fp8", "qwen2-57b-a14b": "fp8", "qwen3-30b-a3b": "fp8",
        "llama-3.1-70b": "fp8", "qwen3-32b-fp8": "fp8"}  # fmt: skip  # the servers' formats (validation/cold_gpu.py); the others BF16
 HELD_OUT = ("kept-back3-h200", "kept-back4-h200", "kept-back5-h200", "kept-back6-h100", "kept-back7-h100", "kept-back8-h100", "kept-back9-h100", "kept-back10-h100",
-            "kept-back11-h100", "kept-back12-h100", "kept-back13-h100", "kept-back14-h100")  # measured after the floor's constants were set
+            "kept-back11-h100", "kept-back12-h100", "kept-back13-h100", "kept-back14-h100", "kept-back15-h100")  # measured after the floor's constants were set
 GRID = {"layer": np.arange(0, 1.2, 0.05), "moe_bf16": np.arange(0, 3.0, 0.05), "moe_fp8": np.arange(0, 2.5, 0.05), "mla": np.arange(0, 1.5, 0.1)}  # ms
 
 
@@ -108,7 +108,7 @@ def main() -> dict[bool, tuple[int, float, float]]:
         print(f"| {s['server']}{' (held out)' if s['held_out'] else ''} | {len(spec.layers)} ({spec.moe_layers}, {spec.count('mla')}) | {s['fmt']} | "
               f"{s['g'] * 1e3:.1f} | {s['extra'] * 1e3:.1f} | {a * 1e3:.1f} | {b * 1e3:.1f} |")  # fmt: skip
     for held, (n, with_floor, without) in sorted(totals.items()):
-        print(f"\n{'held out (the third to fourteenth kept-back sets)' if held else 'fitted on'}: {n} servers, absolute error in all {with_floor * 1e3:.0f} ms with "
+        print(f"\n{'held out (the third to fifteenth kept-back sets)' if held else 'fitted on'}: {n} servers, absolute error in all {with_floor * 1e3:.0f} ms with "
               f"the floor, {without * 1e3:.0f} ms without it")  # fmt: skip
     if "--fit" in sys.argv:
         best, err = fit([s for s in rows if not s["held_out"]])

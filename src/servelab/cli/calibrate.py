@@ -69,7 +69,7 @@ def calibrate_cmd(
     widths = prior_widths(hw, start) if start else None
     error = "leave-one-out: " + error_summary(leave_one_out(measured_runs, name, start, widths))
     source = f"servelab calibrate on {', '.join(label for label, _ in found)}" + (f", prior {start.name}" if start else "")
-    cal = fit([m for levels in measured_runs for m in levels], name, source, start, widths).model_copy(update={"error": error, "gpu": hw.compute_capability})
+    cal = fit([m for levels in measured_runs for m in levels], name, source, start, widths).model_copy(update={"error": error, "gpu": hw.generation})
     _show(cal, error)
     if out is not None:
         write_file(out, yaml.safe_dump({cal.name: cal.model_dump(exclude={"name"})}, sort_keys=False, allow_unicode=True), "--out")

@@ -5,9 +5,10 @@
 # The host's time to launch a step without CUDA graphs (vLLM 0.25 on the lent Hopper machines' Xeon hosts), per layer by kind:
 # such a step takes at least this long (docs/metrics.md, "host's floor"). Fitted (least absolute error) on a lone 522-token prompt
 # (without graphs) against a 512-token one (inside a graph) on 25 servers of 19 models: 143 ms of error in all against 340 without
-# it; held out on the third to fourteenth kept-back sets' 28 servers, 289 against 336 (the seventh's, a faster host, 20 against 7; the eighth's 10.5 against 11.4; the ninth's 13.3 against 18.6;
+# it; held out on the third to fifteenth kept-back sets' 29 servers, 318 against 385 (the seventh's, a faster host, 20 against 7; the eighth's 10.5 against 11.4; the ninth's 13.3 against 18.6;
 # the tenth's 16.8 against 15.7; the eleventh's Aya-Expanse-8B 8.2 against 11.3, its dots.llm1 a void truth left out; the twelfth's
 # AFMoE 19.6 against 3.8, FlexOlmo 33.7 against 33.7; the thirteenth's Laguna 18.5 against 25.8, Minitron-8B 13.6 against 17.0; the fourteenth's A.X K1 cut 1.7 against 1.7;
+# the fifteenth's Moonlight 29.5 against 49.4;
 # validation/eager_host.py). FP8 MoE layers 0: the
 # calibration's eager times, fitted on FP8 MoE runs, exceed it. A host-bound steady state's steps with prompts without graphs pay the
 # layers' floor alone (servelab.plan.predict): with the MoE and MLA extras MLA models' single stream went 4.4 → 17.3 % off, and where

@@ -67,7 +67,7 @@ class Calibration(BaseModel):
         None, gt=0, le=1, description="This server's s in the steady state's cohorts m₀ = k ÷ min(k, s) prompts a step with prompts (servelab.plan.cohorts.cohorts, in place of MIXED_SHARE 0.25: once k ≥ s prompts arrive a decode step, a share s of the steps carry them) where the host does not bind; not used by bursts or speculative levels. servelab calibrate measures it from its levels' prompts a step (tune's refit from its probes', else keeps its starting calibration's); None (the shipped calibrations): MIXED_SHARE."
     )
     gpu: str | None = Field(
-        None, description="The compute capability of the GPU it was fitted on (servelab calibrate's --hardware; tune's refit, the GPU tuned): a fit with it as the prior holds its efficiencies narrowly on that generation (servelab.plan.fit.prior_widths). None: SHIPPED_GPU."
+        None, description="The generation it was fitted on (Hardware.generation: the CUDA compute capability, off CUDA the hardware's name; servelab calibrate's --hardware, tune's refit the GPU tuned): a fit with it as the prior holds its efficiencies narrowly on that generation (servelab.plan.fit.prior_widths). None: SHIPPED_GPU, the shipped calibrations' (vllm-dgx-spark's efficiencies, from published figures and no run of ours, are held wide on a Spark as on any GPU but Hopper)."
     )
     source: str = Field(description="The runs it was fitted on.")
     error: str = Field("", description="Measured error (leave-one-run-out), in words.")

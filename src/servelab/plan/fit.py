@@ -177,7 +177,7 @@ def fit_levels(rows: list[Measured], name: str, source: str, prior: Calibration 
     then the share of the host's floor a steady-state step with prompts takes (``Calibration.mixed_floor``, :func:`_fit_floor`).
     Each parameter is pulled toward the prior's by a Gaussian of width
     ``widths`` (merged over ``PRIOR_WIDTH``, which alone is the wide prior whatever the GPU; ``servelab calibrate`` passes
-    :func:`prior_widths` for the GPU measured) against the levels' noise ``LEVEL_NOISE``, so a design that does not pin a
+    :func:`prior_widths` for the GPU measured and the prior's) against the levels' noise ``LEVEL_NOISE``, so a design that does not pin a
     parameter leaves it near the prior instead of at the edge of its range, and each parameter's
     interval (``Calibration.uncertainty``) is where the objective (squared relative errors ÷
     LEVEL_NOISE², plus the prior's terms) rises by 1 above its minimum (the efficiencies profiled
@@ -392,11 +392,11 @@ def _width(key: str, prior: Calibration, widths: dict[str, float]) -> float:
 
 
 def prior_widths(hw: Hardware, prior: Calibration) -> dict[str, float]:
-    """The σ (``PRIOR_WIDTH``) of ``prior`` in a fit on ``hw``: on the GPU generation it was fitted on (``Calibration.gpu``; the
+    """The σ (``PRIOR_WIDTH``) of ``prior`` in a fit on ``hw``: on the GPU generation it was fitted on (``Calibration.gpu``, ``Hardware.generation``; the
     shipped ones' ``SHIPPED_GPU``, any sm_90 profile, though measured on H100 SXM and H200 only), the efficiencies' are ``SAME_GPU_WIDTH``
     (validation/RESULTS-predict.md, "The efficiencies are the GPU's"); elsewhere (the H100's on a GB10 or a Blackwell card) the
     prior's efficiencies are another GPU's, and theirs stay wide. A new dict each call."""
-    return {**PRIOR_WIDTH, **SAME_GPU_WIDTH} if hw.compute_capability == (prior.gpu or SHIPPED_GPU) else dict(PRIOR_WIDTH)
+    return {**PRIOR_WIDTH, **SAME_GPU_WIDTH} if hw.generation == (prior.gpu or SHIPPED_GPU) else dict(PRIOR_WIDTH)
 
 
 def _intervals(objective: np.ndarray, bw: np.ndarray, cmp: np.ndarray, b: np.ndarray, c: np.ndarray, cal: Calibration, eager_ms: float) -> dict[str, tuple[float, float]]:

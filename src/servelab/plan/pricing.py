@@ -120,7 +120,7 @@ class Pricer:
                 for p, lv in probes if not isinstance(c := curves[p.label], str)]  # fmt: skip
         try:
             self.cal = fit(rows, "tune", f"servelab tune, fitted on {len(rows)} probes of {len(launched)} launches, prior {self.prior.name}", self.prior,
-                           prior_widths(self.hw, self.prior)).model_copy(update={"gpu": self.hw.compute_capability})  # fmt: skip
+                           prior_widths(self.hw, self.prior)).model_copy(update={"gpu": self.hw.generation})  # fmt: skip
         except ServelabError:
             return
         curves = {p.label: self.curve(p.settings) for p, _ in launched}  # with the fitted calibration

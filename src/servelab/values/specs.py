@@ -138,6 +138,12 @@ class Hardware(BaseModel):
         "its maximum (servelab predict's bursts); 1 where not measured.")  # fmt: skip
     source: str | None = None
 
+    @property
+    def generation(self) -> str:
+        """What a calibration fitted on this hardware is tied to (``Calibration.gpu``): its CUDA compute capability, else (off CUDA)
+        the hardware's name."""
+        return self.compute_capability or self.name
+
     def safe_utilization(self, os_reserved_gib: float | None = None) -> float:
         """The largest memory share (0.01 steps) that leaves the OS its ``os_reserved_gib`` (the
         profile's when None) on a unified-memory machine; 1.0 on a discrete GPU."""
